@@ -1610,7 +1610,7 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
     free(arena);
 }
 
-/* kernel attention_128 for f16: grid block(b:1, h:1, i:64, e:128) */
+/* kernel attention_128 for f16: grid block(b:1, h:1, i:128, e:128) */
 void dt_attention_128_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
@@ -1622,15 +1622,15 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_128 */
-    float* arena = (float*)malloc(sizeof(float) * 185544);
+    float* arena = (float*)malloc(sizeof(float) * 244104);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
+    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
         const long long n3 = (long long)(dt_cdiv(s4, 128));
         const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 64));
+        const long long n2 = (long long)(dt_cdiv(s2, 128));
         const long long g2 = rest % n2; rest /= n2;
         const long long n1 = (long long)(dt_cdiv(s1, 1));
         const long long g1 = rest % n1; rest /= n1;
@@ -1641,27 +1641,27 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
         const long long b1 = g1; /* block index along h */
         if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
         const long long b2 = g2; /* block index along i */
-        if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
+        if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
-        (arena + 24576)[0] = (float)s5;
-        (arena + 24577)[0] = dt_rsqrt((arena + 24576)[0]);
-        (arena + 148038)[0] = (-INFINITY);
-        (arena + 148039)[0] = 0e0f;
+        (arena + 28672)[0] = (float)s5;
+        (arena + 28673)[0] = dt_rsqrt((arena + 28672)[0]);
+        (arena + 181382)[0] = (-INFINITY);
+        (arena + 181383)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
             for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-                /* block(i:64) attention_128.tensorize(i:0) */
-                for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(i:128) attention_128.tensorize(i:0) */
+                for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                     /* block(e:128) attention_128.tensorize(e:0) */
                     for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                         /* rdot accumulator */
                         for (long long l5 = 0; l5 < 1; l5++) {
                             for (long long l6 = 0; l6 < 1; l6++) {
-                                for (long long l7 = 0; l7 < 64; l7++) {
+                                for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 173256)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 223624)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -1669,241 +1669,241 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                         /* rsum identity */
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
-                                for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 169032)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                for (long long l11 = 0; l11 < 128; l11++) {
+                                    (arena + 219272)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
                         /* rmax identity */
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
-                                for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 164808)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                for (long long l14 = 0; l14 < 128; l14++) {
+                                    (arena + 214920)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
-                        /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
-                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                        /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
+                        for (long long o15 = 0; o15 < s3; o15 += 32) {
                             /* rdot accumulator */
                             for (long long l16 = 0; l16 < 1; l16++) {
                                 for (long long l17 = 0; l17 < 1; l17++) {
-                                    for (long long l18 = 0; l18 < 64; l18++) {
-                                        for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 164872)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
+                                    for (long long l18 = 0; l18 < 128; l18++) {
+                                        for (long long l19 = 0; l19 < 32; l19++) {
+                                            (arena + 215048)[l16 * 4096 + l17 * 4096 + l18 * 32 + l19] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l20 = 0; l20 < 1; l20++) {
                                 for (long long l21 = 0; l21 < 1; l21++) {
-                                    for (long long l22 = 0; l22 < 64; l22++) {
+                                    for (long long l22 = 0; l22 < 128; l22++) {
                                         for (long long l23 = 0; l23 < 128; l23++) {
-                                            (arena + 0)[l20 * 8192 + l21 * 8192 + l22 * 128 + l23] = (o1 + l20 < s0 && o2 + l21 < s1 && o3 + l22 < s2 && 0 + l23 < s5) ? dt_load_f16(in0[(o1 + l20) * args->input_strides[0][0] + (o2 + l21) * args->input_strides[0][1] + (o3 + l22) * args->input_strides[0][2] + (0 + l23) * args->input_strides[0][3]]) : 0e0f;
+                                            (arena + 0)[l20 * 16384 + l21 * 16384 + l22 * 128 + l23] = (o1 + l20 < s0 && o2 + l21 < s1 && o3 + l22 < s2 && 0 + l23 < s5) ? dt_load_f16(in0[(o1 + l20) * args->input_strides[0][0] + (o2 + l21) * args->input_strides[0][1] + (o3 + l22) * args->input_strides[0][2] + (0 + l23) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l24 = 0; l24 < 1; l24++) {
                                 for (long long l25 = 0; l25 < 1; l25++) {
-                                    for (long long l26 = 0; l26 < 64; l26++) {
+                                    for (long long l26 = 0; l26 < 32; l26++) {
                                         for (long long l27 = 0; l27 < 128; l27++) {
-                                            (arena + 8192)[l24 * 8192 + l25 * 8192 + l26 * 128 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o15 + l26 < s3 && 0 + l27 < s5) ? dt_load_f16(in1[(o1 + l24) * args->input_strides[1][0] + (o2 + l25) * args->input_strides[1][1] + (o15 + l26) * args->input_strides[1][2] + (0 + l27) * args->input_strides[1][3]]) : 0e0f;
+                                            (arena + 16384)[l24 * 4096 + l25 * 4096 + l26 * 128 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o15 + l26 < s3 && 0 + l27 < s5) ? dt_load_f16(in1[(o1 + l24) * args->input_strides[1][0] + (o2 + l25) * args->input_strides[1][1] + (o15 + l26) * args->input_strides[1][2] + (0 + l27) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l28 = 0; l28 < 1; l28++) {
                                 for (long long l29 = 0; l29 < 1; l29++) {
-                                    for (long long l30 = 0; l30 < 64; l30++) {
-                                        for (long long l31 = 0; l31 < 64; l31++) {
+                                    for (long long l30 = 0; l30 < 128; l30++) {
+                                        for (long long l31 = 0; l31 < 32; l31++) {
                                             float a33 = 0.0f;
-                                            for (long long r32 = 0; r32 < 128; r32++) a33 += (arena + 0)[l28 * 8192 + l29 * 8192 + l30 * 128 + r32 * 1] * (arena + 8192)[l28 * 8192 + l29 * 8192 + l31 * 128 + r32 * 1];
-                                            (arena + 16384)[l28 * 4096 + l29 * 4096 + l30 * 64 + l31] = a33;
+                                            for (long long r32 = 0; r32 < 128; r32++) a33 += (arena + 0)[l28 * 16384 + l29 * 16384 + l30 * 128 + r32 * 1] * (arena + 16384)[l28 * 4096 + l29 * 4096 + l31 * 128 + r32 * 1];
+                                            (arena + 20480)[l28 * 4096 + l29 * 4096 + l30 * 32 + l31] = a33;
                                         }
                                     }
                                 }
                             }
                             for (long long l34 = 0; l34 < 1; l34++) {
                                 for (long long l35 = 0; l35 < 1; l35++) {
-                                    for (long long l36 = 0; l36 < 64; l36++) {
-                                        for (long long l37 = 0; l37 < 64; l37++) {
-                                            (arena + 164872)[l34 * 4096 + l35 * 4096 + l36 * 64 + l37] = (arena + 164872)[l34 * 4096 + l35 * 4096 + l36 * 64 + l37] + (arena + 16384)[l34 * 4096 + l35 * 4096 + l36 * 64 + l37];
+                                    for (long long l36 = 0; l36 < 128; l36++) {
+                                        for (long long l37 = 0; l37 < 32; l37++) {
+                                            (arena + 215048)[l34 * 4096 + l35 * 4096 + l36 * 32 + l37] = (arena + 215048)[l34 * 4096 + l35 * 4096 + l36 * 32 + l37] + (arena + 20480)[l34 * 4096 + l35 * 4096 + l36 * 32 + l37];
                                         }
                                     }
                                 }
                             }
                             for (long long l38 = 0; l38 < 1; l38++) {
                                 for (long long l39 = 0; l39 < 1; l39++) {
-                                    for (long long l40 = 0; l40 < 64; l40++) {
-                                        for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 20480)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41] = (arena + 164872)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41];
+                                    for (long long l40 = 0; l40 < 128; l40++) {
+                                        for (long long l41 = 0; l41 < 32; l41++) {
+                                            (arena + 24576)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] = (arena + 215048)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41];
                                         }
                                     }
                                 }
                             }
                             for (long long l42 = 0; l42 < 1; l42++) {
                                 for (long long l43 = 0; l43 < 1; l43++) {
-                                    for (long long l44 = 0; l44 < 64; l44++) {
-                                        for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 24578)[l42 * 4096 + l43 * 4096 + l44 * 64 + l45] = ((arena + 20480)[l42 * 4096 + l43 * 4096 + l44 * 64 + l45] * (arena + 24577)[0]);
+                                    for (long long l44 = 0; l44 < 128; l44++) {
+                                        for (long long l45 = 0; l45 < 32; l45++) {
+                                            (arena + 28674)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] = ((arena + 24576)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] * (arena + 28673)[0]);
                                         }
                                     }
                                 }
                             }
                             for (long long l46 = 0; l46 < 1; l46++) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
-                                    for (long long l48 = 0; l48 < 64; l48++) {
-                                        for (long long l49 = 0; l49 < 64; l49++) {
-                                            (arena + 28674)[l46 * 4096 + l47 * 4096 + l48 * 64 + l49] = (o15 + l49 < s3) ? (arena + 24578)[l46 * 4096 + l47 * 4096 + l48 * 64 + l49] : (-INFINITY);
+                                    for (long long l48 = 0; l48 < 128; l48++) {
+                                        for (long long l49 = 0; l49 < 32; l49++) {
+                                            (arena + 32770)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] = (o15 + l49 < s3) ? (arena + 28674)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] : (-INFINITY);
                                         }
                                     }
                                 }
                             }
                             for (long long l50 = 0; l50 < 1; l50++) {
                                 for (long long l51 = 0; l51 < 1; l51++) {
-                                    for (long long l52 = 0; l52 < 64; l52++) {
+                                    for (long long l52 = 0; l52 < 128; l52++) {
                                         float a54 = (-INFINITY);
-                                        for (long long r53 = 0; r53 < 64; r53 += 1) a54 = fmaxf(a54, (arena + 28674)[l50 * 4096 + l51 * 4096 + l52 * 64 + r53 * 1]);
-                                        (arena + 32770)[l50 * 64 + l51 * 64 + l52] = a54;
+                                        for (long long r53 = 0; r53 < 32; r53 += 1) a54 = fmaxf(a54, (arena + 32770)[l50 * 4096 + l51 * 4096 + l52 * 32 + r53 * 1]);
+                                        (arena + 36866)[l50 * 128 + l51 * 128 + l52] = a54;
                                     }
                                 }
                             }
                             for (long long l55 = 0; l55 < 1; l55++) {
                                 for (long long l56 = 0; l56 < 1; l56++) {
-                                    for (long long l57 = 0; l57 < 64; l57++) {
-                                        (arena + 147910)[l55 * 64 + l56 * 64 + l57] = (arena + 164808)[l55 * 64 + l56 * 64 + l57];
+                                    for (long long l57 = 0; l57 < 128; l57++) {
+                                        (arena + 181126)[l55 * 128 + l56 * 128 + l57] = (arena + 214920)[l55 * 128 + l56 * 128 + l57];
                                     }
                                 }
                             }
                             for (long long l58 = 0; l58 < 1; l58++) {
                                 for (long long l59 = 0; l59 < 1; l59++) {
-                                    for (long long l60 = 0; l60 < 64; l60++) {
-                                        (arena + 164808)[l58 * 64 + l59 * 64 + l60] = fmaxf((arena + 164808)[l58 * 64 + l59 * 64 + l60], (arena + 32770)[l58 * 64 + l59 * 64 + l60]);
+                                    for (long long l60 = 0; l60 < 128; l60++) {
+                                        (arena + 214920)[l58 * 128 + l59 * 128 + l60] = fmaxf((arena + 214920)[l58 * 128 + l59 * 128 + l60], (arena + 36866)[l58 * 128 + l59 * 128 + l60]);
                                     }
                                 }
                             }
                             for (long long l61 = 0; l61 < 1; l61++) {
                                 for (long long l62 = 0; l62 < 1; l62++) {
-                                    for (long long l63 = 0; l63 < 64; l63++) {
-                                        (arena + 147974)[l61 * 64 + l62 * 64 + l63] = (arena + 164808)[l61 * 64 + l62 * 64 + l63];
+                                    for (long long l63 = 0; l63 < 128; l63++) {
+                                        (arena + 181254)[l61 * 128 + l62 * 128 + l63] = (arena + 214920)[l61 * 128 + l62 * 128 + l63];
                                     }
                                 }
                             }
                             for (long long l64 = 0; l64 < 1; l64++) {
                                 for (long long l65 = 0; l65 < 1; l65++) {
-                                    for (long long l66 = 0; l66 < 64; l66++) {
-                                        (arena + 148040)[l64 * 64 + l65 * 64 + l66] = (((arena + 147974)[l64 * 64 + l65 * 64 + l66]) == ((arena + 148038)[0]) ? 1.0f : 0.0f);
+                                    for (long long l66 = 0; l66 < 128; l66++) {
+                                        (arena + 181384)[l64 * 128 + l65 * 128 + l66] = (((arena + 181254)[l64 * 128 + l65 * 128 + l66]) == ((arena + 181382)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l67 = 0; l67 < 1; l67++) {
                                 for (long long l68 = 0; l68 < 1; l68++) {
-                                    for (long long l69 = 0; l69 < 64; l69++) {
-                                        (arena + 148104)[l67 * 64 + l68 * 64 + l69] = (arena + 148040)[l67 * 64 + l68 * 64 + l69] != 0.0f ? (arena + 148039)[0] : (arena + 147974)[l67 * 64 + l68 * 64 + l69];
+                                    for (long long l69 = 0; l69 < 128; l69++) {
+                                        (arena + 181512)[l67 * 128 + l68 * 128 + l69] = (arena + 181384)[l67 * 128 + l68 * 128 + l69] != 0.0f ? (arena + 181383)[0] : (arena + 181254)[l67 * 128 + l68 * 128 + l69];
                                     }
                                 }
                             }
                             for (long long l70 = 0; l70 < 1; l70++) {
                                 for (long long l71 = 0; l71 < 1; l71++) {
-                                    for (long long l72 = 0; l72 < 64; l72++) {
-                                        (arena + 148168)[l70 * 64 + l71 * 64 + l72] = ((arena + 147910)[l70 * 64 + l71 * 64 + l72] - (arena + 148104)[l70 * 64 + l71 * 64 + l72]);
+                                    for (long long l72 = 0; l72 < 128; l72++) {
+                                        (arena + 181640)[l70 * 128 + l71 * 128 + l72] = ((arena + 181126)[l70 * 128 + l71 * 128 + l72] - (arena + 181512)[l70 * 128 + l71 * 128 + l72]);
                                     }
                                 }
                             }
                             for (long long l73 = 0; l73 < 1; l73++) {
                                 for (long long l74 = 0; l74 < 1; l74++) {
-                                    for (long long l75 = 0; l75 < 64; l75++) {
-                                        (arena + 148232)[l73 * 64 + l74 * 64 + l75] = expf((arena + 148168)[l73 * 64 + l74 * 64 + l75]);
+                                    for (long long l75 = 0; l75 < 128; l75++) {
+                                        (arena + 181768)[l73 * 128 + l74 * 128 + l75] = expf((arena + 181640)[l73 * 128 + l74 * 128 + l75]);
                                     }
                                 }
                             }
                             for (long long l76 = 0; l76 < 1; l76++) {
                                 for (long long l77 = 0; l77 < 1; l77++) {
-                                    for (long long l78 = 0; l78 < 64; l78++) {
-                                        (arena + 148296)[l76 * 64 + l77 * 64 + l78] = (arena + 169032)[l76 * 64 + l77 * 64 + l78];
+                                    for (long long l78 = 0; l78 < 128; l78++) {
+                                        (arena + 181896)[l76 * 128 + l77 * 128 + l78] = (arena + 219272)[l76 * 128 + l77 * 128 + l78];
                                     }
                                 }
                             }
                             for (long long l79 = 0; l79 < 1; l79++) {
                                 for (long long l80 = 0; l80 < 1; l80++) {
-                                    for (long long l81 = 0; l81 < 64; l81++) {
-                                        (arena + 148360)[l79 * 64 + l80 * 64 + l81] = ((arena + 148296)[l79 * 64 + l80 * 64 + l81] * (arena + 148232)[l79 * 64 + l80 * 64 + l81]);
+                                    for (long long l81 = 0; l81 < 128; l81++) {
+                                        (arena + 182024)[l79 * 128 + l80 * 128 + l81] = ((arena + 181896)[l79 * 128 + l80 * 128 + l81] * (arena + 181768)[l79 * 128 + l80 * 128 + l81]);
                                     }
                                 }
                             }
                             for (long long l82 = 0; l82 < 1; l82++) {
                                 for (long long l83 = 0; l83 < 1; l83++) {
-                                    for (long long l84 = 0; l84 < 64; l84++) {
-                                        (arena + 169032)[l82 * 64 + l83 * 64 + l84] = (arena + 148360)[l82 * 64 + l83 * 64 + l84];
+                                    for (long long l84 = 0; l84 < 128; l84++) {
+                                        (arena + 219272)[l82 * 128 + l83 * 128 + l84] = (arena + 182024)[l82 * 128 + l83 * 128 + l84];
                                     }
                                 }
                             }
                             for (long long l85 = 0; l85 < 1; l85++) {
                                 for (long long l86 = 0; l86 < 1; l86++) {
-                                    for (long long l87 = 0; l87 < 64; l87++) {
-                                        for (long long l88 = 0; l88 < 64; l88++) {
-                                            (arena + 61636)[l85 * 4096 + l86 * 4096 + l87 * 64 + l88] = ((arena + 24578)[l85 * 4096 + l86 * 4096 + l87 * 64 + l88] - (arena + 148104)[l85 * 64 + l86 * 64 + l87]);
+                                    for (long long l87 = 0; l87 < 128; l87++) {
+                                        for (long long l88 = 0; l88 < 32; l88++) {
+                                            (arena + 70020)[l85 * 4096 + l86 * 4096 + l87 * 32 + l88] = ((arena + 28674)[l85 * 4096 + l86 * 4096 + l87 * 32 + l88] - (arena + 181512)[l85 * 128 + l86 * 128 + l87]);
                                         }
                                     }
                                 }
                             }
                             for (long long l89 = 0; l89 < 1; l89++) {
                                 for (long long l90 = 0; l90 < 1; l90++) {
-                                    for (long long l91 = 0; l91 < 64; l91++) {
-                                        for (long long l92 = 0; l92 < 64; l92++) {
-                                            (arena + 65732)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] = expf((arena + 61636)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92]);
+                                    for (long long l91 = 0; l91 < 128; l91++) {
+                                        for (long long l92 = 0; l92 < 32; l92++) {
+                                            (arena + 74116)[l89 * 4096 + l90 * 4096 + l91 * 32 + l92] = expf((arena + 70020)[l89 * 4096 + l90 * 4096 + l91 * 32 + l92]);
                                         }
                                     }
                                 }
                             }
                             for (long long l93 = 0; l93 < 1; l93++) {
                                 for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 64; l95++) {
-                                        for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 69828)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = (o15 + l96 < s3) ? (arena + 65732)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] : 0e0f;
+                                    for (long long l95 = 0; l95 < 128; l95++) {
+                                        for (long long l96 = 0; l96 < 32; l96++) {
+                                            (arena + 78212)[l93 * 4096 + l94 * 4096 + l95 * 32 + l96] = (o15 + l96 < s3) ? (arena + 74116)[l93 * 4096 + l94 * 4096 + l95 * 32 + l96] : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l97 = 0; l97 < 1; l97++) {
                                 for (long long l98 = 0; l98 < 1; l98++) {
-                                    for (long long l99 = 0; l99 < 64; l99++) {
+                                    for (long long l99 = 0; l99 < 128; l99++) {
                                         float a101 = 0e0f;
-                                        for (long long r100 = 0; r100 < 64; r100 += 1) a101 = a101 + (arena + 69828)[l97 * 4096 + l98 * 4096 + l99 * 64 + r100 * 1];
-                                        (arena + 73924)[l97 * 64 + l98 * 64 + l99] = a101;
+                                        for (long long r100 = 0; r100 < 32; r100 += 1) a101 = a101 + (arena + 78212)[l97 * 4096 + l98 * 4096 + l99 * 32 + r100 * 1];
+                                        (arena + 82308)[l97 * 128 + l98 * 128 + l99] = a101;
                                     }
                                 }
                             }
                             for (long long l102 = 0; l102 < 1; l102++) {
                                 for (long long l103 = 0; l103 < 1; l103++) {
-                                    for (long long l104 = 0; l104 < 64; l104++) {
-                                        (arena + 169032)[l102 * 64 + l103 * 64 + l104] = (arena + 169032)[l102 * 64 + l103 * 64 + l104] + (arena + 73924)[l102 * 64 + l103 * 64 + l104];
+                                    for (long long l104 = 0; l104 < 128; l104++) {
+                                        (arena + 219272)[l102 * 128 + l103 * 128 + l104] = (arena + 219272)[l102 * 128 + l103 * 128 + l104] + (arena + 82308)[l102 * 128 + l103 * 128 + l104];
                                     }
                                 }
                             }
                             for (long long l105 = 0; l105 < 1; l105++) {
                                 for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 64; l107++) {
+                                    for (long long l107 = 0; l107 < 128; l107++) {
                                         for (long long l108 = 0; l108 < 128; l108++) {
-                                            (arena + 148424)[l105 * 8192 + l106 * 8192 + l107 * 128 + l108] = (arena + 173256)[l105 * 8192 + l106 * 8192 + l107 * 128 + l108];
+                                            (arena + 182152)[l105 * 16384 + l106 * 16384 + l107 * 128 + l108] = (arena + 223624)[l105 * 16384 + l106 * 16384 + l107 * 128 + l108];
                                         }
                                     }
                                 }
                             }
                             for (long long l109 = 0; l109 < 1; l109++) {
                                 for (long long l110 = 0; l110 < 1; l110++) {
-                                    for (long long l111 = 0; l111 < 64; l111++) {
+                                    for (long long l111 = 0; l111 < 128; l111++) {
                                         for (long long l112 = 0; l112 < 128; l112++) {
-                                            (arena + 156616)[l109 * 8192 + l110 * 8192 + l111 * 128 + l112] = ((arena + 148424)[l109 * 8192 + l110 * 8192 + l111 * 128 + l112] * (arena + 148232)[l109 * 64 + l110 * 64 + l111]);
+                                            (arena + 198536)[l109 * 16384 + l110 * 16384 + l111 * 128 + l112] = ((arena + 182152)[l109 * 16384 + l110 * 16384 + l111 * 128 + l112] * (arena + 181768)[l109 * 128 + l110 * 128 + l111]);
                                         }
                                     }
                                 }
                             }
                             for (long long l113 = 0; l113 < 1; l113++) {
                                 for (long long l114 = 0; l114 < 1; l114++) {
-                                    for (long long l115 = 0; l115 < 64; l115++) {
+                                    for (long long l115 = 0; l115 < 128; l115++) {
                                         for (long long l116 = 0; l116 < 128; l116++) {
-                                            (arena + 173256)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116] = (arena + 156616)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116];
+                                            (arena + 223624)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116] = (arena + 198536)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116];
                                         }
                                     }
                                 }
@@ -1911,28 +1911,28 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                             for (long long l117 = 0; l117 < 1; l117++) {
                                 for (long long l118 = 0; l118 < 1; l118++) {
                                     for (long long l119 = 0; l119 < 128; l119++) {
-                                        for (long long l120 = 0; l120 < 64; l120++) {
-                                            (arena + 115078)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120] = (o1 + l117 < s0 && o2 + l118 < s1 && o15 + l120 < s3 && o4 + l119 < s4) ? dt_load_f16(in2[(o1 + l117) * args->input_strides[2][0] + (o2 + l118) * args->input_strides[2][1] + (o15 + l120) * args->input_strides[2][2] + (o4 + l119) * args->input_strides[2][3]]) : 0e0f;
+                                        for (long long l120 = 0; l120 < 32; l120++) {
+                                            (arena + 127750)[l117 * 4096 + l118 * 4096 + l119 * 32 + l120] = (o1 + l117 < s0 && o2 + l118 < s1 && o15 + l120 < s3 && o4 + l119 < s4) ? dt_load_f16(in2[(o1 + l117) * args->input_strides[2][0] + (o2 + l118) * args->input_strides[2][1] + (o15 + l120) * args->input_strides[2][2] + (o4 + l119) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l121 = 0; l121 < 1; l121++) {
                                 for (long long l122 = 0; l122 < 1; l122++) {
-                                    for (long long l123 = 0; l123 < 64; l123++) {
+                                    for (long long l123 = 0; l123 < 128; l123++) {
                                         for (long long l124 = 0; l124 < 128; l124++) {
                                             float a126 = 0.0f;
-                                            for (long long r125 = 0; r125 < 64; r125++) a126 += (arena + 69828)[l121 * 4096 + l122 * 4096 + l123 * 64 + r125 * 1] * (arena + 115078)[l121 * 8192 + l122 * 8192 + l124 * 64 + r125 * 1];
-                                            (arena + 123270)[l121 * 8192 + l122 * 8192 + l123 * 128 + l124] = a126;
+                                            for (long long r125 = 0; r125 < 32; r125++) a126 += (arena + 78212)[l121 * 4096 + l122 * 4096 + l123 * 32 + r125 * 1] * (arena + 127750)[l121 * 4096 + l122 * 4096 + l124 * 32 + r125 * 1];
+                                            (arena + 131846)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124] = a126;
                                         }
                                     }
                                 }
                             }
                             for (long long l127 = 0; l127 < 1; l127++) {
                                 for (long long l128 = 0; l128 < 1; l128++) {
-                                    for (long long l129 = 0; l129 < 64; l129++) {
+                                    for (long long l129 = 0; l129 < 128; l129++) {
                                         for (long long l130 = 0; l130 < 128; l130++) {
-                                            (arena + 173256)[l127 * 8192 + l128 * 8192 + l129 * 128 + l130] = (arena + 173256)[l127 * 8192 + l128 * 8192 + l129 * 128 + l130] + (arena + 123270)[l127 * 8192 + l128 * 8192 + l129 * 128 + l130];
+                                            (arena + 223624)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] = (arena + 223624)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] + (arena + 131846)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130];
                                         }
                                     }
                                 }
@@ -1940,34 +1940,34 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                         }
                         for (long long l131 = 0; l131 < 1; l131++) {
                             for (long long l132 = 0; l132 < 1; l132++) {
-                                for (long long l133 = 0; l133 < 64; l133++) {
-                                    (arena + 73988)[l131 * 64 + l132 * 64 + l133] = (arena + 169032)[l131 * 64 + l132 * 64 + l133];
+                                for (long long l133 = 0; l133 < 128; l133++) {
+                                    (arena + 82436)[l131 * 128 + l132 * 128 + l133] = (arena + 219272)[l131 * 128 + l132 * 128 + l133];
                                 }
                             }
                         }
                         for (long long l134 = 0; l134 < 1; l134++) {
                             for (long long l135 = 0; l135 < 1; l135++) {
-                                for (long long l136 = 0; l136 < 64; l136++) {
+                                for (long long l136 = 0; l136 < 128; l136++) {
                                     for (long long l137 = 0; l137 < 128; l137++) {
-                                        (arena + 131462)[l134 * 8192 + l135 * 8192 + l136 * 128 + l137] = (arena + 173256)[l134 * 8192 + l135 * 8192 + l136 * 128 + l137];
+                                        (arena + 148230)[l134 * 16384 + l135 * 16384 + l136 * 128 + l137] = (arena + 223624)[l134 * 16384 + l135 * 16384 + l136 * 128 + l137];
                                     }
                                 }
                             }
                         }
                         for (long long l138 = 0; l138 < 1; l138++) {
                             for (long long l139 = 0; l139 < 1; l139++) {
-                                for (long long l140 = 0; l140 < 64; l140++) {
+                                for (long long l140 = 0; l140 < 128; l140++) {
                                     for (long long l141 = 0; l141 < 128; l141++) {
-                                        (arena + 139718)[l138 * 8192 + l139 * 8192 + l140 * 128 + l141] = ((arena + 131462)[l138 * 8192 + l139 * 8192 + l140 * 128 + l141] / (arena + 73988)[l138 * 64 + l139 * 64 + l140]);
+                                        (arena + 164742)[l138 * 16384 + l139 * 16384 + l140 * 128 + l141] = ((arena + 148230)[l138 * 16384 + l139 * 16384 + l140 * 128 + l141] / (arena + 82436)[l138 * 128 + l139 * 128 + l140]);
                                     }
                                 }
                             }
                         }
                         for (long long l142 = 0; l142 < 1; l142++) {
                             for (long long l143 = 0; l143 < 1; l143++) {
-                                for (long long l144 = 0; l144 < 64; l144++) {
+                                for (long long l144 = 0; l144 < 128; l144++) {
                                     for (long long l145 = 0; l145 < 128; l145++) {
-                                        if (o1 + l142 < s0 && o2 + l143 < s1 && o3 + l144 < s2 && o4 + l145 < s4) out[(o1 + l142) * args->output_strides[0] + (o2 + l143) * args->output_strides[1] + (o3 + l144) * args->output_strides[2] + (o4 + l145) * args->output_strides[3]] = dt_store_f16((arena + 139718)[l142 * 8192 + l143 * 8192 + l144 * 128 + l145]);
+                                        if (o1 + l142 < s0 && o2 + l143 < s1 && o3 + l144 < s2 && o4 + l145 < s4) out[(o1 + l142) * args->output_strides[0] + (o2 + l143) * args->output_strides[1] + (o3 + l144) * args->output_strides[2] + (o4 + l145) * args->output_strides[3]] = dt_store_f16((arena + 164742)[l142 * 16384 + l143 * 16384 + l144 * 128 + l145]);
                                     }
                                 }
                             }
@@ -1980,7 +1980,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
     free(arena);
 }
 
-/* kernel attention_128 for bf16: grid block(b:1, h:1, i:64, e:128) */
+/* kernel attention_128 for bf16: grid block(b:1, h:1, i:128, e:128) */
 void dt_attention_128_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
@@ -1992,15 +1992,15 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_128 */
-    float* arena = (float*)malloc(sizeof(float) * 185544);
+    float* arena = (float*)malloc(sizeof(float) * 244104);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
+    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
         const long long n3 = (long long)(dt_cdiv(s4, 128));
         const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 64));
+        const long long n2 = (long long)(dt_cdiv(s2, 128));
         const long long g2 = rest % n2; rest /= n2;
         const long long n1 = (long long)(dt_cdiv(s1, 1));
         const long long g1 = rest % n1; rest /= n1;
@@ -2011,27 +2011,27 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
         const long long b1 = g1; /* block index along h */
         if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
         const long long b2 = g2; /* block index along i */
-        if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
+        if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
-        (arena + 24576)[0] = (float)s5;
-        (arena + 24577)[0] = dt_rsqrt((arena + 24576)[0]);
-        (arena + 148038)[0] = (-INFINITY);
-        (arena + 148039)[0] = 0e0f;
+        (arena + 28672)[0] = (float)s5;
+        (arena + 28673)[0] = dt_rsqrt((arena + 28672)[0]);
+        (arena + 181382)[0] = (-INFINITY);
+        (arena + 181383)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
             for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-                /* block(i:64) attention_128.tensorize(i:0) */
-                for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(i:128) attention_128.tensorize(i:0) */
+                for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                     /* block(e:128) attention_128.tensorize(e:0) */
                     for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                         /* rdot accumulator */
                         for (long long l5 = 0; l5 < 1; l5++) {
                             for (long long l6 = 0; l6 < 1; l6++) {
-                                for (long long l7 = 0; l7 < 64; l7++) {
+                                for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 173256)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 223624)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -2039,241 +2039,241 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                         /* rsum identity */
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
-                                for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 169032)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                for (long long l11 = 0; l11 < 128; l11++) {
+                                    (arena + 219272)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
                         /* rmax identity */
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
-                                for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 164808)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                for (long long l14 = 0; l14 < 128; l14++) {
+                                    (arena + 214920)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
-                        /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
-                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                        /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
+                        for (long long o15 = 0; o15 < s3; o15 += 32) {
                             /* rdot accumulator */
                             for (long long l16 = 0; l16 < 1; l16++) {
                                 for (long long l17 = 0; l17 < 1; l17++) {
-                                    for (long long l18 = 0; l18 < 64; l18++) {
-                                        for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 164872)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
+                                    for (long long l18 = 0; l18 < 128; l18++) {
+                                        for (long long l19 = 0; l19 < 32; l19++) {
+                                            (arena + 215048)[l16 * 4096 + l17 * 4096 + l18 * 32 + l19] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l20 = 0; l20 < 1; l20++) {
                                 for (long long l21 = 0; l21 < 1; l21++) {
-                                    for (long long l22 = 0; l22 < 64; l22++) {
+                                    for (long long l22 = 0; l22 < 128; l22++) {
                                         for (long long l23 = 0; l23 < 128; l23++) {
-                                            (arena + 0)[l20 * 8192 + l21 * 8192 + l22 * 128 + l23] = (o1 + l20 < s0 && o2 + l21 < s1 && o3 + l22 < s2 && 0 + l23 < s5) ? dt_load_bf16(in0[(o1 + l20) * args->input_strides[0][0] + (o2 + l21) * args->input_strides[0][1] + (o3 + l22) * args->input_strides[0][2] + (0 + l23) * args->input_strides[0][3]]) : 0e0f;
+                                            (arena + 0)[l20 * 16384 + l21 * 16384 + l22 * 128 + l23] = (o1 + l20 < s0 && o2 + l21 < s1 && o3 + l22 < s2 && 0 + l23 < s5) ? dt_load_bf16(in0[(o1 + l20) * args->input_strides[0][0] + (o2 + l21) * args->input_strides[0][1] + (o3 + l22) * args->input_strides[0][2] + (0 + l23) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l24 = 0; l24 < 1; l24++) {
                                 for (long long l25 = 0; l25 < 1; l25++) {
-                                    for (long long l26 = 0; l26 < 64; l26++) {
+                                    for (long long l26 = 0; l26 < 32; l26++) {
                                         for (long long l27 = 0; l27 < 128; l27++) {
-                                            (arena + 8192)[l24 * 8192 + l25 * 8192 + l26 * 128 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o15 + l26 < s3 && 0 + l27 < s5) ? dt_load_bf16(in1[(o1 + l24) * args->input_strides[1][0] + (o2 + l25) * args->input_strides[1][1] + (o15 + l26) * args->input_strides[1][2] + (0 + l27) * args->input_strides[1][3]]) : 0e0f;
+                                            (arena + 16384)[l24 * 4096 + l25 * 4096 + l26 * 128 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o15 + l26 < s3 && 0 + l27 < s5) ? dt_load_bf16(in1[(o1 + l24) * args->input_strides[1][0] + (o2 + l25) * args->input_strides[1][1] + (o15 + l26) * args->input_strides[1][2] + (0 + l27) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l28 = 0; l28 < 1; l28++) {
                                 for (long long l29 = 0; l29 < 1; l29++) {
-                                    for (long long l30 = 0; l30 < 64; l30++) {
-                                        for (long long l31 = 0; l31 < 64; l31++) {
+                                    for (long long l30 = 0; l30 < 128; l30++) {
+                                        for (long long l31 = 0; l31 < 32; l31++) {
                                             float a33 = 0.0f;
-                                            for (long long r32 = 0; r32 < 128; r32++) a33 += (arena + 0)[l28 * 8192 + l29 * 8192 + l30 * 128 + r32 * 1] * (arena + 8192)[l28 * 8192 + l29 * 8192 + l31 * 128 + r32 * 1];
-                                            (arena + 16384)[l28 * 4096 + l29 * 4096 + l30 * 64 + l31] = a33;
+                                            for (long long r32 = 0; r32 < 128; r32++) a33 += (arena + 0)[l28 * 16384 + l29 * 16384 + l30 * 128 + r32 * 1] * (arena + 16384)[l28 * 4096 + l29 * 4096 + l31 * 128 + r32 * 1];
+                                            (arena + 20480)[l28 * 4096 + l29 * 4096 + l30 * 32 + l31] = a33;
                                         }
                                     }
                                 }
                             }
                             for (long long l34 = 0; l34 < 1; l34++) {
                                 for (long long l35 = 0; l35 < 1; l35++) {
-                                    for (long long l36 = 0; l36 < 64; l36++) {
-                                        for (long long l37 = 0; l37 < 64; l37++) {
-                                            (arena + 164872)[l34 * 4096 + l35 * 4096 + l36 * 64 + l37] = (arena + 164872)[l34 * 4096 + l35 * 4096 + l36 * 64 + l37] + (arena + 16384)[l34 * 4096 + l35 * 4096 + l36 * 64 + l37];
+                                    for (long long l36 = 0; l36 < 128; l36++) {
+                                        for (long long l37 = 0; l37 < 32; l37++) {
+                                            (arena + 215048)[l34 * 4096 + l35 * 4096 + l36 * 32 + l37] = (arena + 215048)[l34 * 4096 + l35 * 4096 + l36 * 32 + l37] + (arena + 20480)[l34 * 4096 + l35 * 4096 + l36 * 32 + l37];
                                         }
                                     }
                                 }
                             }
                             for (long long l38 = 0; l38 < 1; l38++) {
                                 for (long long l39 = 0; l39 < 1; l39++) {
-                                    for (long long l40 = 0; l40 < 64; l40++) {
-                                        for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 20480)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41] = (arena + 164872)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41];
+                                    for (long long l40 = 0; l40 < 128; l40++) {
+                                        for (long long l41 = 0; l41 < 32; l41++) {
+                                            (arena + 24576)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] = (arena + 215048)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41];
                                         }
                                     }
                                 }
                             }
                             for (long long l42 = 0; l42 < 1; l42++) {
                                 for (long long l43 = 0; l43 < 1; l43++) {
-                                    for (long long l44 = 0; l44 < 64; l44++) {
-                                        for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 24578)[l42 * 4096 + l43 * 4096 + l44 * 64 + l45] = ((arena + 20480)[l42 * 4096 + l43 * 4096 + l44 * 64 + l45] * (arena + 24577)[0]);
+                                    for (long long l44 = 0; l44 < 128; l44++) {
+                                        for (long long l45 = 0; l45 < 32; l45++) {
+                                            (arena + 28674)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] = ((arena + 24576)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] * (arena + 28673)[0]);
                                         }
                                     }
                                 }
                             }
                             for (long long l46 = 0; l46 < 1; l46++) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
-                                    for (long long l48 = 0; l48 < 64; l48++) {
-                                        for (long long l49 = 0; l49 < 64; l49++) {
-                                            (arena + 28674)[l46 * 4096 + l47 * 4096 + l48 * 64 + l49] = (o15 + l49 < s3) ? (arena + 24578)[l46 * 4096 + l47 * 4096 + l48 * 64 + l49] : (-INFINITY);
+                                    for (long long l48 = 0; l48 < 128; l48++) {
+                                        for (long long l49 = 0; l49 < 32; l49++) {
+                                            (arena + 32770)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] = (o15 + l49 < s3) ? (arena + 28674)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] : (-INFINITY);
                                         }
                                     }
                                 }
                             }
                             for (long long l50 = 0; l50 < 1; l50++) {
                                 for (long long l51 = 0; l51 < 1; l51++) {
-                                    for (long long l52 = 0; l52 < 64; l52++) {
+                                    for (long long l52 = 0; l52 < 128; l52++) {
                                         float a54 = (-INFINITY);
-                                        for (long long r53 = 0; r53 < 64; r53 += 1) a54 = fmaxf(a54, (arena + 28674)[l50 * 4096 + l51 * 4096 + l52 * 64 + r53 * 1]);
-                                        (arena + 32770)[l50 * 64 + l51 * 64 + l52] = a54;
+                                        for (long long r53 = 0; r53 < 32; r53 += 1) a54 = fmaxf(a54, (arena + 32770)[l50 * 4096 + l51 * 4096 + l52 * 32 + r53 * 1]);
+                                        (arena + 36866)[l50 * 128 + l51 * 128 + l52] = a54;
                                     }
                                 }
                             }
                             for (long long l55 = 0; l55 < 1; l55++) {
                                 for (long long l56 = 0; l56 < 1; l56++) {
-                                    for (long long l57 = 0; l57 < 64; l57++) {
-                                        (arena + 147910)[l55 * 64 + l56 * 64 + l57] = (arena + 164808)[l55 * 64 + l56 * 64 + l57];
+                                    for (long long l57 = 0; l57 < 128; l57++) {
+                                        (arena + 181126)[l55 * 128 + l56 * 128 + l57] = (arena + 214920)[l55 * 128 + l56 * 128 + l57];
                                     }
                                 }
                             }
                             for (long long l58 = 0; l58 < 1; l58++) {
                                 for (long long l59 = 0; l59 < 1; l59++) {
-                                    for (long long l60 = 0; l60 < 64; l60++) {
-                                        (arena + 164808)[l58 * 64 + l59 * 64 + l60] = fmaxf((arena + 164808)[l58 * 64 + l59 * 64 + l60], (arena + 32770)[l58 * 64 + l59 * 64 + l60]);
+                                    for (long long l60 = 0; l60 < 128; l60++) {
+                                        (arena + 214920)[l58 * 128 + l59 * 128 + l60] = fmaxf((arena + 214920)[l58 * 128 + l59 * 128 + l60], (arena + 36866)[l58 * 128 + l59 * 128 + l60]);
                                     }
                                 }
                             }
                             for (long long l61 = 0; l61 < 1; l61++) {
                                 for (long long l62 = 0; l62 < 1; l62++) {
-                                    for (long long l63 = 0; l63 < 64; l63++) {
-                                        (arena + 147974)[l61 * 64 + l62 * 64 + l63] = (arena + 164808)[l61 * 64 + l62 * 64 + l63];
+                                    for (long long l63 = 0; l63 < 128; l63++) {
+                                        (arena + 181254)[l61 * 128 + l62 * 128 + l63] = (arena + 214920)[l61 * 128 + l62 * 128 + l63];
                                     }
                                 }
                             }
                             for (long long l64 = 0; l64 < 1; l64++) {
                                 for (long long l65 = 0; l65 < 1; l65++) {
-                                    for (long long l66 = 0; l66 < 64; l66++) {
-                                        (arena + 148040)[l64 * 64 + l65 * 64 + l66] = (((arena + 147974)[l64 * 64 + l65 * 64 + l66]) == ((arena + 148038)[0]) ? 1.0f : 0.0f);
+                                    for (long long l66 = 0; l66 < 128; l66++) {
+                                        (arena + 181384)[l64 * 128 + l65 * 128 + l66] = (((arena + 181254)[l64 * 128 + l65 * 128 + l66]) == ((arena + 181382)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l67 = 0; l67 < 1; l67++) {
                                 for (long long l68 = 0; l68 < 1; l68++) {
-                                    for (long long l69 = 0; l69 < 64; l69++) {
-                                        (arena + 148104)[l67 * 64 + l68 * 64 + l69] = (arena + 148040)[l67 * 64 + l68 * 64 + l69] != 0.0f ? (arena + 148039)[0] : (arena + 147974)[l67 * 64 + l68 * 64 + l69];
+                                    for (long long l69 = 0; l69 < 128; l69++) {
+                                        (arena + 181512)[l67 * 128 + l68 * 128 + l69] = (arena + 181384)[l67 * 128 + l68 * 128 + l69] != 0.0f ? (arena + 181383)[0] : (arena + 181254)[l67 * 128 + l68 * 128 + l69];
                                     }
                                 }
                             }
                             for (long long l70 = 0; l70 < 1; l70++) {
                                 for (long long l71 = 0; l71 < 1; l71++) {
-                                    for (long long l72 = 0; l72 < 64; l72++) {
-                                        (arena + 148168)[l70 * 64 + l71 * 64 + l72] = ((arena + 147910)[l70 * 64 + l71 * 64 + l72] - (arena + 148104)[l70 * 64 + l71 * 64 + l72]);
+                                    for (long long l72 = 0; l72 < 128; l72++) {
+                                        (arena + 181640)[l70 * 128 + l71 * 128 + l72] = ((arena + 181126)[l70 * 128 + l71 * 128 + l72] - (arena + 181512)[l70 * 128 + l71 * 128 + l72]);
                                     }
                                 }
                             }
                             for (long long l73 = 0; l73 < 1; l73++) {
                                 for (long long l74 = 0; l74 < 1; l74++) {
-                                    for (long long l75 = 0; l75 < 64; l75++) {
-                                        (arena + 148232)[l73 * 64 + l74 * 64 + l75] = expf((arena + 148168)[l73 * 64 + l74 * 64 + l75]);
+                                    for (long long l75 = 0; l75 < 128; l75++) {
+                                        (arena + 181768)[l73 * 128 + l74 * 128 + l75] = expf((arena + 181640)[l73 * 128 + l74 * 128 + l75]);
                                     }
                                 }
                             }
                             for (long long l76 = 0; l76 < 1; l76++) {
                                 for (long long l77 = 0; l77 < 1; l77++) {
-                                    for (long long l78 = 0; l78 < 64; l78++) {
-                                        (arena + 148296)[l76 * 64 + l77 * 64 + l78] = (arena + 169032)[l76 * 64 + l77 * 64 + l78];
+                                    for (long long l78 = 0; l78 < 128; l78++) {
+                                        (arena + 181896)[l76 * 128 + l77 * 128 + l78] = (arena + 219272)[l76 * 128 + l77 * 128 + l78];
                                     }
                                 }
                             }
                             for (long long l79 = 0; l79 < 1; l79++) {
                                 for (long long l80 = 0; l80 < 1; l80++) {
-                                    for (long long l81 = 0; l81 < 64; l81++) {
-                                        (arena + 148360)[l79 * 64 + l80 * 64 + l81] = ((arena + 148296)[l79 * 64 + l80 * 64 + l81] * (arena + 148232)[l79 * 64 + l80 * 64 + l81]);
+                                    for (long long l81 = 0; l81 < 128; l81++) {
+                                        (arena + 182024)[l79 * 128 + l80 * 128 + l81] = ((arena + 181896)[l79 * 128 + l80 * 128 + l81] * (arena + 181768)[l79 * 128 + l80 * 128 + l81]);
                                     }
                                 }
                             }
                             for (long long l82 = 0; l82 < 1; l82++) {
                                 for (long long l83 = 0; l83 < 1; l83++) {
-                                    for (long long l84 = 0; l84 < 64; l84++) {
-                                        (arena + 169032)[l82 * 64 + l83 * 64 + l84] = (arena + 148360)[l82 * 64 + l83 * 64 + l84];
+                                    for (long long l84 = 0; l84 < 128; l84++) {
+                                        (arena + 219272)[l82 * 128 + l83 * 128 + l84] = (arena + 182024)[l82 * 128 + l83 * 128 + l84];
                                     }
                                 }
                             }
                             for (long long l85 = 0; l85 < 1; l85++) {
                                 for (long long l86 = 0; l86 < 1; l86++) {
-                                    for (long long l87 = 0; l87 < 64; l87++) {
-                                        for (long long l88 = 0; l88 < 64; l88++) {
-                                            (arena + 61636)[l85 * 4096 + l86 * 4096 + l87 * 64 + l88] = ((arena + 24578)[l85 * 4096 + l86 * 4096 + l87 * 64 + l88] - (arena + 148104)[l85 * 64 + l86 * 64 + l87]);
+                                    for (long long l87 = 0; l87 < 128; l87++) {
+                                        for (long long l88 = 0; l88 < 32; l88++) {
+                                            (arena + 70020)[l85 * 4096 + l86 * 4096 + l87 * 32 + l88] = ((arena + 28674)[l85 * 4096 + l86 * 4096 + l87 * 32 + l88] - (arena + 181512)[l85 * 128 + l86 * 128 + l87]);
                                         }
                                     }
                                 }
                             }
                             for (long long l89 = 0; l89 < 1; l89++) {
                                 for (long long l90 = 0; l90 < 1; l90++) {
-                                    for (long long l91 = 0; l91 < 64; l91++) {
-                                        for (long long l92 = 0; l92 < 64; l92++) {
-                                            (arena + 65732)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] = expf((arena + 61636)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92]);
+                                    for (long long l91 = 0; l91 < 128; l91++) {
+                                        for (long long l92 = 0; l92 < 32; l92++) {
+                                            (arena + 74116)[l89 * 4096 + l90 * 4096 + l91 * 32 + l92] = expf((arena + 70020)[l89 * 4096 + l90 * 4096 + l91 * 32 + l92]);
                                         }
                                     }
                                 }
                             }
                             for (long long l93 = 0; l93 < 1; l93++) {
                                 for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 64; l95++) {
-                                        for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 69828)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = (o15 + l96 < s3) ? (arena + 65732)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] : 0e0f;
+                                    for (long long l95 = 0; l95 < 128; l95++) {
+                                        for (long long l96 = 0; l96 < 32; l96++) {
+                                            (arena + 78212)[l93 * 4096 + l94 * 4096 + l95 * 32 + l96] = (o15 + l96 < s3) ? (arena + 74116)[l93 * 4096 + l94 * 4096 + l95 * 32 + l96] : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l97 = 0; l97 < 1; l97++) {
                                 for (long long l98 = 0; l98 < 1; l98++) {
-                                    for (long long l99 = 0; l99 < 64; l99++) {
+                                    for (long long l99 = 0; l99 < 128; l99++) {
                                         float a101 = 0e0f;
-                                        for (long long r100 = 0; r100 < 64; r100 += 1) a101 = a101 + (arena + 69828)[l97 * 4096 + l98 * 4096 + l99 * 64 + r100 * 1];
-                                        (arena + 73924)[l97 * 64 + l98 * 64 + l99] = a101;
+                                        for (long long r100 = 0; r100 < 32; r100 += 1) a101 = a101 + (arena + 78212)[l97 * 4096 + l98 * 4096 + l99 * 32 + r100 * 1];
+                                        (arena + 82308)[l97 * 128 + l98 * 128 + l99] = a101;
                                     }
                                 }
                             }
                             for (long long l102 = 0; l102 < 1; l102++) {
                                 for (long long l103 = 0; l103 < 1; l103++) {
-                                    for (long long l104 = 0; l104 < 64; l104++) {
-                                        (arena + 169032)[l102 * 64 + l103 * 64 + l104] = (arena + 169032)[l102 * 64 + l103 * 64 + l104] + (arena + 73924)[l102 * 64 + l103 * 64 + l104];
+                                    for (long long l104 = 0; l104 < 128; l104++) {
+                                        (arena + 219272)[l102 * 128 + l103 * 128 + l104] = (arena + 219272)[l102 * 128 + l103 * 128 + l104] + (arena + 82308)[l102 * 128 + l103 * 128 + l104];
                                     }
                                 }
                             }
                             for (long long l105 = 0; l105 < 1; l105++) {
                                 for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 64; l107++) {
+                                    for (long long l107 = 0; l107 < 128; l107++) {
                                         for (long long l108 = 0; l108 < 128; l108++) {
-                                            (arena + 148424)[l105 * 8192 + l106 * 8192 + l107 * 128 + l108] = (arena + 173256)[l105 * 8192 + l106 * 8192 + l107 * 128 + l108];
+                                            (arena + 182152)[l105 * 16384 + l106 * 16384 + l107 * 128 + l108] = (arena + 223624)[l105 * 16384 + l106 * 16384 + l107 * 128 + l108];
                                         }
                                     }
                                 }
                             }
                             for (long long l109 = 0; l109 < 1; l109++) {
                                 for (long long l110 = 0; l110 < 1; l110++) {
-                                    for (long long l111 = 0; l111 < 64; l111++) {
+                                    for (long long l111 = 0; l111 < 128; l111++) {
                                         for (long long l112 = 0; l112 < 128; l112++) {
-                                            (arena + 156616)[l109 * 8192 + l110 * 8192 + l111 * 128 + l112] = ((arena + 148424)[l109 * 8192 + l110 * 8192 + l111 * 128 + l112] * (arena + 148232)[l109 * 64 + l110 * 64 + l111]);
+                                            (arena + 198536)[l109 * 16384 + l110 * 16384 + l111 * 128 + l112] = ((arena + 182152)[l109 * 16384 + l110 * 16384 + l111 * 128 + l112] * (arena + 181768)[l109 * 128 + l110 * 128 + l111]);
                                         }
                                     }
                                 }
                             }
                             for (long long l113 = 0; l113 < 1; l113++) {
                                 for (long long l114 = 0; l114 < 1; l114++) {
-                                    for (long long l115 = 0; l115 < 64; l115++) {
+                                    for (long long l115 = 0; l115 < 128; l115++) {
                                         for (long long l116 = 0; l116 < 128; l116++) {
-                                            (arena + 173256)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116] = (arena + 156616)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116];
+                                            (arena + 223624)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116] = (arena + 198536)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116];
                                         }
                                     }
                                 }
@@ -2281,28 +2281,28 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                             for (long long l117 = 0; l117 < 1; l117++) {
                                 for (long long l118 = 0; l118 < 1; l118++) {
                                     for (long long l119 = 0; l119 < 128; l119++) {
-                                        for (long long l120 = 0; l120 < 64; l120++) {
-                                            (arena + 115078)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120] = (o1 + l117 < s0 && o2 + l118 < s1 && o15 + l120 < s3 && o4 + l119 < s4) ? dt_load_bf16(in2[(o1 + l117) * args->input_strides[2][0] + (o2 + l118) * args->input_strides[2][1] + (o15 + l120) * args->input_strides[2][2] + (o4 + l119) * args->input_strides[2][3]]) : 0e0f;
+                                        for (long long l120 = 0; l120 < 32; l120++) {
+                                            (arena + 127750)[l117 * 4096 + l118 * 4096 + l119 * 32 + l120] = (o1 + l117 < s0 && o2 + l118 < s1 && o15 + l120 < s3 && o4 + l119 < s4) ? dt_load_bf16(in2[(o1 + l117) * args->input_strides[2][0] + (o2 + l118) * args->input_strides[2][1] + (o15 + l120) * args->input_strides[2][2] + (o4 + l119) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l121 = 0; l121 < 1; l121++) {
                                 for (long long l122 = 0; l122 < 1; l122++) {
-                                    for (long long l123 = 0; l123 < 64; l123++) {
+                                    for (long long l123 = 0; l123 < 128; l123++) {
                                         for (long long l124 = 0; l124 < 128; l124++) {
                                             float a126 = 0.0f;
-                                            for (long long r125 = 0; r125 < 64; r125++) a126 += (arena + 69828)[l121 * 4096 + l122 * 4096 + l123 * 64 + r125 * 1] * (arena + 115078)[l121 * 8192 + l122 * 8192 + l124 * 64 + r125 * 1];
-                                            (arena + 123270)[l121 * 8192 + l122 * 8192 + l123 * 128 + l124] = a126;
+                                            for (long long r125 = 0; r125 < 32; r125++) a126 += (arena + 78212)[l121 * 4096 + l122 * 4096 + l123 * 32 + r125 * 1] * (arena + 127750)[l121 * 4096 + l122 * 4096 + l124 * 32 + r125 * 1];
+                                            (arena + 131846)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124] = a126;
                                         }
                                     }
                                 }
                             }
                             for (long long l127 = 0; l127 < 1; l127++) {
                                 for (long long l128 = 0; l128 < 1; l128++) {
-                                    for (long long l129 = 0; l129 < 64; l129++) {
+                                    for (long long l129 = 0; l129 < 128; l129++) {
                                         for (long long l130 = 0; l130 < 128; l130++) {
-                                            (arena + 173256)[l127 * 8192 + l128 * 8192 + l129 * 128 + l130] = (arena + 173256)[l127 * 8192 + l128 * 8192 + l129 * 128 + l130] + (arena + 123270)[l127 * 8192 + l128 * 8192 + l129 * 128 + l130];
+                                            (arena + 223624)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] = (arena + 223624)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] + (arena + 131846)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130];
                                         }
                                     }
                                 }
@@ -2310,34 +2310,34 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                         }
                         for (long long l131 = 0; l131 < 1; l131++) {
                             for (long long l132 = 0; l132 < 1; l132++) {
-                                for (long long l133 = 0; l133 < 64; l133++) {
-                                    (arena + 73988)[l131 * 64 + l132 * 64 + l133] = (arena + 169032)[l131 * 64 + l132 * 64 + l133];
+                                for (long long l133 = 0; l133 < 128; l133++) {
+                                    (arena + 82436)[l131 * 128 + l132 * 128 + l133] = (arena + 219272)[l131 * 128 + l132 * 128 + l133];
                                 }
                             }
                         }
                         for (long long l134 = 0; l134 < 1; l134++) {
                             for (long long l135 = 0; l135 < 1; l135++) {
-                                for (long long l136 = 0; l136 < 64; l136++) {
+                                for (long long l136 = 0; l136 < 128; l136++) {
                                     for (long long l137 = 0; l137 < 128; l137++) {
-                                        (arena + 131462)[l134 * 8192 + l135 * 8192 + l136 * 128 + l137] = (arena + 173256)[l134 * 8192 + l135 * 8192 + l136 * 128 + l137];
+                                        (arena + 148230)[l134 * 16384 + l135 * 16384 + l136 * 128 + l137] = (arena + 223624)[l134 * 16384 + l135 * 16384 + l136 * 128 + l137];
                                     }
                                 }
                             }
                         }
                         for (long long l138 = 0; l138 < 1; l138++) {
                             for (long long l139 = 0; l139 < 1; l139++) {
-                                for (long long l140 = 0; l140 < 64; l140++) {
+                                for (long long l140 = 0; l140 < 128; l140++) {
                                     for (long long l141 = 0; l141 < 128; l141++) {
-                                        (arena + 139718)[l138 * 8192 + l139 * 8192 + l140 * 128 + l141] = ((arena + 131462)[l138 * 8192 + l139 * 8192 + l140 * 128 + l141] / (arena + 73988)[l138 * 64 + l139 * 64 + l140]);
+                                        (arena + 164742)[l138 * 16384 + l139 * 16384 + l140 * 128 + l141] = ((arena + 148230)[l138 * 16384 + l139 * 16384 + l140 * 128 + l141] / (arena + 82436)[l138 * 128 + l139 * 128 + l140]);
                                     }
                                 }
                             }
                         }
                         for (long long l142 = 0; l142 < 1; l142++) {
                             for (long long l143 = 0; l143 < 1; l143++) {
-                                for (long long l144 = 0; l144 < 64; l144++) {
+                                for (long long l144 = 0; l144 < 128; l144++) {
                                     for (long long l145 = 0; l145 < 128; l145++) {
-                                        if (o1 + l142 < s0 && o2 + l143 < s1 && o3 + l144 < s2 && o4 + l145 < s4) out[(o1 + l142) * args->output_strides[0] + (o2 + l143) * args->output_strides[1] + (o3 + l144) * args->output_strides[2] + (o4 + l145) * args->output_strides[3]] = dt_store_bf16((arena + 139718)[l142 * 8192 + l143 * 8192 + l144 * 128 + l145]);
+                                        if (o1 + l142 < s0 && o2 + l143 < s1 && o3 + l144 < s2 && o4 + l145 < s4) out[(o1 + l142) * args->output_strides[0] + (o2 + l143) * args->output_strides[1] + (o3 + l144) * args->output_strides[2] + (o4 + l145) * args->output_strides[3]] = dt_store_bf16((arena + 164742)[l142 * 16384 + l143 * 16384 + l144 * 128 + l145]);
                                     }
                                 }
                             }
@@ -2350,7 +2350,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
     free(arena);
 }
 
-/* kernel attention_causal_128 for f16: grid block(b:1, h:1, i:64, e:128) */
+/* kernel attention_causal_128 for f16: grid block(b:1, h:1, i:128, e:128) */
 void dt_attention_causal_128_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
@@ -2362,15 +2362,15 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_causal_128 */
-    float* arena = (float*)malloc(sizeof(float) * 210510);
+    float* arena = (float*)malloc(sizeof(float) * 269166);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
+    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
         const long long n3 = (long long)(dt_cdiv(s4, 128));
         const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 64));
+        const long long n2 = (long long)(dt_cdiv(s2, 128));
         const long long g2 = rest % n2; rest /= n2;
         const long long n1 = (long long)(dt_cdiv(s1, 1));
         const long long g1 = rest % n1; rest /= n1;
@@ -2381,29 +2381,29 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
         const long long b1 = g1; /* block index along h */
         if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
         const long long b2 = g2; /* block index along i */
-        if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
+        if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
-        (arena + 28800)[0] = (float)s5;
-        (arena + 28801)[0] = dt_rsqrt((arena + 28800)[0]);
-        (arena + 32898)[0] = INFINITY;
-        (arena + 32899)[0] = (-(arena + 32898)[0]);
-        (arena + 173004)[0] = (-INFINITY);
-        (arena + 173005)[0] = 0e0f;
+        (arena + 32928)[0] = (float)s5;
+        (arena + 32929)[0] = dt_rsqrt((arena + 32928)[0]);
+        (arena + 37026)[0] = INFINITY;
+        (arena + 37027)[0] = (-(arena + 37026)[0]);
+        (arena + 206444)[0] = (-INFINITY);
+        (arena + 206445)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
             for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-                /* block(i:64) attention_causal_128.tensorize(i:0) */
-                for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(i:128) attention_causal_128.tensorize(i:0) */
+                for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                     /* block(e:128) attention_causal_128.tensorize(e:0) */
                     for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                         /* rdot accumulator */
                         for (long long l5 = 0; l5 < 1; l5++) {
                             for (long long l6 = 0; l6 < 1; l6++) {
-                                for (long long l7 = 0; l7 < 64; l7++) {
+                                for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 198222)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 248686)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -2411,261 +2411,261 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
                         /* rsum identity */
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
-                                for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 193998)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                for (long long l11 = 0; l11 < 128; l11++) {
+                                    (arena + 244334)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
                         /* rmax identity */
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
-                                for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 189774)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                for (long long l14 = 0; l14 < 128; l14++) {
+                                    (arena + 239982)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
-                        /* rmax attention_causal_128.tensorize(j:64) num_stages(2) + rsum attention_causal_128.tensorize(j:64) num_stages(2) + rdot attention_causal_128.tensorize(j:64) num_stages(2), online */
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
-                            for (long long l16 = 0; l16 < 64; l16++) {
+                        /* rmax attention_causal_128.tensorize(j:32) num_stages(3) + rsum attention_causal_128.tensorize(j:32) num_stages(3) + rdot attention_causal_128.tensorize(j:32) num_stages(3), online */
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 32) {
+                            for (long long l16 = 0; l16 < 32; l16++) {
                                 (arena + 0)[l16] = (float)(o15 + l16);
                             }
-                            for (long long l17 = 0; l17 < 64; l17++) {
-                                (arena + 64)[l17] = (float)(o3 + l17);
+                            for (long long l17 = 0; l17 < 128; l17++) {
+                                (arena + 32)[l17] = (float)(o3 + l17);
                             }
-                            for (long long l18 = 0; l18 < 64; l18++) {
-                                for (long long l19 = 0; l19 < 64; l19++) {
-                                    (arena + 128)[l18 * 64 + l19] = (((arena + 0)[l19]) <= ((arena + 64)[l18]) ? 1.0f : 0.0f);
+                            for (long long l18 = 0; l18 < 128; l18++) {
+                                for (long long l19 = 0; l19 < 32; l19++) {
+                                    (arena + 160)[l18 * 32 + l19] = (((arena + 0)[l19]) <= ((arena + 32)[l18]) ? 1.0f : 0.0f);
                                 }
                             }
                             /* rdot accumulator */
                             for (long long l20 = 0; l20 < 1; l20++) {
                                 for (long long l21 = 0; l21 < 1; l21++) {
-                                    for (long long l22 = 0; l22 < 64; l22++) {
-                                        for (long long l23 = 0; l23 < 64; l23++) {
-                                            (arena + 189838)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
+                                    for (long long l22 = 0; l22 < 128; l22++) {
+                                        for (long long l23 = 0; l23 < 32; l23++) {
+                                            (arena + 240110)[l20 * 4096 + l21 * 4096 + l22 * 32 + l23] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l24 = 0; l24 < 1; l24++) {
                                 for (long long l25 = 0; l25 < 1; l25++) {
-                                    for (long long l26 = 0; l26 < 64; l26++) {
+                                    for (long long l26 = 0; l26 < 128; l26++) {
                                         for (long long l27 = 0; l27 < 128; l27++) {
-                                            (arena + 4224)[l24 * 8192 + l25 * 8192 + l26 * 128 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o3 + l26 < s2 && 0 + l27 < s5) ? dt_load_f16(in0[(o1 + l24) * args->input_strides[0][0] + (o2 + l25) * args->input_strides[0][1] + (o3 + l26) * args->input_strides[0][2] + (0 + l27) * args->input_strides[0][3]]) : 0e0f;
+                                            (arena + 4256)[l24 * 16384 + l25 * 16384 + l26 * 128 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o3 + l26 < s2 && 0 + l27 < s5) ? dt_load_f16(in0[(o1 + l24) * args->input_strides[0][0] + (o2 + l25) * args->input_strides[0][1] + (o3 + l26) * args->input_strides[0][2] + (0 + l27) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l28 = 0; l28 < 1; l28++) {
                                 for (long long l29 = 0; l29 < 1; l29++) {
-                                    for (long long l30 = 0; l30 < 64; l30++) {
+                                    for (long long l30 = 0; l30 < 32; l30++) {
                                         for (long long l31 = 0; l31 < 128; l31++) {
-                                            (arena + 12416)[l28 * 8192 + l29 * 8192 + l30 * 128 + l31] = (o1 + l28 < s0 && o2 + l29 < s1 && o15 + l30 < s3 && 0 + l31 < s5) ? dt_load_f16(in1[(o1 + l28) * args->input_strides[1][0] + (o2 + l29) * args->input_strides[1][1] + (o15 + l30) * args->input_strides[1][2] + (0 + l31) * args->input_strides[1][3]]) : 0e0f;
+                                            (arena + 20640)[l28 * 4096 + l29 * 4096 + l30 * 128 + l31] = (o1 + l28 < s0 && o2 + l29 < s1 && o15 + l30 < s3 && 0 + l31 < s5) ? dt_load_f16(in1[(o1 + l28) * args->input_strides[1][0] + (o2 + l29) * args->input_strides[1][1] + (o15 + l30) * args->input_strides[1][2] + (0 + l31) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l32 = 0; l32 < 1; l32++) {
                                 for (long long l33 = 0; l33 < 1; l33++) {
-                                    for (long long l34 = 0; l34 < 64; l34++) {
-                                        for (long long l35 = 0; l35 < 64; l35++) {
+                                    for (long long l34 = 0; l34 < 128; l34++) {
+                                        for (long long l35 = 0; l35 < 32; l35++) {
                                             float a37 = 0.0f;
-                                            for (long long r36 = 0; r36 < 128; r36++) a37 += (arena + 4224)[l32 * 8192 + l33 * 8192 + l34 * 128 + r36 * 1] * (arena + 12416)[l32 * 8192 + l33 * 8192 + l35 * 128 + r36 * 1];
-                                            (arena + 20608)[l32 * 4096 + l33 * 4096 + l34 * 64 + l35] = a37;
+                                            for (long long r36 = 0; r36 < 128; r36++) a37 += (arena + 4256)[l32 * 16384 + l33 * 16384 + l34 * 128 + r36 * 1] * (arena + 20640)[l32 * 4096 + l33 * 4096 + l35 * 128 + r36 * 1];
+                                            (arena + 24736)[l32 * 4096 + l33 * 4096 + l34 * 32 + l35] = a37;
                                         }
                                     }
                                 }
                             }
                             for (long long l38 = 0; l38 < 1; l38++) {
                                 for (long long l39 = 0; l39 < 1; l39++) {
-                                    for (long long l40 = 0; l40 < 64; l40++) {
-                                        for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 189838)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41] = (arena + 189838)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41] + (arena + 20608)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41];
+                                    for (long long l40 = 0; l40 < 128; l40++) {
+                                        for (long long l41 = 0; l41 < 32; l41++) {
+                                            (arena + 240110)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] = (arena + 240110)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] + (arena + 24736)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41];
                                         }
                                     }
                                 }
                             }
                             for (long long l42 = 0; l42 < 1; l42++) {
                                 for (long long l43 = 0; l43 < 1; l43++) {
-                                    for (long long l44 = 0; l44 < 64; l44++) {
-                                        for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 24704)[l42 * 4096 + l43 * 4096 + l44 * 64 + l45] = (arena + 189838)[l42 * 4096 + l43 * 4096 + l44 * 64 + l45];
+                                    for (long long l44 = 0; l44 < 128; l44++) {
+                                        for (long long l45 = 0; l45 < 32; l45++) {
+                                            (arena + 28832)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] = (arena + 240110)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45];
                                         }
                                     }
                                 }
                             }
                             for (long long l46 = 0; l46 < 1; l46++) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
-                                    for (long long l48 = 0; l48 < 64; l48++) {
-                                        for (long long l49 = 0; l49 < 64; l49++) {
-                                            (arena + 28802)[l46 * 4096 + l47 * 4096 + l48 * 64 + l49] = ((arena + 24704)[l46 * 4096 + l47 * 4096 + l48 * 64 + l49] * (arena + 28801)[0]);
+                                    for (long long l48 = 0; l48 < 128; l48++) {
+                                        for (long long l49 = 0; l49 < 32; l49++) {
+                                            (arena + 32930)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] = ((arena + 28832)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] * (arena + 32929)[0]);
                                         }
                                     }
                                 }
                             }
                             for (long long l50 = 0; l50 < 1; l50++) {
                                 for (long long l51 = 0; l51 < 1; l51++) {
-                                    for (long long l52 = 0; l52 < 64; l52++) {
-                                        for (long long l53 = 0; l53 < 64; l53++) {
-                                            (arena + 32900)[l50 * 4096 + l51 * 4096 + l52 * 64 + l53] = (arena + 128)[l52 * 64 + l53] != 0.0f ? (arena + 28802)[l50 * 4096 + l51 * 4096 + l52 * 64 + l53] : (arena + 32899)[0];
+                                    for (long long l52 = 0; l52 < 128; l52++) {
+                                        for (long long l53 = 0; l53 < 32; l53++) {
+                                            (arena + 37028)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] = (arena + 160)[l52 * 32 + l53] != 0.0f ? (arena + 32930)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] : (arena + 37027)[0];
                                         }
                                     }
                                 }
                             }
                             for (long long l54 = 0; l54 < 1; l54++) {
                                 for (long long l55 = 0; l55 < 1; l55++) {
-                                    for (long long l56 = 0; l56 < 64; l56++) {
-                                        for (long long l57 = 0; l57 < 64; l57++) {
-                                            (arena + 36996)[l54 * 4096 + l55 * 4096 + l56 * 64 + l57] = (o15 + l57 < s3) ? (arena + 32900)[l54 * 4096 + l55 * 4096 + l56 * 64 + l57] : (-INFINITY);
+                                    for (long long l56 = 0; l56 < 128; l56++) {
+                                        for (long long l57 = 0; l57 < 32; l57++) {
+                                            (arena + 41124)[l54 * 4096 + l55 * 4096 + l56 * 32 + l57] = (o15 + l57 < s3) ? (arena + 37028)[l54 * 4096 + l55 * 4096 + l56 * 32 + l57] : (-INFINITY);
                                         }
                                     }
                                 }
                             }
                             for (long long l58 = 0; l58 < 1; l58++) {
                                 for (long long l59 = 0; l59 < 1; l59++) {
-                                    for (long long l60 = 0; l60 < 64; l60++) {
+                                    for (long long l60 = 0; l60 < 128; l60++) {
                                         float a62 = (-INFINITY);
-                                        for (long long r61 = 0; r61 < 64; r61 += 1) a62 = fmaxf(a62, (arena + 36996)[l58 * 4096 + l59 * 4096 + l60 * 64 + r61 * 1]);
-                                        (arena + 41092)[l58 * 64 + l59 * 64 + l60] = a62;
+                                        for (long long r61 = 0; r61 < 32; r61 += 1) a62 = fmaxf(a62, (arena + 41124)[l58 * 4096 + l59 * 4096 + l60 * 32 + r61 * 1]);
+                                        (arena + 45220)[l58 * 128 + l59 * 128 + l60] = a62;
                                     }
                                 }
                             }
                             for (long long l63 = 0; l63 < 1; l63++) {
                                 for (long long l64 = 0; l64 < 1; l64++) {
-                                    for (long long l65 = 0; l65 < 64; l65++) {
-                                        (arena + 172876)[l63 * 64 + l64 * 64 + l65] = (arena + 189774)[l63 * 64 + l64 * 64 + l65];
+                                    for (long long l65 = 0; l65 < 128; l65++) {
+                                        (arena + 206188)[l63 * 128 + l64 * 128 + l65] = (arena + 239982)[l63 * 128 + l64 * 128 + l65];
                                     }
                                 }
                             }
                             for (long long l66 = 0; l66 < 1; l66++) {
                                 for (long long l67 = 0; l67 < 1; l67++) {
-                                    for (long long l68 = 0; l68 < 64; l68++) {
-                                        (arena + 189774)[l66 * 64 + l67 * 64 + l68] = fmaxf((arena + 189774)[l66 * 64 + l67 * 64 + l68], (arena + 41092)[l66 * 64 + l67 * 64 + l68]);
+                                    for (long long l68 = 0; l68 < 128; l68++) {
+                                        (arena + 239982)[l66 * 128 + l67 * 128 + l68] = fmaxf((arena + 239982)[l66 * 128 + l67 * 128 + l68], (arena + 45220)[l66 * 128 + l67 * 128 + l68]);
                                     }
                                 }
                             }
                             for (long long l69 = 0; l69 < 1; l69++) {
                                 for (long long l70 = 0; l70 < 1; l70++) {
-                                    for (long long l71 = 0; l71 < 64; l71++) {
-                                        (arena + 172940)[l69 * 64 + l70 * 64 + l71] = (arena + 189774)[l69 * 64 + l70 * 64 + l71];
+                                    for (long long l71 = 0; l71 < 128; l71++) {
+                                        (arena + 206316)[l69 * 128 + l70 * 128 + l71] = (arena + 239982)[l69 * 128 + l70 * 128 + l71];
                                     }
                                 }
                             }
                             for (long long l72 = 0; l72 < 1; l72++) {
                                 for (long long l73 = 0; l73 < 1; l73++) {
-                                    for (long long l74 = 0; l74 < 64; l74++) {
-                                        (arena + 173006)[l72 * 64 + l73 * 64 + l74] = (((arena + 172940)[l72 * 64 + l73 * 64 + l74]) == ((arena + 173004)[0]) ? 1.0f : 0.0f);
+                                    for (long long l74 = 0; l74 < 128; l74++) {
+                                        (arena + 206446)[l72 * 128 + l73 * 128 + l74] = (((arena + 206316)[l72 * 128 + l73 * 128 + l74]) == ((arena + 206444)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l75 = 0; l75 < 1; l75++) {
                                 for (long long l76 = 0; l76 < 1; l76++) {
-                                    for (long long l77 = 0; l77 < 64; l77++) {
-                                        (arena + 173070)[l75 * 64 + l76 * 64 + l77] = (arena + 173006)[l75 * 64 + l76 * 64 + l77] != 0.0f ? (arena + 173005)[0] : (arena + 172940)[l75 * 64 + l76 * 64 + l77];
+                                    for (long long l77 = 0; l77 < 128; l77++) {
+                                        (arena + 206574)[l75 * 128 + l76 * 128 + l77] = (arena + 206446)[l75 * 128 + l76 * 128 + l77] != 0.0f ? (arena + 206445)[0] : (arena + 206316)[l75 * 128 + l76 * 128 + l77];
                                     }
                                 }
                             }
                             for (long long l78 = 0; l78 < 1; l78++) {
                                 for (long long l79 = 0; l79 < 1; l79++) {
-                                    for (long long l80 = 0; l80 < 64; l80++) {
-                                        (arena + 173134)[l78 * 64 + l79 * 64 + l80] = ((arena + 172876)[l78 * 64 + l79 * 64 + l80] - (arena + 173070)[l78 * 64 + l79 * 64 + l80]);
+                                    for (long long l80 = 0; l80 < 128; l80++) {
+                                        (arena + 206702)[l78 * 128 + l79 * 128 + l80] = ((arena + 206188)[l78 * 128 + l79 * 128 + l80] - (arena + 206574)[l78 * 128 + l79 * 128 + l80]);
                                     }
                                 }
                             }
                             for (long long l81 = 0; l81 < 1; l81++) {
                                 for (long long l82 = 0; l82 < 1; l82++) {
-                                    for (long long l83 = 0; l83 < 64; l83++) {
-                                        (arena + 173198)[l81 * 64 + l82 * 64 + l83] = expf((arena + 173134)[l81 * 64 + l82 * 64 + l83]);
+                                    for (long long l83 = 0; l83 < 128; l83++) {
+                                        (arena + 206830)[l81 * 128 + l82 * 128 + l83] = expf((arena + 206702)[l81 * 128 + l82 * 128 + l83]);
                                     }
                                 }
                             }
                             for (long long l84 = 0; l84 < 1; l84++) {
                                 for (long long l85 = 0; l85 < 1; l85++) {
-                                    for (long long l86 = 0; l86 < 64; l86++) {
-                                        (arena + 173262)[l84 * 64 + l85 * 64 + l86] = (arena + 193998)[l84 * 64 + l85 * 64 + l86];
+                                    for (long long l86 = 0; l86 < 128; l86++) {
+                                        (arena + 206958)[l84 * 128 + l85 * 128 + l86] = (arena + 244334)[l84 * 128 + l85 * 128 + l86];
                                     }
                                 }
                             }
                             for (long long l87 = 0; l87 < 1; l87++) {
                                 for (long long l88 = 0; l88 < 1; l88++) {
-                                    for (long long l89 = 0; l89 < 64; l89++) {
-                                        (arena + 173326)[l87 * 64 + l88 * 64 + l89] = ((arena + 173262)[l87 * 64 + l88 * 64 + l89] * (arena + 173198)[l87 * 64 + l88 * 64 + l89]);
+                                    for (long long l89 = 0; l89 < 128; l89++) {
+                                        (arena + 207086)[l87 * 128 + l88 * 128 + l89] = ((arena + 206958)[l87 * 128 + l88 * 128 + l89] * (arena + 206830)[l87 * 128 + l88 * 128 + l89]);
                                     }
                                 }
                             }
                             for (long long l90 = 0; l90 < 1; l90++) {
                                 for (long long l91 = 0; l91 < 1; l91++) {
-                                    for (long long l92 = 0; l92 < 64; l92++) {
-                                        (arena + 193998)[l90 * 64 + l91 * 64 + l92] = (arena + 173326)[l90 * 64 + l91 * 64 + l92];
+                                    for (long long l92 = 0; l92 < 128; l92++) {
+                                        (arena + 244334)[l90 * 128 + l91 * 128 + l92] = (arena + 207086)[l90 * 128 + l91 * 128 + l92];
                                     }
                                 }
                             }
                             for (long long l93 = 0; l93 < 1; l93++) {
                                 for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 64; l95++) {
-                                        for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 78280)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = ((arena + 32900)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] - (arena + 173070)[l93 * 64 + l94 * 64 + l95]);
+                                    for (long long l95 = 0; l95 < 128; l95++) {
+                                        for (long long l96 = 0; l96 < 32; l96++) {
+                                            (arena + 86728)[l93 * 4096 + l94 * 4096 + l95 * 32 + l96] = ((arena + 37028)[l93 * 4096 + l94 * 4096 + l95 * 32 + l96] - (arena + 206574)[l93 * 128 + l94 * 128 + l95]);
                                         }
                                     }
                                 }
                             }
                             for (long long l97 = 0; l97 < 1; l97++) {
                                 for (long long l98 = 0; l98 < 1; l98++) {
-                                    for (long long l99 = 0; l99 < 64; l99++) {
-                                        for (long long l100 = 0; l100 < 64; l100++) {
-                                            (arena + 82376)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] = expf((arena + 78280)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100]);
+                                    for (long long l99 = 0; l99 < 128; l99++) {
+                                        for (long long l100 = 0; l100 < 32; l100++) {
+                                            (arena + 90824)[l97 * 4096 + l98 * 4096 + l99 * 32 + l100] = expf((arena + 86728)[l97 * 4096 + l98 * 4096 + l99 * 32 + l100]);
                                         }
                                     }
                                 }
                             }
                             for (long long l101 = 0; l101 < 1; l101++) {
                                 for (long long l102 = 0; l102 < 1; l102++) {
-                                    for (long long l103 = 0; l103 < 64; l103++) {
-                                        for (long long l104 = 0; l104 < 64; l104++) {
-                                            (arena + 86472)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] = (o15 + l104 < s3) ? (arena + 82376)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] : 0e0f;
+                                    for (long long l103 = 0; l103 < 128; l103++) {
+                                        for (long long l104 = 0; l104 < 32; l104++) {
+                                            (arena + 94920)[l101 * 4096 + l102 * 4096 + l103 * 32 + l104] = (o15 + l104 < s3) ? (arena + 90824)[l101 * 4096 + l102 * 4096 + l103 * 32 + l104] : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l105 = 0; l105 < 1; l105++) {
                                 for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 64; l107++) {
+                                    for (long long l107 = 0; l107 < 128; l107++) {
                                         float a109 = 0e0f;
-                                        for (long long r108 = 0; r108 < 64; r108 += 1) a109 = a109 + (arena + 86472)[l105 * 4096 + l106 * 4096 + l107 * 64 + r108 * 1];
-                                        (arena + 90568)[l105 * 64 + l106 * 64 + l107] = a109;
+                                        for (long long r108 = 0; r108 < 32; r108 += 1) a109 = a109 + (arena + 94920)[l105 * 4096 + l106 * 4096 + l107 * 32 + r108 * 1];
+                                        (arena + 99016)[l105 * 128 + l106 * 128 + l107] = a109;
                                     }
                                 }
                             }
                             for (long long l110 = 0; l110 < 1; l110++) {
                                 for (long long l111 = 0; l111 < 1; l111++) {
-                                    for (long long l112 = 0; l112 < 64; l112++) {
-                                        (arena + 193998)[l110 * 64 + l111 * 64 + l112] = (arena + 193998)[l110 * 64 + l111 * 64 + l112] + (arena + 90568)[l110 * 64 + l111 * 64 + l112];
+                                    for (long long l112 = 0; l112 < 128; l112++) {
+                                        (arena + 244334)[l110 * 128 + l111 * 128 + l112] = (arena + 244334)[l110 * 128 + l111 * 128 + l112] + (arena + 99016)[l110 * 128 + l111 * 128 + l112];
                                     }
                                 }
                             }
                             for (long long l113 = 0; l113 < 1; l113++) {
                                 for (long long l114 = 0; l114 < 1; l114++) {
-                                    for (long long l115 = 0; l115 < 64; l115++) {
+                                    for (long long l115 = 0; l115 < 128; l115++) {
                                         for (long long l116 = 0; l116 < 128; l116++) {
-                                            (arena + 173390)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116] = (arena + 198222)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116];
+                                            (arena + 207214)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116] = (arena + 248686)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116];
                                         }
                                     }
                                 }
                             }
                             for (long long l117 = 0; l117 < 1; l117++) {
                                 for (long long l118 = 0; l118 < 1; l118++) {
-                                    for (long long l119 = 0; l119 < 64; l119++) {
+                                    for (long long l119 = 0; l119 < 128; l119++) {
                                         for (long long l120 = 0; l120 < 128; l120++) {
-                                            (arena + 181582)[l117 * 8192 + l118 * 8192 + l119 * 128 + l120] = ((arena + 173390)[l117 * 8192 + l118 * 8192 + l119 * 128 + l120] * (arena + 173198)[l117 * 64 + l118 * 64 + l119]);
+                                            (arena + 223598)[l117 * 16384 + l118 * 16384 + l119 * 128 + l120] = ((arena + 207214)[l117 * 16384 + l118 * 16384 + l119 * 128 + l120] * (arena + 206830)[l117 * 128 + l118 * 128 + l119]);
                                         }
                                     }
                                 }
                             }
                             for (long long l121 = 0; l121 < 1; l121++) {
                                 for (long long l122 = 0; l122 < 1; l122++) {
-                                    for (long long l123 = 0; l123 < 64; l123++) {
+                                    for (long long l123 = 0; l123 < 128; l123++) {
                                         for (long long l124 = 0; l124 < 128; l124++) {
-                                            (arena + 198222)[l121 * 8192 + l122 * 8192 + l123 * 128 + l124] = (arena + 181582)[l121 * 8192 + l122 * 8192 + l123 * 128 + l124];
+                                            (arena + 248686)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124] = (arena + 223598)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124];
                                         }
                                     }
                                 }
@@ -2673,28 +2673,28 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
                             for (long long l125 = 0; l125 < 1; l125++) {
                                 for (long long l126 = 0; l126 < 1; l126++) {
                                     for (long long l127 = 0; l127 < 128; l127++) {
-                                        for (long long l128 = 0; l128 < 64; l128++) {
-                                            (arena + 140044)[l125 * 8192 + l126 * 8192 + l127 * 64 + l128] = (o1 + l125 < s0 && o2 + l126 < s1 && o15 + l128 < s3 && o4 + l127 < s4) ? dt_load_f16(in2[(o1 + l125) * args->input_strides[2][0] + (o2 + l126) * args->input_strides[2][1] + (o15 + l128) * args->input_strides[2][2] + (o4 + l127) * args->input_strides[2][3]]) : 0e0f;
+                                        for (long long l128 = 0; l128 < 32; l128++) {
+                                            (arena + 152812)[l125 * 4096 + l126 * 4096 + l127 * 32 + l128] = (o1 + l125 < s0 && o2 + l126 < s1 && o15 + l128 < s3 && o4 + l127 < s4) ? dt_load_f16(in2[(o1 + l125) * args->input_strides[2][0] + (o2 + l126) * args->input_strides[2][1] + (o15 + l128) * args->input_strides[2][2] + (o4 + l127) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l129 = 0; l129 < 1; l129++) {
                                 for (long long l130 = 0; l130 < 1; l130++) {
-                                    for (long long l131 = 0; l131 < 64; l131++) {
+                                    for (long long l131 = 0; l131 < 128; l131++) {
                                         for (long long l132 = 0; l132 < 128; l132++) {
                                             float a134 = 0.0f;
-                                            for (long long r133 = 0; r133 < 64; r133++) a134 += (arena + 86472)[l129 * 4096 + l130 * 4096 + l131 * 64 + r133 * 1] * (arena + 140044)[l129 * 8192 + l130 * 8192 + l132 * 64 + r133 * 1];
-                                            (arena + 148236)[l129 * 8192 + l130 * 8192 + l131 * 128 + l132] = a134;
+                                            for (long long r133 = 0; r133 < 32; r133++) a134 += (arena + 94920)[l129 * 4096 + l130 * 4096 + l131 * 32 + r133 * 1] * (arena + 152812)[l129 * 4096 + l130 * 4096 + l132 * 32 + r133 * 1];
+                                            (arena + 156908)[l129 * 16384 + l130 * 16384 + l131 * 128 + l132] = a134;
                                         }
                                     }
                                 }
                             }
                             for (long long l135 = 0; l135 < 1; l135++) {
                                 for (long long l136 = 0; l136 < 1; l136++) {
-                                    for (long long l137 = 0; l137 < 64; l137++) {
+                                    for (long long l137 = 0; l137 < 128; l137++) {
                                         for (long long l138 = 0; l138 < 128; l138++) {
-                                            (arena + 198222)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138] = (arena + 198222)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138] + (arena + 148236)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138];
+                                            (arena + 248686)[l135 * 16384 + l136 * 16384 + l137 * 128 + l138] = (arena + 248686)[l135 * 16384 + l136 * 16384 + l137 * 128 + l138] + (arena + 156908)[l135 * 16384 + l136 * 16384 + l137 * 128 + l138];
                                         }
                                     }
                                 }
@@ -2702,34 +2702,34 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
                         }
                         for (long long l139 = 0; l139 < 1; l139++) {
                             for (long long l140 = 0; l140 < 1; l140++) {
-                                for (long long l141 = 0; l141 < 64; l141++) {
-                                    (arena + 90632)[l139 * 64 + l140 * 64 + l141] = (arena + 193998)[l139 * 64 + l140 * 64 + l141];
+                                for (long long l141 = 0; l141 < 128; l141++) {
+                                    (arena + 99144)[l139 * 128 + l140 * 128 + l141] = (arena + 244334)[l139 * 128 + l140 * 128 + l141];
                                 }
                             }
                         }
                         for (long long l142 = 0; l142 < 1; l142++) {
                             for (long long l143 = 0; l143 < 1; l143++) {
-                                for (long long l144 = 0; l144 < 64; l144++) {
+                                for (long long l144 = 0; l144 < 128; l144++) {
                                     for (long long l145 = 0; l145 < 128; l145++) {
-                                        (arena + 156428)[l142 * 8192 + l143 * 8192 + l144 * 128 + l145] = (arena + 198222)[l142 * 8192 + l143 * 8192 + l144 * 128 + l145];
+                                        (arena + 173292)[l142 * 16384 + l143 * 16384 + l144 * 128 + l145] = (arena + 248686)[l142 * 16384 + l143 * 16384 + l144 * 128 + l145];
                                     }
                                 }
                             }
                         }
                         for (long long l146 = 0; l146 < 1; l146++) {
                             for (long long l147 = 0; l147 < 1; l147++) {
-                                for (long long l148 = 0; l148 < 64; l148++) {
+                                for (long long l148 = 0; l148 < 128; l148++) {
                                     for (long long l149 = 0; l149 < 128; l149++) {
-                                        (arena + 164684)[l146 * 8192 + l147 * 8192 + l148 * 128 + l149] = ((arena + 156428)[l146 * 8192 + l147 * 8192 + l148 * 128 + l149] / (arena + 90632)[l146 * 64 + l147 * 64 + l148]);
+                                        (arena + 189804)[l146 * 16384 + l147 * 16384 + l148 * 128 + l149] = ((arena + 173292)[l146 * 16384 + l147 * 16384 + l148 * 128 + l149] / (arena + 99144)[l146 * 128 + l147 * 128 + l148]);
                                     }
                                 }
                             }
                         }
                         for (long long l150 = 0; l150 < 1; l150++) {
                             for (long long l151 = 0; l151 < 1; l151++) {
-                                for (long long l152 = 0; l152 < 64; l152++) {
+                                for (long long l152 = 0; l152 < 128; l152++) {
                                     for (long long l153 = 0; l153 < 128; l153++) {
-                                        if (o1 + l150 < s0 && o2 + l151 < s1 && o3 + l152 < s2 && o4 + l153 < s4) out[(o1 + l150) * args->output_strides[0] + (o2 + l151) * args->output_strides[1] + (o3 + l152) * args->output_strides[2] + (o4 + l153) * args->output_strides[3]] = dt_store_f16((arena + 164684)[l150 * 8192 + l151 * 8192 + l152 * 128 + l153]);
+                                        if (o1 + l150 < s0 && o2 + l151 < s1 && o3 + l152 < s2 && o4 + l153 < s4) out[(o1 + l150) * args->output_strides[0] + (o2 + l151) * args->output_strides[1] + (o3 + l152) * args->output_strides[2] + (o4 + l153) * args->output_strides[3]] = dt_store_f16((arena + 189804)[l150 * 16384 + l151 * 16384 + l152 * 128 + l153]);
                                     }
                                 }
                             }
@@ -2742,7 +2742,7 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
     free(arena);
 }
 
-/* kernel attention_causal_128 for bf16: grid block(b:1, h:1, i:64, e:128) */
+/* kernel attention_causal_128 for bf16: grid block(b:1, h:1, i:128, e:128) */
 void dt_attention_causal_128_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
@@ -2754,15 +2754,15 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_causal_128 */
-    float* arena = (float*)malloc(sizeof(float) * 210510);
+    float* arena = (float*)malloc(sizeof(float) * 269166);
     if (!arena) return;
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
+    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
         (void)rest;
         const long long n3 = (long long)(dt_cdiv(s4, 128));
         const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 64));
+        const long long n2 = (long long)(dt_cdiv(s2, 128));
         const long long g2 = rest % n2; rest /= n2;
         const long long n1 = (long long)(dt_cdiv(s1, 1));
         const long long g1 = rest % n1; rest /= n1;
@@ -2773,29 +2773,29 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
         const long long b1 = g1; /* block index along h */
         if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
         const long long b2 = g2; /* block index along i */
-        if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
+        if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
-        (arena + 28800)[0] = (float)s5;
-        (arena + 28801)[0] = dt_rsqrt((arena + 28800)[0]);
-        (arena + 32898)[0] = INFINITY;
-        (arena + 32899)[0] = (-(arena + 32898)[0]);
-        (arena + 173004)[0] = (-INFINITY);
-        (arena + 173005)[0] = 0e0f;
+        (arena + 32928)[0] = (float)s5;
+        (arena + 32929)[0] = dt_rsqrt((arena + 32928)[0]);
+        (arena + 37026)[0] = INFINITY;
+        (arena + 37027)[0] = (-(arena + 37026)[0]);
+        (arena + 206444)[0] = (-INFINITY);
+        (arena + 206445)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
             for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-                /* block(i:64) attention_causal_128.tensorize(i:0) */
-                for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+                /* block(i:128) attention_causal_128.tensorize(i:0) */
+                for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                     /* block(e:128) attention_causal_128.tensorize(e:0) */
                     for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                         /* rdot accumulator */
                         for (long long l5 = 0; l5 < 1; l5++) {
                             for (long long l6 = 0; l6 < 1; l6++) {
-                                for (long long l7 = 0; l7 < 64; l7++) {
+                                for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 198222)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 248686)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -2803,261 +2803,261 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
                         /* rsum identity */
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
-                                for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 193998)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                for (long long l11 = 0; l11 < 128; l11++) {
+                                    (arena + 244334)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
                         /* rmax identity */
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
-                                for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 189774)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                for (long long l14 = 0; l14 < 128; l14++) {
+                                    (arena + 239982)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
-                        /* rmax attention_causal_128.tensorize(j:64) num_stages(2) + rsum attention_causal_128.tensorize(j:64) num_stages(2) + rdot attention_causal_128.tensorize(j:64) num_stages(2), online */
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
-                            for (long long l16 = 0; l16 < 64; l16++) {
+                        /* rmax attention_causal_128.tensorize(j:32) num_stages(3) + rsum attention_causal_128.tensorize(j:32) num_stages(3) + rdot attention_causal_128.tensorize(j:32) num_stages(3), online */
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 32) {
+                            for (long long l16 = 0; l16 < 32; l16++) {
                                 (arena + 0)[l16] = (float)(o15 + l16);
                             }
-                            for (long long l17 = 0; l17 < 64; l17++) {
-                                (arena + 64)[l17] = (float)(o3 + l17);
+                            for (long long l17 = 0; l17 < 128; l17++) {
+                                (arena + 32)[l17] = (float)(o3 + l17);
                             }
-                            for (long long l18 = 0; l18 < 64; l18++) {
-                                for (long long l19 = 0; l19 < 64; l19++) {
-                                    (arena + 128)[l18 * 64 + l19] = (((arena + 0)[l19]) <= ((arena + 64)[l18]) ? 1.0f : 0.0f);
+                            for (long long l18 = 0; l18 < 128; l18++) {
+                                for (long long l19 = 0; l19 < 32; l19++) {
+                                    (arena + 160)[l18 * 32 + l19] = (((arena + 0)[l19]) <= ((arena + 32)[l18]) ? 1.0f : 0.0f);
                                 }
                             }
                             /* rdot accumulator */
                             for (long long l20 = 0; l20 < 1; l20++) {
                                 for (long long l21 = 0; l21 < 1; l21++) {
-                                    for (long long l22 = 0; l22 < 64; l22++) {
-                                        for (long long l23 = 0; l23 < 64; l23++) {
-                                            (arena + 189838)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
+                                    for (long long l22 = 0; l22 < 128; l22++) {
+                                        for (long long l23 = 0; l23 < 32; l23++) {
+                                            (arena + 240110)[l20 * 4096 + l21 * 4096 + l22 * 32 + l23] = 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l24 = 0; l24 < 1; l24++) {
                                 for (long long l25 = 0; l25 < 1; l25++) {
-                                    for (long long l26 = 0; l26 < 64; l26++) {
+                                    for (long long l26 = 0; l26 < 128; l26++) {
                                         for (long long l27 = 0; l27 < 128; l27++) {
-                                            (arena + 4224)[l24 * 8192 + l25 * 8192 + l26 * 128 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o3 + l26 < s2 && 0 + l27 < s5) ? dt_load_bf16(in0[(o1 + l24) * args->input_strides[0][0] + (o2 + l25) * args->input_strides[0][1] + (o3 + l26) * args->input_strides[0][2] + (0 + l27) * args->input_strides[0][3]]) : 0e0f;
+                                            (arena + 4256)[l24 * 16384 + l25 * 16384 + l26 * 128 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o3 + l26 < s2 && 0 + l27 < s5) ? dt_load_bf16(in0[(o1 + l24) * args->input_strides[0][0] + (o2 + l25) * args->input_strides[0][1] + (o3 + l26) * args->input_strides[0][2] + (0 + l27) * args->input_strides[0][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l28 = 0; l28 < 1; l28++) {
                                 for (long long l29 = 0; l29 < 1; l29++) {
-                                    for (long long l30 = 0; l30 < 64; l30++) {
+                                    for (long long l30 = 0; l30 < 32; l30++) {
                                         for (long long l31 = 0; l31 < 128; l31++) {
-                                            (arena + 12416)[l28 * 8192 + l29 * 8192 + l30 * 128 + l31] = (o1 + l28 < s0 && o2 + l29 < s1 && o15 + l30 < s3 && 0 + l31 < s5) ? dt_load_bf16(in1[(o1 + l28) * args->input_strides[1][0] + (o2 + l29) * args->input_strides[1][1] + (o15 + l30) * args->input_strides[1][2] + (0 + l31) * args->input_strides[1][3]]) : 0e0f;
+                                            (arena + 20640)[l28 * 4096 + l29 * 4096 + l30 * 128 + l31] = (o1 + l28 < s0 && o2 + l29 < s1 && o15 + l30 < s3 && 0 + l31 < s5) ? dt_load_bf16(in1[(o1 + l28) * args->input_strides[1][0] + (o2 + l29) * args->input_strides[1][1] + (o15 + l30) * args->input_strides[1][2] + (0 + l31) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l32 = 0; l32 < 1; l32++) {
                                 for (long long l33 = 0; l33 < 1; l33++) {
-                                    for (long long l34 = 0; l34 < 64; l34++) {
-                                        for (long long l35 = 0; l35 < 64; l35++) {
+                                    for (long long l34 = 0; l34 < 128; l34++) {
+                                        for (long long l35 = 0; l35 < 32; l35++) {
                                             float a37 = 0.0f;
-                                            for (long long r36 = 0; r36 < 128; r36++) a37 += (arena + 4224)[l32 * 8192 + l33 * 8192 + l34 * 128 + r36 * 1] * (arena + 12416)[l32 * 8192 + l33 * 8192 + l35 * 128 + r36 * 1];
-                                            (arena + 20608)[l32 * 4096 + l33 * 4096 + l34 * 64 + l35] = a37;
+                                            for (long long r36 = 0; r36 < 128; r36++) a37 += (arena + 4256)[l32 * 16384 + l33 * 16384 + l34 * 128 + r36 * 1] * (arena + 20640)[l32 * 4096 + l33 * 4096 + l35 * 128 + r36 * 1];
+                                            (arena + 24736)[l32 * 4096 + l33 * 4096 + l34 * 32 + l35] = a37;
                                         }
                                     }
                                 }
                             }
                             for (long long l38 = 0; l38 < 1; l38++) {
                                 for (long long l39 = 0; l39 < 1; l39++) {
-                                    for (long long l40 = 0; l40 < 64; l40++) {
-                                        for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 189838)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41] = (arena + 189838)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41] + (arena + 20608)[l38 * 4096 + l39 * 4096 + l40 * 64 + l41];
+                                    for (long long l40 = 0; l40 < 128; l40++) {
+                                        for (long long l41 = 0; l41 < 32; l41++) {
+                                            (arena + 240110)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] = (arena + 240110)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] + (arena + 24736)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41];
                                         }
                                     }
                                 }
                             }
                             for (long long l42 = 0; l42 < 1; l42++) {
                                 for (long long l43 = 0; l43 < 1; l43++) {
-                                    for (long long l44 = 0; l44 < 64; l44++) {
-                                        for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 24704)[l42 * 4096 + l43 * 4096 + l44 * 64 + l45] = (arena + 189838)[l42 * 4096 + l43 * 4096 + l44 * 64 + l45];
+                                    for (long long l44 = 0; l44 < 128; l44++) {
+                                        for (long long l45 = 0; l45 < 32; l45++) {
+                                            (arena + 28832)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] = (arena + 240110)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45];
                                         }
                                     }
                                 }
                             }
                             for (long long l46 = 0; l46 < 1; l46++) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
-                                    for (long long l48 = 0; l48 < 64; l48++) {
-                                        for (long long l49 = 0; l49 < 64; l49++) {
-                                            (arena + 28802)[l46 * 4096 + l47 * 4096 + l48 * 64 + l49] = ((arena + 24704)[l46 * 4096 + l47 * 4096 + l48 * 64 + l49] * (arena + 28801)[0]);
+                                    for (long long l48 = 0; l48 < 128; l48++) {
+                                        for (long long l49 = 0; l49 < 32; l49++) {
+                                            (arena + 32930)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] = ((arena + 28832)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] * (arena + 32929)[0]);
                                         }
                                     }
                                 }
                             }
                             for (long long l50 = 0; l50 < 1; l50++) {
                                 for (long long l51 = 0; l51 < 1; l51++) {
-                                    for (long long l52 = 0; l52 < 64; l52++) {
-                                        for (long long l53 = 0; l53 < 64; l53++) {
-                                            (arena + 32900)[l50 * 4096 + l51 * 4096 + l52 * 64 + l53] = (arena + 128)[l52 * 64 + l53] != 0.0f ? (arena + 28802)[l50 * 4096 + l51 * 4096 + l52 * 64 + l53] : (arena + 32899)[0];
+                                    for (long long l52 = 0; l52 < 128; l52++) {
+                                        for (long long l53 = 0; l53 < 32; l53++) {
+                                            (arena + 37028)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] = (arena + 160)[l52 * 32 + l53] != 0.0f ? (arena + 32930)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] : (arena + 37027)[0];
                                         }
                                     }
                                 }
                             }
                             for (long long l54 = 0; l54 < 1; l54++) {
                                 for (long long l55 = 0; l55 < 1; l55++) {
-                                    for (long long l56 = 0; l56 < 64; l56++) {
-                                        for (long long l57 = 0; l57 < 64; l57++) {
-                                            (arena + 36996)[l54 * 4096 + l55 * 4096 + l56 * 64 + l57] = (o15 + l57 < s3) ? (arena + 32900)[l54 * 4096 + l55 * 4096 + l56 * 64 + l57] : (-INFINITY);
+                                    for (long long l56 = 0; l56 < 128; l56++) {
+                                        for (long long l57 = 0; l57 < 32; l57++) {
+                                            (arena + 41124)[l54 * 4096 + l55 * 4096 + l56 * 32 + l57] = (o15 + l57 < s3) ? (arena + 37028)[l54 * 4096 + l55 * 4096 + l56 * 32 + l57] : (-INFINITY);
                                         }
                                     }
                                 }
                             }
                             for (long long l58 = 0; l58 < 1; l58++) {
                                 for (long long l59 = 0; l59 < 1; l59++) {
-                                    for (long long l60 = 0; l60 < 64; l60++) {
+                                    for (long long l60 = 0; l60 < 128; l60++) {
                                         float a62 = (-INFINITY);
-                                        for (long long r61 = 0; r61 < 64; r61 += 1) a62 = fmaxf(a62, (arena + 36996)[l58 * 4096 + l59 * 4096 + l60 * 64 + r61 * 1]);
-                                        (arena + 41092)[l58 * 64 + l59 * 64 + l60] = a62;
+                                        for (long long r61 = 0; r61 < 32; r61 += 1) a62 = fmaxf(a62, (arena + 41124)[l58 * 4096 + l59 * 4096 + l60 * 32 + r61 * 1]);
+                                        (arena + 45220)[l58 * 128 + l59 * 128 + l60] = a62;
                                     }
                                 }
                             }
                             for (long long l63 = 0; l63 < 1; l63++) {
                                 for (long long l64 = 0; l64 < 1; l64++) {
-                                    for (long long l65 = 0; l65 < 64; l65++) {
-                                        (arena + 172876)[l63 * 64 + l64 * 64 + l65] = (arena + 189774)[l63 * 64 + l64 * 64 + l65];
+                                    for (long long l65 = 0; l65 < 128; l65++) {
+                                        (arena + 206188)[l63 * 128 + l64 * 128 + l65] = (arena + 239982)[l63 * 128 + l64 * 128 + l65];
                                     }
                                 }
                             }
                             for (long long l66 = 0; l66 < 1; l66++) {
                                 for (long long l67 = 0; l67 < 1; l67++) {
-                                    for (long long l68 = 0; l68 < 64; l68++) {
-                                        (arena + 189774)[l66 * 64 + l67 * 64 + l68] = fmaxf((arena + 189774)[l66 * 64 + l67 * 64 + l68], (arena + 41092)[l66 * 64 + l67 * 64 + l68]);
+                                    for (long long l68 = 0; l68 < 128; l68++) {
+                                        (arena + 239982)[l66 * 128 + l67 * 128 + l68] = fmaxf((arena + 239982)[l66 * 128 + l67 * 128 + l68], (arena + 45220)[l66 * 128 + l67 * 128 + l68]);
                                     }
                                 }
                             }
                             for (long long l69 = 0; l69 < 1; l69++) {
                                 for (long long l70 = 0; l70 < 1; l70++) {
-                                    for (long long l71 = 0; l71 < 64; l71++) {
-                                        (arena + 172940)[l69 * 64 + l70 * 64 + l71] = (arena + 189774)[l69 * 64 + l70 * 64 + l71];
+                                    for (long long l71 = 0; l71 < 128; l71++) {
+                                        (arena + 206316)[l69 * 128 + l70 * 128 + l71] = (arena + 239982)[l69 * 128 + l70 * 128 + l71];
                                     }
                                 }
                             }
                             for (long long l72 = 0; l72 < 1; l72++) {
                                 for (long long l73 = 0; l73 < 1; l73++) {
-                                    for (long long l74 = 0; l74 < 64; l74++) {
-                                        (arena + 173006)[l72 * 64 + l73 * 64 + l74] = (((arena + 172940)[l72 * 64 + l73 * 64 + l74]) == ((arena + 173004)[0]) ? 1.0f : 0.0f);
+                                    for (long long l74 = 0; l74 < 128; l74++) {
+                                        (arena + 206446)[l72 * 128 + l73 * 128 + l74] = (((arena + 206316)[l72 * 128 + l73 * 128 + l74]) == ((arena + 206444)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l75 = 0; l75 < 1; l75++) {
                                 for (long long l76 = 0; l76 < 1; l76++) {
-                                    for (long long l77 = 0; l77 < 64; l77++) {
-                                        (arena + 173070)[l75 * 64 + l76 * 64 + l77] = (arena + 173006)[l75 * 64 + l76 * 64 + l77] != 0.0f ? (arena + 173005)[0] : (arena + 172940)[l75 * 64 + l76 * 64 + l77];
+                                    for (long long l77 = 0; l77 < 128; l77++) {
+                                        (arena + 206574)[l75 * 128 + l76 * 128 + l77] = (arena + 206446)[l75 * 128 + l76 * 128 + l77] != 0.0f ? (arena + 206445)[0] : (arena + 206316)[l75 * 128 + l76 * 128 + l77];
                                     }
                                 }
                             }
                             for (long long l78 = 0; l78 < 1; l78++) {
                                 for (long long l79 = 0; l79 < 1; l79++) {
-                                    for (long long l80 = 0; l80 < 64; l80++) {
-                                        (arena + 173134)[l78 * 64 + l79 * 64 + l80] = ((arena + 172876)[l78 * 64 + l79 * 64 + l80] - (arena + 173070)[l78 * 64 + l79 * 64 + l80]);
+                                    for (long long l80 = 0; l80 < 128; l80++) {
+                                        (arena + 206702)[l78 * 128 + l79 * 128 + l80] = ((arena + 206188)[l78 * 128 + l79 * 128 + l80] - (arena + 206574)[l78 * 128 + l79 * 128 + l80]);
                                     }
                                 }
                             }
                             for (long long l81 = 0; l81 < 1; l81++) {
                                 for (long long l82 = 0; l82 < 1; l82++) {
-                                    for (long long l83 = 0; l83 < 64; l83++) {
-                                        (arena + 173198)[l81 * 64 + l82 * 64 + l83] = expf((arena + 173134)[l81 * 64 + l82 * 64 + l83]);
+                                    for (long long l83 = 0; l83 < 128; l83++) {
+                                        (arena + 206830)[l81 * 128 + l82 * 128 + l83] = expf((arena + 206702)[l81 * 128 + l82 * 128 + l83]);
                                     }
                                 }
                             }
                             for (long long l84 = 0; l84 < 1; l84++) {
                                 for (long long l85 = 0; l85 < 1; l85++) {
-                                    for (long long l86 = 0; l86 < 64; l86++) {
-                                        (arena + 173262)[l84 * 64 + l85 * 64 + l86] = (arena + 193998)[l84 * 64 + l85 * 64 + l86];
+                                    for (long long l86 = 0; l86 < 128; l86++) {
+                                        (arena + 206958)[l84 * 128 + l85 * 128 + l86] = (arena + 244334)[l84 * 128 + l85 * 128 + l86];
                                     }
                                 }
                             }
                             for (long long l87 = 0; l87 < 1; l87++) {
                                 for (long long l88 = 0; l88 < 1; l88++) {
-                                    for (long long l89 = 0; l89 < 64; l89++) {
-                                        (arena + 173326)[l87 * 64 + l88 * 64 + l89] = ((arena + 173262)[l87 * 64 + l88 * 64 + l89] * (arena + 173198)[l87 * 64 + l88 * 64 + l89]);
+                                    for (long long l89 = 0; l89 < 128; l89++) {
+                                        (arena + 207086)[l87 * 128 + l88 * 128 + l89] = ((arena + 206958)[l87 * 128 + l88 * 128 + l89] * (arena + 206830)[l87 * 128 + l88 * 128 + l89]);
                                     }
                                 }
                             }
                             for (long long l90 = 0; l90 < 1; l90++) {
                                 for (long long l91 = 0; l91 < 1; l91++) {
-                                    for (long long l92 = 0; l92 < 64; l92++) {
-                                        (arena + 193998)[l90 * 64 + l91 * 64 + l92] = (arena + 173326)[l90 * 64 + l91 * 64 + l92];
+                                    for (long long l92 = 0; l92 < 128; l92++) {
+                                        (arena + 244334)[l90 * 128 + l91 * 128 + l92] = (arena + 207086)[l90 * 128 + l91 * 128 + l92];
                                     }
                                 }
                             }
                             for (long long l93 = 0; l93 < 1; l93++) {
                                 for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 64; l95++) {
-                                        for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 78280)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = ((arena + 32900)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] - (arena + 173070)[l93 * 64 + l94 * 64 + l95]);
+                                    for (long long l95 = 0; l95 < 128; l95++) {
+                                        for (long long l96 = 0; l96 < 32; l96++) {
+                                            (arena + 86728)[l93 * 4096 + l94 * 4096 + l95 * 32 + l96] = ((arena + 37028)[l93 * 4096 + l94 * 4096 + l95 * 32 + l96] - (arena + 206574)[l93 * 128 + l94 * 128 + l95]);
                                         }
                                     }
                                 }
                             }
                             for (long long l97 = 0; l97 < 1; l97++) {
                                 for (long long l98 = 0; l98 < 1; l98++) {
-                                    for (long long l99 = 0; l99 < 64; l99++) {
-                                        for (long long l100 = 0; l100 < 64; l100++) {
-                                            (arena + 82376)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] = expf((arena + 78280)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100]);
+                                    for (long long l99 = 0; l99 < 128; l99++) {
+                                        for (long long l100 = 0; l100 < 32; l100++) {
+                                            (arena + 90824)[l97 * 4096 + l98 * 4096 + l99 * 32 + l100] = expf((arena + 86728)[l97 * 4096 + l98 * 4096 + l99 * 32 + l100]);
                                         }
                                     }
                                 }
                             }
                             for (long long l101 = 0; l101 < 1; l101++) {
                                 for (long long l102 = 0; l102 < 1; l102++) {
-                                    for (long long l103 = 0; l103 < 64; l103++) {
-                                        for (long long l104 = 0; l104 < 64; l104++) {
-                                            (arena + 86472)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] = (o15 + l104 < s3) ? (arena + 82376)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] : 0e0f;
+                                    for (long long l103 = 0; l103 < 128; l103++) {
+                                        for (long long l104 = 0; l104 < 32; l104++) {
+                                            (arena + 94920)[l101 * 4096 + l102 * 4096 + l103 * 32 + l104] = (o15 + l104 < s3) ? (arena + 90824)[l101 * 4096 + l102 * 4096 + l103 * 32 + l104] : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l105 = 0; l105 < 1; l105++) {
                                 for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 64; l107++) {
+                                    for (long long l107 = 0; l107 < 128; l107++) {
                                         float a109 = 0e0f;
-                                        for (long long r108 = 0; r108 < 64; r108 += 1) a109 = a109 + (arena + 86472)[l105 * 4096 + l106 * 4096 + l107 * 64 + r108 * 1];
-                                        (arena + 90568)[l105 * 64 + l106 * 64 + l107] = a109;
+                                        for (long long r108 = 0; r108 < 32; r108 += 1) a109 = a109 + (arena + 94920)[l105 * 4096 + l106 * 4096 + l107 * 32 + r108 * 1];
+                                        (arena + 99016)[l105 * 128 + l106 * 128 + l107] = a109;
                                     }
                                 }
                             }
                             for (long long l110 = 0; l110 < 1; l110++) {
                                 for (long long l111 = 0; l111 < 1; l111++) {
-                                    for (long long l112 = 0; l112 < 64; l112++) {
-                                        (arena + 193998)[l110 * 64 + l111 * 64 + l112] = (arena + 193998)[l110 * 64 + l111 * 64 + l112] + (arena + 90568)[l110 * 64 + l111 * 64 + l112];
+                                    for (long long l112 = 0; l112 < 128; l112++) {
+                                        (arena + 244334)[l110 * 128 + l111 * 128 + l112] = (arena + 244334)[l110 * 128 + l111 * 128 + l112] + (arena + 99016)[l110 * 128 + l111 * 128 + l112];
                                     }
                                 }
                             }
                             for (long long l113 = 0; l113 < 1; l113++) {
                                 for (long long l114 = 0; l114 < 1; l114++) {
-                                    for (long long l115 = 0; l115 < 64; l115++) {
+                                    for (long long l115 = 0; l115 < 128; l115++) {
                                         for (long long l116 = 0; l116 < 128; l116++) {
-                                            (arena + 173390)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116] = (arena + 198222)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116];
+                                            (arena + 207214)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116] = (arena + 248686)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116];
                                         }
                                     }
                                 }
                             }
                             for (long long l117 = 0; l117 < 1; l117++) {
                                 for (long long l118 = 0; l118 < 1; l118++) {
-                                    for (long long l119 = 0; l119 < 64; l119++) {
+                                    for (long long l119 = 0; l119 < 128; l119++) {
                                         for (long long l120 = 0; l120 < 128; l120++) {
-                                            (arena + 181582)[l117 * 8192 + l118 * 8192 + l119 * 128 + l120] = ((arena + 173390)[l117 * 8192 + l118 * 8192 + l119 * 128 + l120] * (arena + 173198)[l117 * 64 + l118 * 64 + l119]);
+                                            (arena + 223598)[l117 * 16384 + l118 * 16384 + l119 * 128 + l120] = ((arena + 207214)[l117 * 16384 + l118 * 16384 + l119 * 128 + l120] * (arena + 206830)[l117 * 128 + l118 * 128 + l119]);
                                         }
                                     }
                                 }
                             }
                             for (long long l121 = 0; l121 < 1; l121++) {
                                 for (long long l122 = 0; l122 < 1; l122++) {
-                                    for (long long l123 = 0; l123 < 64; l123++) {
+                                    for (long long l123 = 0; l123 < 128; l123++) {
                                         for (long long l124 = 0; l124 < 128; l124++) {
-                                            (arena + 198222)[l121 * 8192 + l122 * 8192 + l123 * 128 + l124] = (arena + 181582)[l121 * 8192 + l122 * 8192 + l123 * 128 + l124];
+                                            (arena + 248686)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124] = (arena + 223598)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124];
                                         }
                                     }
                                 }
@@ -3065,28 +3065,28 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
                             for (long long l125 = 0; l125 < 1; l125++) {
                                 for (long long l126 = 0; l126 < 1; l126++) {
                                     for (long long l127 = 0; l127 < 128; l127++) {
-                                        for (long long l128 = 0; l128 < 64; l128++) {
-                                            (arena + 140044)[l125 * 8192 + l126 * 8192 + l127 * 64 + l128] = (o1 + l125 < s0 && o2 + l126 < s1 && o15 + l128 < s3 && o4 + l127 < s4) ? dt_load_bf16(in2[(o1 + l125) * args->input_strides[2][0] + (o2 + l126) * args->input_strides[2][1] + (o15 + l128) * args->input_strides[2][2] + (o4 + l127) * args->input_strides[2][3]]) : 0e0f;
+                                        for (long long l128 = 0; l128 < 32; l128++) {
+                                            (arena + 152812)[l125 * 4096 + l126 * 4096 + l127 * 32 + l128] = (o1 + l125 < s0 && o2 + l126 < s1 && o15 + l128 < s3 && o4 + l127 < s4) ? dt_load_bf16(in2[(o1 + l125) * args->input_strides[2][0] + (o2 + l126) * args->input_strides[2][1] + (o15 + l128) * args->input_strides[2][2] + (o4 + l127) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
                             for (long long l129 = 0; l129 < 1; l129++) {
                                 for (long long l130 = 0; l130 < 1; l130++) {
-                                    for (long long l131 = 0; l131 < 64; l131++) {
+                                    for (long long l131 = 0; l131 < 128; l131++) {
                                         for (long long l132 = 0; l132 < 128; l132++) {
                                             float a134 = 0.0f;
-                                            for (long long r133 = 0; r133 < 64; r133++) a134 += (arena + 86472)[l129 * 4096 + l130 * 4096 + l131 * 64 + r133 * 1] * (arena + 140044)[l129 * 8192 + l130 * 8192 + l132 * 64 + r133 * 1];
-                                            (arena + 148236)[l129 * 8192 + l130 * 8192 + l131 * 128 + l132] = a134;
+                                            for (long long r133 = 0; r133 < 32; r133++) a134 += (arena + 94920)[l129 * 4096 + l130 * 4096 + l131 * 32 + r133 * 1] * (arena + 152812)[l129 * 4096 + l130 * 4096 + l132 * 32 + r133 * 1];
+                                            (arena + 156908)[l129 * 16384 + l130 * 16384 + l131 * 128 + l132] = a134;
                                         }
                                     }
                                 }
                             }
                             for (long long l135 = 0; l135 < 1; l135++) {
                                 for (long long l136 = 0; l136 < 1; l136++) {
-                                    for (long long l137 = 0; l137 < 64; l137++) {
+                                    for (long long l137 = 0; l137 < 128; l137++) {
                                         for (long long l138 = 0; l138 < 128; l138++) {
-                                            (arena + 198222)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138] = (arena + 198222)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138] + (arena + 148236)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138];
+                                            (arena + 248686)[l135 * 16384 + l136 * 16384 + l137 * 128 + l138] = (arena + 248686)[l135 * 16384 + l136 * 16384 + l137 * 128 + l138] + (arena + 156908)[l135 * 16384 + l136 * 16384 + l137 * 128 + l138];
                                         }
                                     }
                                 }
@@ -3094,34 +3094,34 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
                         }
                         for (long long l139 = 0; l139 < 1; l139++) {
                             for (long long l140 = 0; l140 < 1; l140++) {
-                                for (long long l141 = 0; l141 < 64; l141++) {
-                                    (arena + 90632)[l139 * 64 + l140 * 64 + l141] = (arena + 193998)[l139 * 64 + l140 * 64 + l141];
+                                for (long long l141 = 0; l141 < 128; l141++) {
+                                    (arena + 99144)[l139 * 128 + l140 * 128 + l141] = (arena + 244334)[l139 * 128 + l140 * 128 + l141];
                                 }
                             }
                         }
                         for (long long l142 = 0; l142 < 1; l142++) {
                             for (long long l143 = 0; l143 < 1; l143++) {
-                                for (long long l144 = 0; l144 < 64; l144++) {
+                                for (long long l144 = 0; l144 < 128; l144++) {
                                     for (long long l145 = 0; l145 < 128; l145++) {
-                                        (arena + 156428)[l142 * 8192 + l143 * 8192 + l144 * 128 + l145] = (arena + 198222)[l142 * 8192 + l143 * 8192 + l144 * 128 + l145];
+                                        (arena + 173292)[l142 * 16384 + l143 * 16384 + l144 * 128 + l145] = (arena + 248686)[l142 * 16384 + l143 * 16384 + l144 * 128 + l145];
                                     }
                                 }
                             }
                         }
                         for (long long l146 = 0; l146 < 1; l146++) {
                             for (long long l147 = 0; l147 < 1; l147++) {
-                                for (long long l148 = 0; l148 < 64; l148++) {
+                                for (long long l148 = 0; l148 < 128; l148++) {
                                     for (long long l149 = 0; l149 < 128; l149++) {
-                                        (arena + 164684)[l146 * 8192 + l147 * 8192 + l148 * 128 + l149] = ((arena + 156428)[l146 * 8192 + l147 * 8192 + l148 * 128 + l149] / (arena + 90632)[l146 * 64 + l147 * 64 + l148]);
+                                        (arena + 189804)[l146 * 16384 + l147 * 16384 + l148 * 128 + l149] = ((arena + 173292)[l146 * 16384 + l147 * 16384 + l148 * 128 + l149] / (arena + 99144)[l146 * 128 + l147 * 128 + l148]);
                                     }
                                 }
                             }
                         }
                         for (long long l150 = 0; l150 < 1; l150++) {
                             for (long long l151 = 0; l151 < 1; l151++) {
-                                for (long long l152 = 0; l152 < 64; l152++) {
+                                for (long long l152 = 0; l152 < 128; l152++) {
                                     for (long long l153 = 0; l153 < 128; l153++) {
-                                        if (o1 + l150 < s0 && o2 + l151 < s1 && o3 + l152 < s2 && o4 + l153 < s4) out[(o1 + l150) * args->output_strides[0] + (o2 + l151) * args->output_strides[1] + (o3 + l152) * args->output_strides[2] + (o4 + l153) * args->output_strides[3]] = dt_store_bf16((arena + 164684)[l150 * 8192 + l151 * 8192 + l152 * 128 + l153]);
+                                        if (o1 + l150 < s0 && o2 + l151 < s1 && o3 + l152 < s2 && o4 + l153 < s4) out[(o1 + l150) * args->output_strides[0] + (o2 + l151) * args->output_strides[1] + (o3 + l152) * args->output_strides[2] + (o4 + l153) * args->output_strides[3]] = dt_store_bf16((arena + 189804)[l150 * 16384 + l151 * 16384 + l152 * 128 + l153]);
                                     }
                                 }
                             }

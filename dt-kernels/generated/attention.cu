@@ -4255,8 +4255,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
     }
 }
 
-/* kernel attention_128 for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 87040 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+/* kernel attention_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 87040 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4275,7 +4275,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -4286,7 +4286,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
@@ -4317,8 +4317,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_128.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_128.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:128) attention_128.tensorize(e:0) */
                 for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
@@ -4339,21 +4339,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
-                        int rd16 = 0, wr17 = 1;
+                        int rd16 = 0, wr17 = 2;
                         /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l21 = (int)((unsigned)e / 16u % 64u);
+                                    const int l19 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l20 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l21 = (int)((unsigned)e / 16u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -4368,28 +4368,28 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
                                 }
                             }
                         }
-                        for (int st = 0; st < 1; st++) {
-                            const long long o15 = (long long)st * 64;
+                        for (int st = 0; st < 2; st++) {
+                            const long long o15 = (long long)st * 32;
                             if (o15 < s3) {
                                 /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l26 = (int)((unsigned)e / 16u % 64u);
+                                            const int l24 = (int)((unsigned)e / 512u % 1u);
+                                            const int l25 = (int)((unsigned)e / 512u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 32u);
                                             const int l27 = (int)((unsigned)e / 1u % 16u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4399,21 +4399,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
                                 {
                                     const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l31 = (int)((unsigned)e / 16u % 64u);
+                                            const int l29 = (int)((unsigned)e / 512u % 1u);
+                                            const int l30 = (int)((unsigned)e / 512u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 32u);
                                             const int l32 = (int)((unsigned)e / 1u % 16u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4422,9 +4422,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
                             }
                             dt_cp_async_commit();
                         }
-                        for (long long o15 = 0; o15 < s3; o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
-                            dt_cp_async_wait<0>();
+                        for (long long o15 = 0; o15 < s3; o15 += 32) {
+                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<1>();
                             __syncthreads();
                             const long long o33 = o15 + 64;
                             if (o33 < s3) {
@@ -4432,21 +4432,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
                                 {
                                     const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l37 = (int)((unsigned)e / 16u % 64u);
+                                            const int l35 = (int)((unsigned)e / 512u % 1u);
+                                            const int l36 = (int)((unsigned)e / 512u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 32u);
                                             const int l38 = (int)((unsigned)e / 1u % 16u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4456,21 +4456,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
                                 {
                                     const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l42 = (int)((unsigned)e / 16u % 64u);
+                                            const int l40 = (int)((unsigned)e / 512u % 1u);
+                                            const int l41 = (int)((unsigned)e / 512u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 32u);
                                             const int l43 = (int)((unsigned)e / 1u % 16u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4479,47 +4479,47 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
                             }
                             dt_cp_async_commit();
                             /* rdot accumulator */
-                            float acc1[32];
+                            float acc1[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v0: loaded by the tensor-core dot that reads it */
                             /* v1: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:128 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
                                 const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4352 + rd16 * 4352)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 128; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[1][4], fb[4][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v2: accumulated by the tensor-core dot above */
-                            float v3[32];
+                            float v3[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v3[r] = acc1[r];
                             }
-                            float v6[32];
+                            float v6[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v6[r] = (v3[r] * v5[0]);
                             }
-                            float v7[32];
+                            float v7[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l59 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
                             }
                             float v8[2];
@@ -4529,7 +4529,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -4586,20 +4586,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
                             for (int r = 0; r < 2; r++) {
                                 acc3[r] = v48[r];
                             }
-                            float v18[32];
+                            float v18[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            for (int r = 0; r < 16; r++) {
+                                v18[r] = (v6[r] - v44[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v19[32];
+                            float v19[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v19[r] = dt_fast_exp(v18[r]);
                             }
-                            float v20[32];
+                            float v20[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l101 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
                             }
                             float v21[2];
@@ -4609,7 +4609,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -4637,16 +4637,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
                                 acc6[r] = v50[r];
                             }
                             /* v34: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 13056 + rd16 * 4352)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                                 #pragma unroll
-                                for (int kk = 0; kk < 64; kk += 16) {
+                                for (int kk = 0; kk < 32; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
-                                        const int f = (i * 8 + kk / 8) * 4;
+                                        const int f = (i * 4 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
                                         fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
                                         fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
@@ -4662,8 +4662,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
                                 }
                             }
                             /* acc6 += v35: accumulated by the tensor-core dot above */
-                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
                         dt_cp_async_wait<0>();
                         __syncthreads();
@@ -4697,8 +4697,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16(DT_GRID_C
     }
 }
 
-/* kernel attention_128 for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 87040 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+/* kernel attention_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 87040 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -4717,7 +4717,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -4728,7 +4728,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
@@ -4759,8 +4759,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_128.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_128.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:128) attention_128.tensorize(e:0) */
                 for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
@@ -4781,21 +4781,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
-                        int rd16 = 0, wr17 = 1;
+                        int rd16 = 0, wr17 = 2;
                         /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l21 = (int)((unsigned)e / 16u % 64u);
+                                    const int l19 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l20 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l21 = (int)((unsigned)e / 16u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -4810,28 +4810,28 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
                                 }
                             }
                         }
-                        for (int st = 0; st < 1; st++) {
-                            const long long o15 = (long long)st * 64;
+                        for (int st = 0; st < 2; st++) {
+                            const long long o15 = (long long)st * 32;
                             if (o15 < s3) {
                                 /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l26 = (int)((unsigned)e / 16u % 64u);
+                                            const int l24 = (int)((unsigned)e / 512u % 1u);
+                                            const int l25 = (int)((unsigned)e / 512u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 32u);
                                             const int l27 = (int)((unsigned)e / 1u % 16u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4841,21 +4841,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
                                 {
                                     const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l31 = (int)((unsigned)e / 16u % 64u);
+                                            const int l29 = (int)((unsigned)e / 512u % 1u);
+                                            const int l30 = (int)((unsigned)e / 512u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 32u);
                                             const int l32 = (int)((unsigned)e / 1u % 16u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4864,9 +4864,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
                             }
                             dt_cp_async_commit();
                         }
-                        for (long long o15 = 0; o15 < s3; o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
-                            dt_cp_async_wait<0>();
+                        for (long long o15 = 0; o15 < s3; o15 += 32) {
+                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<1>();
                             __syncthreads();
                             const long long o33 = o15 + 64;
                             if (o33 < s3) {
@@ -4874,21 +4874,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
                                 {
                                     const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l37 = (int)((unsigned)e / 16u % 64u);
+                                            const int l35 = (int)((unsigned)e / 512u % 1u);
+                                            const int l36 = (int)((unsigned)e / 512u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 32u);
                                             const int l38 = (int)((unsigned)e / 1u % 16u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4898,21 +4898,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
                                 {
                                     const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l42 = (int)((unsigned)e / 16u % 64u);
+                                            const int l40 = (int)((unsigned)e / 512u % 1u);
+                                            const int l41 = (int)((unsigned)e / 512u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 32u);
                                             const int l43 = (int)((unsigned)e / 1u % 16u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4921,47 +4921,47 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
                             }
                             dt_cp_async_commit();
                             /* rdot accumulator */
-                            float acc1[32];
+                            float acc1[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v0: loaded by the tensor-core dot that reads it */
                             /* v1: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:128 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
                                 const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4352 + rd16 * 4352)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 128; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[1][4], fb[4][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v2: accumulated by the tensor-core dot above */
-                            float v3[32];
+                            float v3[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v3[r] = acc1[r];
                             }
-                            float v6[32];
+                            float v6[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v6[r] = (v3[r] * v5[0]);
                             }
-                            float v7[32];
+                            float v7[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l59 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
                             }
                             float v8[2];
@@ -4971,7 +4971,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -5028,20 +5028,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
                             for (int r = 0; r < 2; r++) {
                                 acc3[r] = v48[r];
                             }
-                            float v18[32];
+                            float v18[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            for (int r = 0; r < 16; r++) {
+                                v18[r] = (v6[r] - v44[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v19[32];
+                            float v19[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v19[r] = dt_fast_exp(v18[r]);
                             }
-                            float v20[32];
+                            float v20[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l101 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
                             }
                             float v21[2];
@@ -5051,7 +5051,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -5079,16 +5079,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
                                 acc6[r] = v50[r];
                             }
                             /* v34: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 13056 + rd16 * 4352)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                                 #pragma unroll
-                                for (int kk = 0; kk < 64; kk += 16) {
+                                for (int kk = 0; kk < 32; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
-                                        const int f = (i * 8 + kk / 8) * 4;
+                                        const int f = (i * 4 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
                                         fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
                                         fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
@@ -5104,8 +5104,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
                                 }
                             }
                             /* acc6 += v35: accumulated by the tensor-core dot above */
-                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
                         dt_cp_async_wait<0>();
                         __syncthreads();
@@ -5139,8 +5139,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_f16_whole(DT_
     }
 }
 
-/* kernel attention_128 for bf16: grid block(b:1, h:1, i:64, e:128); 128 threads, 87040 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+/* kernel attention_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 87040 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -5159,7 +5159,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -5170,7 +5170,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
@@ -5201,8 +5201,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_128.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_128.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:128) attention_128.tensorize(e:0) */
                 for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
@@ -5223,21 +5223,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
-                        int rd16 = 0, wr17 = 1;
+                        int rd16 = 0, wr17 = 2;
                         /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l21 = (int)((unsigned)e / 16u % 64u);
+                                    const int l19 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l20 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l21 = (int)((unsigned)e / 16u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -5252,28 +5252,28 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
                                 }
                             }
                         }
-                        for (int st = 0; st < 1; st++) {
-                            const long long o15 = (long long)st * 64;
+                        for (int st = 0; st < 2; st++) {
+                            const long long o15 = (long long)st * 32;
                             if (o15 < s3) {
                                 /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l26 = (int)((unsigned)e / 16u % 64u);
+                                            const int l24 = (int)((unsigned)e / 512u % 1u);
+                                            const int l25 = (int)((unsigned)e / 512u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 32u);
                                             const int l27 = (int)((unsigned)e / 1u % 16u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -5283,21 +5283,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
                                 {
                                     const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l31 = (int)((unsigned)e / 16u % 64u);
+                                            const int l29 = (int)((unsigned)e / 512u % 1u);
+                                            const int l30 = (int)((unsigned)e / 512u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 32u);
                                             const int l32 = (int)((unsigned)e / 1u % 16u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -5306,9 +5306,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
                             }
                             dt_cp_async_commit();
                         }
-                        for (long long o15 = 0; o15 < s3; o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
-                            dt_cp_async_wait<0>();
+                        for (long long o15 = 0; o15 < s3; o15 += 32) {
+                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<1>();
                             __syncthreads();
                             const long long o33 = o15 + 64;
                             if (o33 < s3) {
@@ -5316,21 +5316,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
                                 {
                                     const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l37 = (int)((unsigned)e / 16u % 64u);
+                                            const int l35 = (int)((unsigned)e / 512u % 1u);
+                                            const int l36 = (int)((unsigned)e / 512u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 32u);
                                             const int l38 = (int)((unsigned)e / 1u % 16u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -5340,21 +5340,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
                                 {
                                     const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l42 = (int)((unsigned)e / 16u % 64u);
+                                            const int l40 = (int)((unsigned)e / 512u % 1u);
+                                            const int l41 = (int)((unsigned)e / 512u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 32u);
                                             const int l43 = (int)((unsigned)e / 1u % 16u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -5363,47 +5363,47 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
                             }
                             dt_cp_async_commit();
                             /* rdot accumulator */
-                            float acc1[32];
+                            float acc1[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v0: loaded by the tensor-core dot that reads it */
                             /* v1: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:128 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
                                 const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4352 + rd16 * 4352)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 128; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[1][4], fb[4][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v2: accumulated by the tensor-core dot above */
-                            float v3[32];
+                            float v3[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v3[r] = acc1[r];
                             }
-                            float v6[32];
+                            float v6[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v6[r] = (v3[r] * v5[0]);
                             }
-                            float v7[32];
+                            float v7[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l59 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
                             }
                             float v8[2];
@@ -5413,7 +5413,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -5470,20 +5470,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
                             for (int r = 0; r < 2; r++) {
                                 acc3[r] = v48[r];
                             }
-                            float v18[32];
+                            float v18[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            for (int r = 0; r < 16; r++) {
+                                v18[r] = (v6[r] - v44[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v19[32];
+                            float v19[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v19[r] = dt_fast_exp(v18[r]);
                             }
-                            float v20[32];
+                            float v20[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l101 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
                             }
                             float v21[2];
@@ -5493,7 +5493,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -5521,16 +5521,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
                                 acc6[r] = v50[r];
                             }
                             /* v34: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 13056 + rd16 * 4352)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                                 #pragma unroll
-                                for (int kk = 0; kk < 64; kk += 16) {
+                                for (int kk = 0; kk < 32; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
-                                        const int f = (i * 8 + kk / 8) * 4;
+                                        const int f = (i * 4 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
                                         fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
                                         fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
@@ -5546,8 +5546,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
                                 }
                             }
                             /* acc6 += v35: accumulated by the tensor-core dot above */
-                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
                         dt_cp_async_wait<0>();
                         __syncthreads();
@@ -5581,8 +5581,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16(DT_GRID_
     }
 }
 
-/* kernel attention_128 for bf16: grid block(b:1, h:1, i:64, e:128); 128 threads, 87040 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+/* kernel attention_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 87040 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -5601,7 +5601,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -5612,7 +5612,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
@@ -5643,8 +5643,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_128.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_128.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:128) attention_128.tensorize(e:0) */
                 for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
@@ -5665,21 +5665,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
-                        int rd16 = 0, wr17 = 1;
+                        int rd16 = 0, wr17 = 2;
                         /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l21 = (int)((unsigned)e / 16u % 64u);
+                                    const int l19 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l20 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l21 = (int)((unsigned)e / 16u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -5694,28 +5694,28 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
                                 }
                             }
                         }
-                        for (int st = 0; st < 1; st++) {
-                            const long long o15 = (long long)st * 64;
+                        for (int st = 0; st < 2; st++) {
+                            const long long o15 = (long long)st * 32;
                             if (o15 < s3) {
                                 /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l26 = (int)((unsigned)e / 16u % 64u);
+                                            const int l24 = (int)((unsigned)e / 512u % 1u);
+                                            const int l25 = (int)((unsigned)e / 512u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 32u);
                                             const int l27 = (int)((unsigned)e / 1u % 16u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -5725,21 +5725,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
                                 {
                                     const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l31 = (int)((unsigned)e / 16u % 64u);
+                                            const int l29 = (int)((unsigned)e / 512u % 1u);
+                                            const int l30 = (int)((unsigned)e / 512u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 32u);
                                             const int l32 = (int)((unsigned)e / 1u % 16u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -5748,9 +5748,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
                             }
                             dt_cp_async_commit();
                         }
-                        for (long long o15 = 0; o15 < s3; o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
-                            dt_cp_async_wait<0>();
+                        for (long long o15 = 0; o15 < s3; o15 += 32) {
+                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<1>();
                             __syncthreads();
                             const long long o33 = o15 + 64;
                             if (o33 < s3) {
@@ -5758,21 +5758,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
                                 {
                                     const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l37 = (int)((unsigned)e / 16u % 64u);
+                                            const int l35 = (int)((unsigned)e / 512u % 1u);
+                                            const int l36 = (int)((unsigned)e / 512u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 32u);
                                             const int l38 = (int)((unsigned)e / 1u % 16u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -5782,21 +5782,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
                                 {
                                     const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l42 = (int)((unsigned)e / 16u % 64u);
+                                            const int l40 = (int)((unsigned)e / 512u % 1u);
+                                            const int l41 = (int)((unsigned)e / 512u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 32u);
                                             const int l43 = (int)((unsigned)e / 1u % 16u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -5805,47 +5805,47 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
                             }
                             dt_cp_async_commit();
                             /* rdot accumulator */
-                            float acc1[32];
+                            float acc1[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v0: loaded by the tensor-core dot that reads it */
                             /* v1: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:128 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
                                 const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4352 + rd16 * 4352)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 128; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[1][4], fb[4][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v2: accumulated by the tensor-core dot above */
-                            float v3[32];
+                            float v3[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v3[r] = acc1[r];
                             }
-                            float v6[32];
+                            float v6[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v6[r] = (v3[r] * v5[0]);
                             }
-                            float v7[32];
+                            float v7[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l59 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
                             }
                             float v8[2];
@@ -5855,7 +5855,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -5912,20 +5912,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
                             for (int r = 0; r < 2; r++) {
                                 acc3[r] = v48[r];
                             }
-                            float v18[32];
+                            float v18[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            for (int r = 0; r < 16; r++) {
+                                v18[r] = (v6[r] - v44[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v19[32];
+                            float v19[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v19[r] = dt_fast_exp(v18[r]);
                             }
-                            float v20[32];
+                            float v20[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l101 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
                             }
                             float v21[2];
@@ -5935,7 +5935,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -5963,16 +5963,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
                                 acc6[r] = v50[r];
                             }
                             /* v34: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 13056 + rd16 * 4352)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                                 #pragma unroll
-                                for (int kk = 0; kk < 64; kk += 16) {
+                                for (int kk = 0; kk < 32; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
-                                        const int f = (i * 8 + kk / 8) * 4;
+                                        const int f = (i * 4 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
                                         fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
                                         fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
@@ -5988,8 +5988,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
                                 }
                             }
                             /* acc6 += v35: accumulated by the tensor-core dot above */
-                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
                         dt_cp_async_wait<0>();
                         __syncthreads();
@@ -6023,8 +6023,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_128_bf16_whole(DT
     }
 }
 
-/* kernel attention_causal_128 for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 87040 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+/* kernel attention_causal_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 87040 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6043,7 +6043,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -6054,7 +6054,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
@@ -6097,8 +6097,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_causal_128.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_causal_128.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:128) attention_causal_128.tensorize(e:0) */
                 for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
@@ -6119,21 +6119,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_128.tensorize(j:64) num_stages(2) + rsum attention_causal_128.tensorize(j:64) num_stages(2) + rdot attention_causal_128.tensorize(j:64) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* rmax attention_causal_128.tensorize(j:32) num_stages(3) + rsum attention_causal_128.tensorize(j:32) num_stages(3) + rdot attention_causal_128.tensorize(j:32) num_stages(3), online */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
-                        int rd16 = 0, wr17 = 1;
+                        int rd16 = 0, wr17 = 2;
                         /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l21 = (int)((unsigned)e / 16u % 64u);
+                                    const int l19 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l20 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l21 = (int)((unsigned)e / 16u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -6148,28 +6148,28 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT
                                 }
                             }
                         }
-                        for (int st = 0; st < 1; st++) {
-                            const long long o15 = (long long)st * 64;
-                            if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
+                        for (int st = 0; st < 2; st++) {
+                            const long long o15 = (long long)st * 32;
+                            if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                 /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l26 = (int)((unsigned)e / 16u % 64u);
+                                            const int l24 = (int)((unsigned)e / 512u % 1u);
+                                            const int l25 = (int)((unsigned)e / 512u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 32u);
                                             const int l27 = (int)((unsigned)e / 1u % 16u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -6179,21 +6179,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT
                                 {
                                     const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l31 = (int)((unsigned)e / 16u % 64u);
+                                            const int l29 = (int)((unsigned)e / 512u % 1u);
+                                            const int l30 = (int)((unsigned)e / 512u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 32u);
                                             const int l32 = (int)((unsigned)e / 1u % 16u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -6202,31 +6202,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT
                             }
                             dt_cp_async_commit();
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
-                            dt_cp_async_wait<0>();
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 32) {
+                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<1>();
                             __syncthreads();
                             const long long o33 = o15 + 64;
-                            if (o33 < dt_min_ll(s3, b2 * 64 + 64)) {
+                            if (o33 < dt_min_ll(s3, b2 * 128 + 128)) {
                                 /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l37 = (int)((unsigned)e / 16u % 64u);
+                                            const int l35 = (int)((unsigned)e / 512u % 1u);
+                                            const int l36 = (int)((unsigned)e / 512u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 32u);
                                             const int l38 = (int)((unsigned)e / 1u % 16u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -6236,21 +6236,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT
                                 {
                                     const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l42 = (int)((unsigned)e / 16u % 64u);
+                                            const int l40 = (int)((unsigned)e / 512u % 1u);
+                                            const int l41 = (int)((unsigned)e / 512u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 32u);
                                             const int l43 = (int)((unsigned)e / 1u % 16u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -6260,60 +6260,60 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT
                             dt_cp_async_commit();
                             /* v0: the index along j, computed where it is read */
                             /* v1: the index along i, computed where it is read */
-                            float v2[32];
+                            float v2[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                const int l45 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                const int l45 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v2[r] = (((float)(o15 + l45)) <= ((float)(o3 + l44)) ? 1.0f : 0.0f);
                             }
                             /* rdot accumulator */
-                            float acc1[32];
+                            float acc1[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v3: loaded by the tensor-core dot that reads it */
                             /* v4: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:128 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
                                 const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4352 + rd16 * 4352)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 128; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[1][4], fb[4][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v5: accumulated by the tensor-core dot above */
-                            float v6[32];
+                            float v6[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v6[r] = acc1[r];
                             }
-                            float v9[32];
+                            float v9[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v9[r] = (v6[r] * v8[0]);
                             }
-                            float v12[32];
+                            float v12[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                             }
-                            float v13[32];
+                            float v13[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l65 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l65 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v13[r] = ((unsigned)(o15 + l65) < (unsigned)s3) ? v12[r] : (-INFINITY);
                             }
                             float v14[2];
@@ -6323,7 +6323,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -6380,20 +6380,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT
                             for (int r = 0; r < 2; r++) {
                                 acc3[r] = v66[r];
                             }
-                            float v30[32];
+                            float v30[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            for (int r = 0; r < 16; r++) {
+                                v30[r] = (v12[r] - v62[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v31[32];
+                            float v31[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v31[r] = dt_fast_exp(v30[r]);
                             }
-                            float v32[32];
+                            float v32[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l107 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l107 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v32[r] = ((unsigned)(o15 + l107) < (unsigned)s3) ? v31[r] : 0e0f;
                             }
                             float v33[2];
@@ -6403,7 +6403,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -6431,16 +6431,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT
                                 acc6[r] = v68[r];
                             }
                             /* v52: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 13056 + rd16 * 4352)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                                 #pragma unroll
-                                for (int kk = 0; kk < 64; kk += 16) {
+                                for (int kk = 0; kk < 32; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
-                                        const int f = (i * 8 + kk / 8) * 4;
+                                        const int f = (i * 4 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                         fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                         fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -6456,8 +6456,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT
                                 }
                             }
                             /* acc6 += v53: accumulated by the tensor-core dot above */
-                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
                         dt_cp_async_wait<0>();
                         __syncthreads();
@@ -6491,8 +6491,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16(DT
     }
 }
 
-/* kernel attention_causal_128 for f16: grid block(b:1, h:1, i:64, e:128); 128 threads, 87040 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+/* kernel attention_causal_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 87040 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6511,7 +6511,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_wh
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -6522,7 +6522,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_wh
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
@@ -6565,8 +6565,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_wh
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_causal_128.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_causal_128.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:128) attention_causal_128.tensorize(e:0) */
                 for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
@@ -6587,21 +6587,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_wh
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_128.tensorize(j:64) num_stages(2) + rsum attention_causal_128.tensorize(j:64) num_stages(2) + rdot attention_causal_128.tensorize(j:64) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* rmax attention_causal_128.tensorize(j:32) num_stages(3) + rsum attention_causal_128.tensorize(j:32) num_stages(3) + rdot attention_causal_128.tensorize(j:32) num_stages(3), online */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
-                        int rd16 = 0, wr17 = 1;
+                        int rd16 = 0, wr17 = 2;
                         /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l21 = (int)((unsigned)e / 16u % 64u);
+                                    const int l19 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l20 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l21 = (int)((unsigned)e / 16u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -6616,28 +6616,28 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_wh
                                 }
                             }
                         }
-                        for (int st = 0; st < 1; st++) {
-                            const long long o15 = (long long)st * 64;
-                            if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
+                        for (int st = 0; st < 2; st++) {
+                            const long long o15 = (long long)st * 32;
+                            if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                 /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l26 = (int)((unsigned)e / 16u % 64u);
+                                            const int l24 = (int)((unsigned)e / 512u % 1u);
+                                            const int l25 = (int)((unsigned)e / 512u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 32u);
                                             const int l27 = (int)((unsigned)e / 1u % 16u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -6647,21 +6647,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_wh
                                 {
                                     const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l31 = (int)((unsigned)e / 16u % 64u);
+                                            const int l29 = (int)((unsigned)e / 512u % 1u);
+                                            const int l30 = (int)((unsigned)e / 512u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 32u);
                                             const int l32 = (int)((unsigned)e / 1u % 16u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -6670,31 +6670,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_wh
                             }
                             dt_cp_async_commit();
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
-                            dt_cp_async_wait<0>();
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 32) {
+                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<1>();
                             __syncthreads();
                             const long long o33 = o15 + 64;
-                            if (o33 < dt_min_ll(s3, b2 * 64 + 64)) {
+                            if (o33 < dt_min_ll(s3, b2 * 128 + 128)) {
                                 /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l37 = (int)((unsigned)e / 16u % 64u);
+                                            const int l35 = (int)((unsigned)e / 512u % 1u);
+                                            const int l36 = (int)((unsigned)e / 512u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 32u);
                                             const int l38 = (int)((unsigned)e / 1u % 16u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -6704,21 +6704,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_wh
                                 {
                                     const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l42 = (int)((unsigned)e / 16u % 64u);
+                                            const int l40 = (int)((unsigned)e / 512u % 1u);
+                                            const int l41 = (int)((unsigned)e / 512u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 32u);
                                             const int l43 = (int)((unsigned)e / 1u % 16u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -6728,60 +6728,60 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_wh
                             dt_cp_async_commit();
                             /* v0: the index along j, computed where it is read */
                             /* v1: the index along i, computed where it is read */
-                            float v2[32];
+                            float v2[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                const int l45 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                const int l45 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v2[r] = (((float)(o15 + l45)) <= ((float)(o3 + l44)) ? 1.0f : 0.0f);
                             }
                             /* rdot accumulator */
-                            float acc1[32];
+                            float acc1[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v3: loaded by the tensor-core dot that reads it */
                             /* v4: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:128 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
                                 const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4352 + rd16 * 4352)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 128; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[1][4], fb[4][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v5: accumulated by the tensor-core dot above */
-                            float v6[32];
+                            float v6[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v6[r] = acc1[r];
                             }
-                            float v9[32];
+                            float v9[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v9[r] = (v6[r] * v8[0]);
                             }
-                            float v12[32];
+                            float v12[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                             }
-                            float v13[32];
+                            float v13[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l65 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l65 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v13[r] = ((unsigned)(o15 + l65) < (unsigned)s3) ? v12[r] : (-INFINITY);
                             }
                             float v14[2];
@@ -6791,7 +6791,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_wh
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -6848,20 +6848,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_wh
                             for (int r = 0; r < 2; r++) {
                                 acc3[r] = v66[r];
                             }
-                            float v30[32];
+                            float v30[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            for (int r = 0; r < 16; r++) {
+                                v30[r] = (v12[r] - v62[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v31[32];
+                            float v31[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v31[r] = dt_fast_exp(v30[r]);
                             }
-                            float v32[32];
+                            float v32[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l107 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l107 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v32[r] = ((unsigned)(o15 + l107) < (unsigned)s3) ? v31[r] : 0e0f;
                             }
                             float v33[2];
@@ -6871,7 +6871,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_wh
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -6899,16 +6899,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_wh
                                 acc6[r] = v68[r];
                             }
                             /* v52: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 13056 + rd16 * 4352)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                                 #pragma unroll
-                                for (int kk = 0; kk < 64; kk += 16) {
+                                for (int kk = 0; kk < 32; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
-                                        const int f = (i * 8 + kk / 8) * 4;
+                                        const int f = (i * 4 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                         fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                         fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -6924,8 +6924,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_wh
                                 }
                             }
                             /* acc6 += v53: accumulated by the tensor-core dot above */
-                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
                         dt_cp_async_wait<0>();
                         __syncthreads();
@@ -6959,8 +6959,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_f16_wh
     }
 }
 
-/* kernel attention_causal_128 for bf16: grid block(b:1, h:1, i:64, e:128); 128 threads, 87040 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+/* kernel attention_causal_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 87040 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -6979,7 +6979,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(D
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -6990,7 +6990,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(D
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
@@ -7033,8 +7033,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(D
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_causal_128.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_causal_128.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:128) attention_causal_128.tensorize(e:0) */
                 for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
@@ -7055,21 +7055,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(D
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_128.tensorize(j:64) num_stages(2) + rsum attention_causal_128.tensorize(j:64) num_stages(2) + rdot attention_causal_128.tensorize(j:64) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* rmax attention_causal_128.tensorize(j:32) num_stages(3) + rsum attention_causal_128.tensorize(j:32) num_stages(3) + rdot attention_causal_128.tensorize(j:32) num_stages(3), online */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
-                        int rd16 = 0, wr17 = 1;
+                        int rd16 = 0, wr17 = 2;
                         /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l21 = (int)((unsigned)e / 16u % 64u);
+                                    const int l19 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l20 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l21 = (int)((unsigned)e / 16u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -7084,28 +7084,28 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(D
                                 }
                             }
                         }
-                        for (int st = 0; st < 1; st++) {
-                            const long long o15 = (long long)st * 64;
-                            if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
+                        for (int st = 0; st < 2; st++) {
+                            const long long o15 = (long long)st * 32;
+                            if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                 /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l26 = (int)((unsigned)e / 16u % 64u);
+                                            const int l24 = (int)((unsigned)e / 512u % 1u);
+                                            const int l25 = (int)((unsigned)e / 512u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 32u);
                                             const int l27 = (int)((unsigned)e / 1u % 16u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -7115,21 +7115,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(D
                                 {
                                     const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l31 = (int)((unsigned)e / 16u % 64u);
+                                            const int l29 = (int)((unsigned)e / 512u % 1u);
+                                            const int l30 = (int)((unsigned)e / 512u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 32u);
                                             const int l32 = (int)((unsigned)e / 1u % 16u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -7138,31 +7138,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(D
                             }
                             dt_cp_async_commit();
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
-                            dt_cp_async_wait<0>();
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 32) {
+                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<1>();
                             __syncthreads();
                             const long long o33 = o15 + 64;
-                            if (o33 < dt_min_ll(s3, b2 * 64 + 64)) {
+                            if (o33 < dt_min_ll(s3, b2 * 128 + 128)) {
                                 /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l37 = (int)((unsigned)e / 16u % 64u);
+                                            const int l35 = (int)((unsigned)e / 512u % 1u);
+                                            const int l36 = (int)((unsigned)e / 512u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 32u);
                                             const int l38 = (int)((unsigned)e / 1u % 16u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -7172,21 +7172,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(D
                                 {
                                     const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l42 = (int)((unsigned)e / 16u % 64u);
+                                            const int l40 = (int)((unsigned)e / 512u % 1u);
+                                            const int l41 = (int)((unsigned)e / 512u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 32u);
                                             const int l43 = (int)((unsigned)e / 1u % 16u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -7196,60 +7196,60 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(D
                             dt_cp_async_commit();
                             /* v0: the index along j, computed where it is read */
                             /* v1: the index along i, computed where it is read */
-                            float v2[32];
+                            float v2[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                const int l45 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                const int l45 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v2[r] = (((float)(o15 + l45)) <= ((float)(o3 + l44)) ? 1.0f : 0.0f);
                             }
                             /* rdot accumulator */
-                            float acc1[32];
+                            float acc1[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v3: loaded by the tensor-core dot that reads it */
                             /* v4: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:128 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
                                 const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4352 + rd16 * 4352)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 128; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[1][4], fb[4][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v5: accumulated by the tensor-core dot above */
-                            float v6[32];
+                            float v6[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v6[r] = acc1[r];
                             }
-                            float v9[32];
+                            float v9[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v9[r] = (v6[r] * v8[0]);
                             }
-                            float v12[32];
+                            float v12[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                             }
-                            float v13[32];
+                            float v13[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l65 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l65 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v13[r] = ((unsigned)(o15 + l65) < (unsigned)s3) ? v12[r] : (-INFINITY);
                             }
                             float v14[2];
@@ -7259,7 +7259,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(D
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -7316,20 +7316,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(D
                             for (int r = 0; r < 2; r++) {
                                 acc3[r] = v66[r];
                             }
-                            float v30[32];
+                            float v30[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            for (int r = 0; r < 16; r++) {
+                                v30[r] = (v12[r] - v62[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v31[32];
+                            float v31[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v31[r] = dt_fast_exp(v30[r]);
                             }
-                            float v32[32];
+                            float v32[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l107 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l107 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v32[r] = ((unsigned)(o15 + l107) < (unsigned)s3) ? v31[r] : 0e0f;
                             }
                             float v33[2];
@@ -7339,7 +7339,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(D
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -7367,16 +7367,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(D
                                 acc6[r] = v68[r];
                             }
                             /* v52: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 13056 + rd16 * 4352)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                                 #pragma unroll
-                                for (int kk = 0; kk < 64; kk += 16) {
+                                for (int kk = 0; kk < 32; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
-                                        const int f = (i * 8 + kk / 8) * 4;
+                                        const int f = (i * 4 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                         fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                         fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -7392,8 +7392,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(D
                                 }
                             }
                             /* acc6 += v53: accumulated by the tensor-core dot above */
-                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
                         dt_cp_async_wait<0>();
                         __syncthreads();
@@ -7427,8 +7427,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16(D
     }
 }
 
-/* kernel attention_causal_128 for bf16: grid block(b:1, h:1, i:64, e:128); 128 threads, 87040 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+/* kernel attention_causal_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 87040 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -7447,7 +7447,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_w
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -7458,7 +7458,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_w
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
@@ -7501,8 +7501,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_w
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_causal_128.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_causal_128.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:128) attention_causal_128.tensorize(e:0) */
                 for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
@@ -7523,21 +7523,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_w
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_128.tensorize(j:64) num_stages(2) + rsum attention_causal_128.tensorize(j:64) num_stages(2) + rdot attention_causal_128.tensorize(j:64) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* rmax attention_causal_128.tensorize(j:32) num_stages(3) + rsum attention_causal_128.tensorize(j:32) num_stages(3) + rdot attention_causal_128.tensorize(j:32) num_stages(3), online */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
                     {
                         __syncthreads();
-                        int rd16 = 0, wr17 = 1;
+                        int rd16 = 0, wr17 = 2;
                         /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l20 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l21 = (int)((unsigned)e / 16u % 64u);
+                                    const int l19 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l20 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l21 = (int)((unsigned)e / 16u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
                                         dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -7552,28 +7552,28 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_w
                                 }
                             }
                         }
-                        for (int st = 0; st < 1; st++) {
-                            const long long o15 = (long long)st * 64;
-                            if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
+                        for (int st = 0; st < 2; st++) {
+                            const long long o15 = (long long)st * 32;
+                            if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                 /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l26 = (int)((unsigned)e / 16u % 64u);
+                                            const int l24 = (int)((unsigned)e / 512u % 1u);
+                                            const int l25 = (int)((unsigned)e / 512u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 32u);
                                             const int l27 = (int)((unsigned)e / 1u % 16u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 4352 + st * 4352))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -7583,21 +7583,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_w
                                 {
                                     const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l31 = (int)((unsigned)e / 16u % 64u);
+                                            const int l29 = (int)((unsigned)e / 512u % 1u);
+                                            const int l30 = (int)((unsigned)e / 512u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 32u);
                                             const int l32 = (int)((unsigned)e / 1u % 16u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 13056 + st * 4352))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -7606,31 +7606,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_w
                             }
                             dt_cp_async_commit();
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
-                            dt_cp_async_wait<0>();
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 32) {
+                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<1>();
                             __syncthreads();
                             const long long o33 = o15 + 64;
-                            if (o33 < dt_min_ll(s3, b2 * 64 + 64)) {
+                            if (o33 < dt_min_ll(s3, b2 * 128 + 128)) {
                                 /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l37 = (int)((unsigned)e / 16u % 64u);
+                                            const int l35 = (int)((unsigned)e / 512u % 1u);
+                                            const int l36 = (int)((unsigned)e / 512u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 32u);
                                             const int l38 = (int)((unsigned)e / 1u % 16u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 4352 + wr17 * 4352))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -7640,21 +7640,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_w
                                 {
                                     const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 8; r++) {
-                                        const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                    for (int r = 0; r < 2; r++) {
+                                        const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
-                                            const int l42 = (int)((unsigned)e / 16u % 64u);
+                                            const int l40 = (int)((unsigned)e / 512u % 1u);
+                                            const int l41 = (int)((unsigned)e / 512u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 32u);
                                             const int l43 = (int)((unsigned)e / 1u % 16u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 13056 + wr17 * 4352))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -7664,60 +7664,60 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_w
                             dt_cp_async_commit();
                             /* v0: the index along j, computed where it is read */
                             /* v1: the index along i, computed where it is read */
-                            float v2[32];
+                            float v2[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                const int l45 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l44 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                const int l45 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v2[r] = (((float)(o15 + l45)) <= ((float)(o3 + l44)) ? 1.0f : 0.0f);
                             }
                             /* rdot accumulator */
-                            float acc1[32];
+                            float acc1[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v3: loaded by the tensor-core dot that reads it */
                             /* v4: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, j:64] over d:128 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
                                 const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4352 + rd16 * 4352)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 128; kk += 16) {
-                                    unsigned fa[1][4], fb[8][2];
+                                    unsigned fa[1][4], fb[4][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v5: accumulated by the tensor-core dot above */
-                            float v6[32];
+                            float v6[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v6[r] = acc1[r];
                             }
-                            float v9[32];
+                            float v9[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v9[r] = (v6[r] * v8[0]);
                             }
-                            float v12[32];
+                            float v12[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                             }
-                            float v13[32];
+                            float v13[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l65 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l65 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v13[r] = ((unsigned)(o15 + l65) < (unsigned)s3) ? v12[r] : (-INFINITY);
                             }
                             float v14[2];
@@ -7727,7 +7727,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_w
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -7784,20 +7784,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_w
                             for (int r = 0; r < 2; r++) {
                                 acc3[r] = v66[r];
                             }
-                            float v30[32];
+                            float v30[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                            for (int r = 0; r < 16; r++) {
+                                v30[r] = (v12[r] - v62[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v31[32];
+                            float v31[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
+                            for (int r = 0; r < 16; r++) {
                                 v31[r] = dt_fast_exp(v30[r]);
                             }
-                            float v32[32];
+                            float v32[16];
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int l107 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 16; r++) {
+                                const int l107 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
                                 v32[r] = ((unsigned)(o15 + l107) < (unsigned)s3) ? v31[r] : 0e0f;
                             }
                             float v33[2];
@@ -7807,7 +7807,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_w
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -7835,16 +7835,16 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_w
                                 acc6[r] = v68[r];
                             }
                             /* v52: loaded by the tensor-core dot that reads it */
-                            /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 13056 + rd16 * 4352)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
                                 #pragma unroll
-                                for (int kk = 0; kk < 64; kk += 16) {
+                                for (int kk = 0; kk < 32; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
-                                        const int f = (i * 8 + kk / 8) * 4;
+                                        const int f = (i * 4 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                         fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                         fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -7860,8 +7860,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_128_bf16_w
                                 }
                             }
                             /* acc6 += v53: accumulated by the tensor-core dot above */
-                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
                         dt_cp_async_wait<0>();
                         __syncthreads();

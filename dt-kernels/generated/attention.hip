@@ -2191,8 +2191,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
     }
 }
 
-/* kernel attention_128 for f16: grid block(b:1, h:1, i:64, e:128); 256 threads, 34816 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+/* kernel attention_128 for f16: grid block(b:1, h:1, i:128, e:128); 512 threads, 43520 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2211,7 +2211,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -2222,7 +2222,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
@@ -2253,8 +2253,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_128.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_128.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:128) attention_128.tensorize(e:0) */
                 for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
@@ -2275,12 +2275,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                     for (int r = 0; r < 4; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
-                    for (long long o15 = 0; o15 < s3; o15 += 64) {
+                    /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
+                    for (long long o15 = 0; o15 < s3; o15 += 32) {
                         /* rdot accumulator */
-                        float acc1[16];
+                        float acc1[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             acc1[r] = 0e0f;
                         }
                         /* v0: loaded by the tensor-core dot that reads it */
@@ -2291,11 +2291,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                             const bool vec20 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 256;
+                                const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l21 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l22 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l23 = (int)((unsigned)e / 16u % 64u);
+                                    const int l21 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l22 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l23 = (int)((unsigned)e / 16u % 128u);
                                     const int l24 = (int)((unsigned)e / 1u % 16u);
                                     if (vec20 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(0 + (l24 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l23 * 136 + (l24 * 8)], &in0[(unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l24 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -2314,61 +2314,61 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                         {
                             const bool vec25 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 256;
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l26 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l27 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l28 = (int)((unsigned)e / 16u % 64u);
+                                    const int l26 = (int)((unsigned)e / 512u % 1u);
+                                    const int l27 = (int)((unsigned)e / 512u % 1u);
+                                    const int l28 = (int)((unsigned)e / 16u % 32u);
                                     const int l29 = (int)((unsigned)e / 1u % 16u);
                                     if (vec25 && (unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4352))[l28 * 136 + (l29 * 8)], &in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l28 * 136 + (l29 * 8)], &in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else if (!((unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8)) < (unsigned)s5)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 4352))[l28 * 136 + (l29 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l28 * 136 + (l29 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4352))[l28 * 136 + (l29 * 8 + q)] = ((unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 8704))[l28 * 136 + (l29 * 8 + q)] = ((unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:128 by 4 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, j:32] over d:128 by 8 x 1 wavefronts of 1 x 2 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
                             const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4352) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 136 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 8704) + ((tid >> 6) % 1 * 32 + (lane & 15)) * 136 + (lane >> 4) * 4;
                             #pragma unroll
                             for (int kk = 0; kk < 128; kk += 16) {
-                                unsigned fa[1][2], fb[4][2];
+                                unsigned fa[1][2], fb[2][2];
                                 #pragma unroll
                                 for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 2176 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
-                                for (int fbi = 0; fbi < 4; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 2176 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 2176 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 4; j++) dt_mfma_16x16x16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc1 += v2: accumulated by the tensor-core dot above */
-                        float v3[16];
+                        float v3[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v3[r] = acc1[r];
                         }
-                        float v6[16];
+                        float v6[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v6[r] = (v3[r] * v5[0]);
                         }
-                        float v7[16];
+                        float v7[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l41 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        for (int r = 0; r < 8; r++) {
+                            const int l41 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
                             v7[r] = ((unsigned)(o15 + l41) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
                         float v8[4];
@@ -2378,7 +2378,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
@@ -2435,20 +2435,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                         for (int r = 0; r < 4; r++) {
                             acc3[r] = v48[r];
                         }
-                        float v18[16];
+                        float v18[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v18[r] = (v6[r] - v44[(r >> 2) / 4 * 4 + (r & 3)]);
+                        for (int r = 0; r < 8; r++) {
+                            v18[r] = (v6[r] - v44[(r >> 2) / 2 * 4 + (r & 3)]);
                         }
-                        float v19[16];
+                        float v19[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v19[r] = dt_fast_exp(v18[r]);
                         }
-                        float v20[16];
+                        float v20[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l83 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        for (int r = 0; r < 8; r++) {
+                            const int l83 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
                             v20[r] = ((unsigned)(o15 + l83) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[4];
@@ -2458,7 +2458,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
+                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
@@ -2488,46 +2488,46 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                         /* v34: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l101 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l102 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l101 * 72 + l102] = dt_f32_to_f16(v20[r]);
+                        for (int r = 0; r < 8; r++) {
+                            const int l101 = (tid >> 6) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l102 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l101 * 40 + l102] = dt_f32_to_f16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec103 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 256;
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l104 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l105 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l106 = (int)((unsigned)e / 16u % 64u);
+                                    const int l104 = (int)((unsigned)e / 512u % 1u);
+                                    const int l105 = (int)((unsigned)e / 512u % 1u);
+                                    const int l106 = (int)((unsigned)e / 16u % 32u);
                                     const int l107 = (int)((unsigned)e / 1u % 16u);
                                     if (vec103 && (unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4352))[l106 * 136 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l106 * 136 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else if (!((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 4352))[l106 * 136 + (l107 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l106 * 136 + (l107 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4352))[l106 * 136 + (l107 * 8 + q)] = ((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 8704))[l106 * 136 + (l107 * 8 + q)] = ((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, e:128] over j:64 by 4 x 1 wavefronts of 1 x 8 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, e:128] over j:32 by 8 x 1 wavefronts of 1 x 8 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4352) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 1 * 128 + (lane & 15);
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 8704) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 1 * 128 + (lane & 15);
                             #pragma unroll
-                            for (int kk = 0; kk < 64; kk += 16) {
+                            for (int kk = 0; kk < 32; kk += 16) {
                                 unsigned fa[1][2], fb[8][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
                                 for (int fbi = 0; fbi < 8; fbi++) {
                                     const unsigned short* q = fb0 + fbi * 16 + kk * 136;
@@ -2572,8 +2572,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
     }
 }
 
-/* kernel attention_128 for bf16: grid block(b:1, h:1, i:64, e:128); 256 threads, 34816 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+/* kernel attention_128 for bf16: grid block(b:1, h:1, i:128, e:128); 512 threads, 43520 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2592,7 +2592,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -2603,7 +2603,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
@@ -2634,8 +2634,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_128.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_128.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:128) attention_128.tensorize(e:0) */
                 for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
@@ -2656,12 +2656,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                     for (int r = 0; r < 4; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
-                    for (long long o15 = 0; o15 < s3; o15 += 64) {
+                    /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
+                    for (long long o15 = 0; o15 < s3; o15 += 32) {
                         /* rdot accumulator */
-                        float acc1[16];
+                        float acc1[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             acc1[r] = 0e0f;
                         }
                         /* v0: loaded by the tensor-core dot that reads it */
@@ -2672,11 +2672,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                             const bool vec20 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 256;
+                                const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l21 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l22 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l23 = (int)((unsigned)e / 16u % 64u);
+                                    const int l21 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l22 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l23 = (int)((unsigned)e / 16u % 128u);
                                     const int l24 = (int)((unsigned)e / 1u % 16u);
                                     if (vec20 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(0 + (l24 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l23 * 136 + (l24 * 8)], &in0[(unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l24 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -2695,61 +2695,61 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                         {
                             const bool vec25 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 256;
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l26 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l27 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l28 = (int)((unsigned)e / 16u % 64u);
+                                    const int l26 = (int)((unsigned)e / 512u % 1u);
+                                    const int l27 = (int)((unsigned)e / 512u % 1u);
+                                    const int l28 = (int)((unsigned)e / 16u % 32u);
                                     const int l29 = (int)((unsigned)e / 1u % 16u);
                                     if (vec25 && (unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4352))[l28 * 136 + (l29 * 8)], &in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l28 * 136 + (l29 * 8)], &in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else if (!((unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8)) < (unsigned)s5)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 4352))[l28 * 136 + (l29 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l28 * 136 + (l29 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4352))[l28 * 136 + (l29 * 8 + q)] = ((unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 8704))[l28 * 136 + (l29 * 8 + q)] = ((unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:128 by 4 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, j:32] over d:128 by 8 x 1 wavefronts of 1 x 2 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
                             const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4352) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 136 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 8704) + ((tid >> 6) % 1 * 32 + (lane & 15)) * 136 + (lane >> 4) * 4;
                             #pragma unroll
                             for (int kk = 0; kk < 128; kk += 16) {
-                                unsigned fa[1][2], fb[4][2];
+                                unsigned fa[1][2], fb[2][2];
                                 #pragma unroll
                                 for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 2176 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
-                                for (int fbi = 0; fbi < 4; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 2176 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 2176 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 4; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc1 += v2: accumulated by the tensor-core dot above */
-                        float v3[16];
+                        float v3[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v3[r] = acc1[r];
                         }
-                        float v6[16];
+                        float v6[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v6[r] = (v3[r] * v5[0]);
                         }
-                        float v7[16];
+                        float v7[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l41 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        for (int r = 0; r < 8; r++) {
+                            const int l41 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
                             v7[r] = ((unsigned)(o15 + l41) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
                         float v8[4];
@@ -2759,7 +2759,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
@@ -2816,20 +2816,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                         for (int r = 0; r < 4; r++) {
                             acc3[r] = v48[r];
                         }
-                        float v18[16];
+                        float v18[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v18[r] = (v6[r] - v44[(r >> 2) / 4 * 4 + (r & 3)]);
+                        for (int r = 0; r < 8; r++) {
+                            v18[r] = (v6[r] - v44[(r >> 2) / 2 * 4 + (r & 3)]);
                         }
-                        float v19[16];
+                        float v19[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v19[r] = dt_fast_exp(v18[r]);
                         }
-                        float v20[16];
+                        float v20[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l83 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        for (int r = 0; r < 8; r++) {
+                            const int l83 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
                             v20[r] = ((unsigned)(o15 + l83) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[4];
@@ -2839,7 +2839,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
+                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
@@ -2869,46 +2869,46 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                         /* v34: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l101 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l102 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l101 * 72 + l102] = dt_f32_to_bf16(v20[r]);
+                        for (int r = 0; r < 8; r++) {
+                            const int l101 = (tid >> 6) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l102 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l101 * 40 + l102] = dt_f32_to_bf16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec103 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 256;
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l104 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l105 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l106 = (int)((unsigned)e / 16u % 64u);
+                                    const int l104 = (int)((unsigned)e / 512u % 1u);
+                                    const int l105 = (int)((unsigned)e / 512u % 1u);
+                                    const int l106 = (int)((unsigned)e / 16u % 32u);
                                     const int l107 = (int)((unsigned)e / 1u % 16u);
                                     if (vec103 && (unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4352))[l106 * 136 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l106 * 136 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else if (!((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 4352))[l106 * 136 + (l107 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l106 * 136 + (l107 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4352))[l106 * 136 + (l107 * 8 + q)] = ((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 8704))[l106 * 136 + (l107 * 8 + q)] = ((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, e:128] over j:64 by 4 x 1 wavefronts of 1 x 8 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, e:128] over j:32 by 8 x 1 wavefronts of 1 x 8 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4352) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 1 * 128 + (lane & 15);
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 8704) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 1 * 128 + (lane & 15);
                             #pragma unroll
-                            for (int kk = 0; kk < 64; kk += 16) {
+                            for (int kk = 0; kk < 32; kk += 16) {
                                 unsigned fa[1][2], fb[8][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
                                 for (int fbi = 0; fbi < 8; fbi++) {
                                     const unsigned short* q = fb0 + fbi * 16 + kk * 136;
@@ -2953,8 +2953,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
     }
 }
 
-/* kernel attention_causal_128 for f16: grid block(b:1, h:1, i:64, e:128); 256 threads, 34816 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+/* kernel attention_causal_128 for f16: grid block(b:1, h:1, i:128, e:128); 512 threads, 43520 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2973,7 +2973,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -2984,7 +2984,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
@@ -3027,8 +3027,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_causal_128.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_causal_128.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:128) attention_causal_128.tensorize(e:0) */
                 for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
@@ -3049,21 +3049,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                     for (int r = 0; r < 4; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_128.tensorize(j:64) num_stages(2) + rsum attention_causal_128.tensorize(j:64) num_stages(2) + rdot attention_causal_128.tensorize(j:64) num_stages(2), online */
-                    for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                    /* rmax attention_causal_128.tensorize(j:32) num_stages(3) + rsum attention_causal_128.tensorize(j:32) num_stages(3) + rdot attention_causal_128.tensorize(j:32) num_stages(3), online */
+                    for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 32) {
                         /* v0: the index along j, computed where it is read */
                         /* v1: the index along i, computed where it is read */
-                        float v2[16];
+                        float v2[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l16 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l17 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        for (int r = 0; r < 8; r++) {
+                            const int l16 = (tid >> 6) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l17 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
                             v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
                         }
                         /* rdot accumulator */
-                        float acc1[16];
+                        float acc1[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             acc1[r] = 0e0f;
                         }
                         /* v3: loaded by the tensor-core dot that reads it */
@@ -3074,11 +3074,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                             const bool vec22 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 256;
+                                const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l23 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l24 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l25 = (int)((unsigned)e / 16u % 64u);
+                                    const int l23 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l24 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l25 = (int)((unsigned)e / 16u % 128u);
                                     const int l26 = (int)((unsigned)e / 1u % 16u);
                                     if (vec22 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(0 + (l26 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l25 * 136 + (l26 * 8)], &in0[(unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l25) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l26 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -3097,66 +3097,66 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                         {
                             const bool vec27 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 256;
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l28 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l29 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l30 = (int)((unsigned)e / 16u % 64u);
+                                    const int l28 = (int)((unsigned)e / 512u % 1u);
+                                    const int l29 = (int)((unsigned)e / 512u % 1u);
+                                    const int l30 = (int)((unsigned)e / 16u % 32u);
                                     const int l31 = (int)((unsigned)e / 1u % 16u);
                                     if (vec27 && (unsigned)(o15 + l30) < (unsigned)s3 && (unsigned)(0 + (l31 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4352))[l30 * 136 + (l31 * 8)], &in1[(unsigned)(o1 + l28) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l29) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l30) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l31 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l30 * 136 + (l31 * 8)], &in1[(unsigned)(o1 + l28) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l29) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l30) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l31 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else if (!((unsigned)(o15 + l30) < (unsigned)s3 && (unsigned)(0 + (l31 * 8)) < (unsigned)s5)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 4352))[l30 * 136 + (l31 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l30 * 136 + (l31 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4352))[l30 * 136 + (l31 * 8 + q)] = ((unsigned)(o15 + l30) < (unsigned)s3 && (unsigned)(0 + (l31 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l28) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l29) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l30) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l31 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 8704))[l30 * 136 + (l31 * 8 + q)] = ((unsigned)(o15 + l30) < (unsigned)s3 && (unsigned)(0 + (l31 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l28) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l29) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l30) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l31 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:128 by 4 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, j:32] over d:128 by 8 x 1 wavefronts of 1 x 2 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
                             const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4352) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 136 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 8704) + ((tid >> 6) % 1 * 32 + (lane & 15)) * 136 + (lane >> 4) * 4;
                             #pragma unroll
                             for (int kk = 0; kk < 128; kk += 16) {
-                                unsigned fa[1][2], fb[4][2];
+                                unsigned fa[1][2], fb[2][2];
                                 #pragma unroll
                                 for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 2176 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
-                                for (int fbi = 0; fbi < 4; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 2176 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 2176 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 4; j++) dt_mfma_16x16x16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc1 += v5: accumulated by the tensor-core dot above */
-                        float v6[16];
+                        float v6[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v6[r] = acc1[r];
                         }
-                        float v9[16];
+                        float v9[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v9[r] = (v6[r] * v8[0]);
                         }
-                        float v12[16];
+                        float v12[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
-                        float v13[16];
+                        float v13[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l47 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        for (int r = 0; r < 8; r++) {
+                            const int l47 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
                             v13[r] = ((unsigned)(o15 + l47) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
                         float v14[4];
@@ -3166,7 +3166,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
@@ -3223,20 +3223,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                         for (int r = 0; r < 4; r++) {
                             acc3[r] = v66[r];
                         }
-                        float v30[16];
+                        float v30[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v30[r] = (v12[r] - v62[(r >> 2) / 4 * 4 + (r & 3)]);
+                        for (int r = 0; r < 8; r++) {
+                            v30[r] = (v12[r] - v62[(r >> 2) / 2 * 4 + (r & 3)]);
                         }
-                        float v31[16];
+                        float v31[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v31[r] = dt_fast_exp(v30[r]);
                         }
-                        float v32[16];
+                        float v32[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l89 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        for (int r = 0; r < 8; r++) {
+                            const int l89 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
                             v32[r] = ((unsigned)(o15 + l89) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[4];
@@ -3246,7 +3246,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v32[r]; }
+                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = p[s] + v32[r]; }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
@@ -3276,46 +3276,46 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                         /* v52: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l107 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l108 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l107 * 72 + l108] = dt_f32_to_f16(v32[r]);
+                        for (int r = 0; r < 8; r++) {
+                            const int l107 = (tid >> 6) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l108 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l107 * 40 + l108] = dt_f32_to_f16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec109 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 256;
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l110 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l111 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l112 = (int)((unsigned)e / 16u % 64u);
+                                    const int l110 = (int)((unsigned)e / 512u % 1u);
+                                    const int l111 = (int)((unsigned)e / 512u % 1u);
+                                    const int l112 = (int)((unsigned)e / 16u % 32u);
                                     const int l113 = (int)((unsigned)e / 1u % 16u);
                                     if (vec109 && (unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4352))[l112 * 136 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else if (!((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 4352))[l112 * 136 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4352))[l112 * 136 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, e:128] over j:64 by 4 x 1 wavefronts of 1 x 8 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, e:128] over j:32 by 8 x 1 wavefronts of 1 x 8 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4352) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 1 * 128 + (lane & 15);
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 8704) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 1 * 128 + (lane & 15);
                             #pragma unroll
-                            for (int kk = 0; kk < 64; kk += 16) {
+                            for (int kk = 0; kk < 32; kk += 16) {
                                 unsigned fa[1][2], fb[8][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
                                 for (int fbi = 0; fbi < 8; fbi++) {
                                     const unsigned short* q = fb0 + fbi * 16 + kk * 136;
@@ -3360,8 +3360,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
     }
 }
 
-/* kernel attention_causal_128 for bf16: grid block(b:1, h:1, i:64, e:128); 256 threads, 34816 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
+/* kernel attention_causal_128 for bf16: grid block(b:1, h:1, i:128, e:128); 512 threads, 43520 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -3380,7 +3380,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -3391,7 +3391,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
@@ -3434,8 +3434,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:64) attention_causal_128.tensorize(i:0) */
-            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
+            /* block(i:128) attention_causal_128.tensorize(i:0) */
+            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
                 /* block(e:128) attention_causal_128.tensorize(e:0) */
                 for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
@@ -3456,21 +3456,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                     for (int r = 0; r < 4; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_128.tensorize(j:64) num_stages(2) + rsum attention_causal_128.tensorize(j:64) num_stages(2) + rdot attention_causal_128.tensorize(j:64) num_stages(2), online */
-                    for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                    /* rmax attention_causal_128.tensorize(j:32) num_stages(3) + rsum attention_causal_128.tensorize(j:32) num_stages(3) + rdot attention_causal_128.tensorize(j:32) num_stages(3), online */
+                    for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 32) {
                         /* v0: the index along j, computed where it is read */
                         /* v1: the index along i, computed where it is read */
-                        float v2[16];
+                        float v2[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l16 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l17 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        for (int r = 0; r < 8; r++) {
+                            const int l16 = (tid >> 6) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l17 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
                             v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
                         }
                         /* rdot accumulator */
-                        float acc1[16];
+                        float acc1[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             acc1[r] = 0e0f;
                         }
                         /* v3: loaded by the tensor-core dot that reads it */
@@ -3481,11 +3481,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                             const bool vec22 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 256;
+                                const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l23 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l24 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l25 = (int)((unsigned)e / 16u % 64u);
+                                    const int l23 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l24 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l25 = (int)((unsigned)e / 16u % 128u);
                                     const int l26 = (int)((unsigned)e / 1u % 16u);
                                     if (vec22 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(0 + (l26 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 0))[l25 * 136 + (l26 * 8)], &in0[(unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l25) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l26 * 8)) * (unsigned)args.input_strides[0][3]]);
@@ -3504,66 +3504,66 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                         {
                             const bool vec27 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 256;
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l28 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l29 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l30 = (int)((unsigned)e / 16u % 64u);
+                                    const int l28 = (int)((unsigned)e / 512u % 1u);
+                                    const int l29 = (int)((unsigned)e / 512u % 1u);
+                                    const int l30 = (int)((unsigned)e / 16u % 32u);
                                     const int l31 = (int)((unsigned)e / 1u % 16u);
                                     if (vec27 && (unsigned)(o15 + l30) < (unsigned)s3 && (unsigned)(0 + (l31 * 8 + 7)) < (unsigned)s5) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4352))[l30 * 136 + (l31 * 8)], &in1[(unsigned)(o1 + l28) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l29) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l30) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l31 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l30 * 136 + (l31 * 8)], &in1[(unsigned)(o1 + l28) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l29) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l30) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l31 * 8)) * (unsigned)args.input_strides[1][3]]);
                                     } else if (!((unsigned)(o15 + l30) < (unsigned)s3 && (unsigned)(0 + (l31 * 8)) < (unsigned)s5)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 4352))[l30 * 136 + (l31 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l30 * 136 + (l31 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4352))[l30 * 136 + (l31 * 8 + q)] = ((unsigned)(o15 + l30) < (unsigned)s3 && (unsigned)(0 + (l31 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l28) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l29) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l30) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l31 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 8704))[l30 * 136 + (l31 * 8 + q)] = ((unsigned)(o15 + l30) < (unsigned)s3 && (unsigned)(0 + (l31 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l28) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l29) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l30) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l31 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, j:64] over d:128 by 4 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, j:32] over d:128 by 8 x 1 wavefronts of 1 x 2 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
                             const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4352) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 136 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 8704) + ((tid >> 6) % 1 * 32 + (lane & 15)) * 136 + (lane >> 4) * 4;
                             #pragma unroll
                             for (int kk = 0; kk < 128; kk += 16) {
-                                unsigned fa[1][2], fb[4][2];
+                                unsigned fa[1][2], fb[2][2];
                                 #pragma unroll
                                 for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 2176 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
-                                for (int fbi = 0; fbi < 4; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 2176 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 2176 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 4; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc1 += v5: accumulated by the tensor-core dot above */
-                        float v6[16];
+                        float v6[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v6[r] = acc1[r];
                         }
-                        float v9[16];
+                        float v9[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v9[r] = (v6[r] * v8[0]);
                         }
-                        float v12[16];
+                        float v12[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
-                        float v13[16];
+                        float v13[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l47 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        for (int r = 0; r < 8; r++) {
+                            const int l47 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
                             v13[r] = ((unsigned)(o15 + l47) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
                         float v14[4];
@@ -3573,7 +3573,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
@@ -3630,20 +3630,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                         for (int r = 0; r < 4; r++) {
                             acc3[r] = v66[r];
                         }
-                        float v30[16];
+                        float v30[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            v30[r] = (v12[r] - v62[(r >> 2) / 4 * 4 + (r & 3)]);
+                        for (int r = 0; r < 8; r++) {
+                            v30[r] = (v12[r] - v62[(r >> 2) / 2 * 4 + (r & 3)]);
                         }
-                        float v31[16];
+                        float v31[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
+                        for (int r = 0; r < 8; r++) {
                             v31[r] = dt_fast_exp(v30[r]);
                         }
-                        float v32[16];
+                        float v32[8];
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l89 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        for (int r = 0; r < 8; r++) {
+                            const int l89 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
                             v32[r] = ((unsigned)(o15 + l89) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[4];
@@ -3653,7 +3653,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v32[r]; }
+                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = p[s] + v32[r]; }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
@@ -3683,46 +3683,46 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                         /* v52: loaded by the tensor-core dot that reads it */
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l107 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l108 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l107 * 72 + l108] = dt_f32_to_bf16(v32[r]);
+                        for (int r = 0; r < 8; r++) {
+                            const int l107 = (tid >> 6) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l108 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l107 * 40 + l108] = dt_f32_to_bf16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec109 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 4; r++) {
-                                const int e = tid + r * 256;
+                            for (int r = 0; r < 1; r++) {
+                                const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l110 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l111 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l112 = (int)((unsigned)e / 16u % 64u);
+                                    const int l110 = (int)((unsigned)e / 512u % 1u);
+                                    const int l111 = (int)((unsigned)e / 512u % 1u);
+                                    const int l112 = (int)((unsigned)e / 16u % 32u);
                                     const int l113 = (int)((unsigned)e / 1u % 16u);
                                     if (vec109 && (unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4352))[l112 * 136 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
                                     } else if (!((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 4352))[l112 * 136 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4352))[l112 * 136 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:64, e:128] over j:64 by 4 x 1 wavefronts of 1 x 8 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, e:128] over j:32 by 8 x 1 wavefronts of 1 x 8 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 4352) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 1 * 128 + (lane & 15);
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 8704) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 1 * 128 + (lane & 15);
                             #pragma unroll
-                            for (int kk = 0; kk < 64; kk += 16) {
+                            for (int kk = 0; kk < 32; kk += 16) {
                                 unsigned fa[1][2], fb[8][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
                                 for (int fbi = 0; fbi < 8; fbi++) {
                                     const unsigned short* q = fb0 + fbi * 16 + kk * 136;
