@@ -71,6 +71,27 @@ impl<'a, 'd> Checker<'a, 'd> {
         }
     }
 
+    /// The one number of primitive `prim` of `f` (written at `span`), where `ok` accepts it; else
+    /// a located error with `hint`. The primitive's place is kept either way, for later checks.
+    fn number_within(
+        &mut self,
+        f: FuncId,
+        prim: &Ident,
+        args: &[SchedArg],
+        span: Span,
+        ok: impl Fn(u64) -> bool,
+        hint: &str,
+    ) -> Option<u32> {
+        let (n, s) = self.one_number(prim, args)?;
+        self.sched_spans[f.index()].placement.push(span);
+        if ok(n) {
+            Some(n as u32)
+        } else {
+            self.err(s, format!("{}({n}) is not supported", prim.name), hint);
+            None
+        }
+    }
+
     /// Dimensions that the computation of `f` loops over: its own, those it reduces, and those
     /// of every Func it reads.
     fn computed_dims(&self, f: FuncId) -> Vec<DimId> {
@@ -88,33 +109,21 @@ impl<'a, 'd> Checker<'a, 'd> {
                 }
             }
             "num_warps" => {
-                if let Some((n, s)) = self.one_number(prim, args) {
-                    if !(1..=32).contains(&n) || !n.is_power_of_two() {
-                        self.err(s, format!("num_warps({n}) is not supported"), "use 1, 2, 4, 8, 16 or 32");
-                    } else {
-                        self.prog.funcs[f.index()].schedule.num_warps = n as u32;
-                    }
-                    self.sched_spans[f.index()].placement.push(span);
+                let ok = |n: u64| (1..=32).contains(&n) && n.is_power_of_two();
+                if let Some(n) = self.number_within(f, prim, args, span, ok, "use 1, 2, 4, 8, 16 or 32") {
+                    self.prog.funcs[f.index()].schedule.num_warps = n;
                 }
             }
             "num_stages" => {
-                if let Some((n, s)) = self.one_number(prim, args) {
-                    if !(1..=8).contains(&n) {
-                        self.err(s, format!("num_stages({n}) is not supported"), "the pipeline depth is 1 (no pipelining) to 8");
-                    } else {
-                        self.prog.funcs[f.index()].schedule.num_stages = n as u32;
-                    }
-                    self.sched_spans[f.index()].placement.push(span);
+                let ok = |n: u64| (1..=8).contains(&n);
+                if let Some(n) = self.number_within(f, prim, args, span, ok, "the pipeline depth is 1 (no pipelining) to 8") {
+                    self.prog.funcs[f.index()].schedule.num_stages = n;
                 }
             }
             "max_registers" => {
-                if let Some((n, s)) = self.one_number(prim, args) {
-                    if !(32..=255).contains(&n) {
-                        self.err(s, format!("max_registers({n}) is not supported"), "registers per thread: 32 to 255");
-                    } else {
-                        self.prog.funcs[f.index()].schedule.max_registers = Some(n as u32);
-                    }
-                    self.sched_spans[f.index()].placement.push(span);
+                let ok = |n: u64| (32..=255).contains(&n);
+                if let Some(n) = self.number_within(f, prim, args, span, ok, "registers per thread: 32 to 255") {
+                    self.prog.funcs[f.index()].schedule.max_registers = Some(n);
                 }
             }
             "fast_math" | "warp_specialize" | "persistent" => {

@@ -454,6 +454,17 @@ impl Kernel {
     pub fn value(&self, v: ValueId) -> &Value {
         &self.values[v.0 as usize]
     }
+    /// The operation that defines value `v`, at any depth of the body.
+    pub fn def_of(&self, v: ValueId) -> Option<&Op> {
+        fn find(stmts: &[Stmt], v: ValueId) -> Option<&Op> {
+            stmts.iter().find_map(|s| match s {
+                Stmt::Let { value, op } if *value == v => Some(op),
+                Stmt::Loop(l) => find(&l.body, v),
+                _ => None,
+            })
+        }
+        find(&self.body, v)
+    }
     pub fn var(&self, v: VarId) -> &Shape {
         &self.vars[v.0 as usize]
     }

@@ -298,7 +298,7 @@ impl Timer {
         let once = start.elapsed_ms(&end).map_err(e)? as f64;
         let n = reps.min(((budget_s * 1000.0 / once.max(1e-6)) as usize).max(3)).max(1);
         let events: Vec<_> = (0..2 * n).map(|_| ctx.new_event(timing)).collect::<Result<_, _>>().map_err(e)?;
-        // Long enough for the host to queue every run (tens of microseconds each), at most 1 s.
+        // Long enough for the host to queue every run: a spin per run plus a base, capped at MAX_SPIN_NS.
         let mut ns: u64 = ((n as u64) * 100_000 + 1_000_000).min(MAX_SPIN_NS);
         let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
         loop {

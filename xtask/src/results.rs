@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-/// A time in milliseconds, with four decimals under 1 ms and three from 1 ms up.
+/// A time in milliseconds: four decimals below one millisecond, three from one up.
 pub fn ms(m: f64) -> String {
     if m < 1.0 {
         format!("{m:.4}")

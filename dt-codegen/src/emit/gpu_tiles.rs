@@ -46,21 +46,24 @@ impl Emitter<'_> {
             Reader::Update(var, _) => self.plan.vars[var.0 as usize],
             Reader::Store(_) => RegLayout::Blocked,
         };
+        let index = |o: &ValueId| self.publishing.indices.iter().find(|(v, _)| v == o).map(|(_, d)| *d);
         operands
             .iter()
-            .map(|o| match (plan.iter().find(|(x, _)| x == o), self.layout(*o)) {
-                (None, _) if self.publishing.indices.iter().any(|(v, _)| v == o) => {
-                    let d = self.publishing.indices.iter().find(|(v, _)| v == o).map(|(_, d)| *d).expect("an index");
-                    Source::Index(d)
+            .map(|o| {
+                // An index is never published: every reader computes it.
+                if let Some(d) = index(o) {
+                    return Source::Index(d);
                 }
-                (Some((_, s)), _) => Source::Shared(*s, self.k.value(*o).shape.clone()),
-                (None, RegLayout::Replicated) => Source::Replicated(format!("v{}", o.0)),
-                (None, RegLayout::Runs(n)) if iter_layout != RegLayout::Runs(n) => Source::Run(format!("v{}", o.0), n),
-                (None, RegLayout::MmaRows(_)) => match iter_layout {
-                    RegLayout::Mma(t) => Source::Rows(format!("v{}", o.0), t),
-                    _ => Source::Own(format!("v{}", o.0)),
-                },
-                (None, _) => Source::Own(format!("v{}", o.0)),
+                match (plan.iter().find(|(x, _)| x == o), self.layout(*o)) {
+                    (Some((_, s)), _) => Source::Shared(*s, self.k.value(*o).shape.clone()),
+                    (None, RegLayout::Replicated) => Source::Replicated(format!("v{}", o.0)),
+                    (None, RegLayout::Runs(n)) if iter_layout != RegLayout::Runs(n) => Source::Run(format!("v{}", o.0), n),
+                    (None, RegLayout::MmaRows(_)) => match iter_layout {
+                        RegLayout::Mma(t) => Source::Rows(format!("v{}", o.0), t),
+                        _ => Source::Own(format!("v{}", o.0)),
+                    },
+                    (None, _) => Source::Own(format!("v{}", o.0)),
+                }
             })
             .collect()
     }

@@ -155,14 +155,7 @@ impl Emitter<'_> {
 
     /// The operation that defines value `id`.
     pub(super) fn def(&self, id: ValueId) -> &Op {
-        fn find(stmts: &[Stmt], id: ValueId) -> Option<&Op> {
-            stmts.iter().find_map(|s| match s {
-                Stmt::Let { value, op } if *value == id => Some(op),
-                Stmt::Loop(l) => find(&l.body, id),
-                _ => None,
-            })
-        }
-        find(&self.k.body, id).expect("every value is defined")
+        self.k.def_of(id).expect("every value is defined")
     }
 
     /// A [`Self::packed`] load: its 16-byte runs (issued ahead by the block loop, or here), and

@@ -329,13 +329,11 @@ impl Plan {
 /// the weights can feed the next dot from registers ([`MmaDot::a_in_fragments`]).
 pub(crate) fn plan(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan::WarpSpecialized>) -> Plan {
     let p = plan_with(k, dtype, dialect, ws, false);
-    let split_rows = |p: &Plan| row_reductions(k, p).iter().any(|t| t.wn > 1);
-    let any_split = p.dots.iter().any(|(_, d)| d.tile.wn > 1);
-    if row_reductions(k, &p).is_empty() || !any_split {
+    if row_reductions(k, &p).is_empty() || p.dots.iter().all(|(_, d)| d.tile.wn == 1) {
         return p;
     }
     let whole = plan_with(k, dtype, dialect, ws, true);
-    if whole.dots.len() == p.dots.len() && !split_rows(&whole) {
+    if whole.dots.len() == p.dots.len() && whole.dots.iter().all(|(_, d)| d.tile.wn == 1) {
         whole
     } else {
         p
@@ -546,10 +544,8 @@ fn index_only(lets: &[(ValueId, &Op)]) -> std::collections::HashSet<ValueId> {
     let mut free = std::collections::HashSet::new();
     for (id, op) in lets {
         let pure = match op {
-            Op::Index(_) => true,
-            Op::Unary(..) | Op::Binary(..) | Op::Select(..) => {
-                op.operands().iter().all(|o| free.contains(o) || lets.iter().any(|(x, d)| x == o && matches!(d, Op::Const(_))))
-            }
+            Op::Index(_) | Op::Const(_) => true,
+            Op::Unary(..) | Op::Binary(..) | Op::Select(..) => op.operands().iter().all(|o| free.contains(o)),
             _ => false,
         };
         if pure {
@@ -631,12 +627,27 @@ fn stageable<'a>(dtype: DType, v: ValueId, def: &impl Fn(ValueId) -> Option<&'a 
 /// other shapes, broadcast, aside): an update by it only rescales `var` (the online form's
 /// `$o = $o * scale`), so it follows `var`'s layout rather than deciding it.
 fn rescales<'a>(k: &Kernel, v: ValueId, var: VarId, def: &impl Fn(ValueId) -> Option<&'a Op>) -> bool {
+    computed_from(k, v, var, &|_| false, def)
+}
+
+/// Whether `v` is computed element-wise (operands of other shapes, broadcast, aside) from reads
+/// of accumulator `var` and values for which `given` holds, or is itself such a value.
+pub(crate) fn computed_from<'a>(
+    k: &Kernel,
+    v: ValueId,
+    var: VarId,
+    given: &impl Fn(ValueId) -> bool,
+    def: &impl Fn(ValueId) -> Option<&'a Op>,
+) -> bool {
+    if given(v) {
+        return true;
+    }
     match def(v) {
         Some(Op::Var(x)) => *x == var,
         Some(op @ (Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. })) => {
             let shape = &k.value(v).shape;
             let same: Vec<ValueId> = op.operands().into_iter().filter(|o| k.value(*o).shape == *shape).collect();
-            !same.is_empty() && same.iter().all(|o| rescales(k, *o, var, def))
+            !same.is_empty() && same.iter().all(|o| computed_from(k, *o, var, given, def))
         }
         _ => false,
     }

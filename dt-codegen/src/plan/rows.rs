@@ -12,7 +12,7 @@
 //! A reader that wants another layout (a store, a blocked tile) gets the vector through shared
 //! memory, as any tile read under another layout does.
 
-use super::layouts::{collect, row_reduced_tile, Plan, RegLayout, RowTile};
+use super::layouts::{collect, computed_from, row_reduced_tile, Plan, RegLayout, RowTile};
 use dt_core::kir::*;
 
 /// Turns the layout of every value and accumulator that can be held in accumulator rows (see
@@ -72,7 +72,8 @@ pub(crate) fn rows(k: &Kernel, p: &mut Plan) {
             }) else {
                 continue;
             };
-            let fits = |v: &ValueId| k.value(*v).shape == *shape && follows(k, p, *v, VarId(var as u32), r, &def);
+            let held = |v: ValueId| p.values[v.0 as usize] == RegLayout::MmaRows(r);
+            let fits = |v: &ValueId| k.value(*v).shape == *shape && computed_from(k, *v, VarId(var as u32), &held, &def);
             if is_rows(shape, r) && ups.iter().all(fits) {
                 p.vars[var] = RegLayout::MmaRows(r);
                 changed = true;
@@ -81,23 +82,6 @@ pub(crate) fn rows(k: &Kernel, p: &mut Plan) {
         if !changed {
             break;
         }
-    }
-}
-
-/// Whether `v` is held in row tile `r`, or computed element-wise from reads of accumulator
-/// `var` and values held in `r` (operands of other shapes, broadcast, aside).
-fn follows<'a>(k: &Kernel, p: &Plan, v: ValueId, var: VarId, r: RowTile, def: &impl Fn(ValueId) -> Option<&'a Op>) -> bool {
-    if p.values[v.0 as usize] == RegLayout::MmaRows(r) {
-        return true;
-    }
-    match def(v) {
-        Some(Op::Var(x)) => *x == var,
-        Some(op @ (Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. })) => {
-            let shape = &k.value(v).shape;
-            let same: Vec<ValueId> = op.operands().into_iter().filter(|o| k.value(*o).shape == *shape).collect();
-            !same.is_empty() && same.iter().all(|o| follows(k, p, *o, var, r, def))
-        }
-        _ => false,
     }
 }
 

@@ -379,7 +379,7 @@ fn causal_end(k: &Kernel, body: &[Stmt], max_acc: VarId, dim: DimId) -> Option<D
         Some(Op::MaskFill { value, .. }) => *value,
         _ => *value,
     };
-    let index = |v: &ValueId| match defs.get(v).copied().or_else(|| outer_def(k, *v)) {
+    let index = |v: &ValueId| match defs.get(v).copied().or_else(|| k.def_of(*v)) {
         Some(Op::Index(d)) => Some(*d),
         _ => None,
     };
@@ -409,21 +409,9 @@ fn causal_end(k: &Kernel, body: &[Stmt], max_acc: VarId, dim: DimId) -> Option<D
     masked_alike.then_some(i)
 }
 
-/// The definition of `v` anywhere in kernel `k`.
-fn outer_def(k: &Kernel, v: ValueId) -> Option<&Op> {
-    fn find(stmts: &[Stmt], v: ValueId) -> Option<&Op> {
-        stmts.iter().find_map(|s| match s {
-            Stmt::Let { value, op } if *value == v => Some(op),
-            Stmt::Loop(l) => find(&l.body, v),
-            _ => None,
-        })
-    }
-    find(&k.body, v)
-}
-
 /// The value of `v` when it is a constant (or its negation), defined in `body` or anywhere in `k`.
 fn constant(k: &Kernel, body: &[Stmt], v: ValueId) -> Option<f32> {
-    let op = defs(body).get(&v).copied().or_else(|| outer_def(k, v))?;
+    let op = defs(body).get(&v).copied().or_else(|| k.def_of(v))?;
     match op {
         Op::Const(c) => Some(*c),
         Op::Unary(UnOp::Neg, x) => constant(k, body, *x).map(|c| -c),

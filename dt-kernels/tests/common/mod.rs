@@ -199,39 +199,29 @@ fn mm_inputs_of(a: Vec<f32>, b: Vec<f32>, m: usize, n: usize, k: usize) -> Vec<I
 }
 
 pub fn matmul(m: usize, n: usize, k: usize, dtype: DType, std: f32, seed: u64) -> Case {
-    let (a, b) = mm_inputs(m, n, k, dtype, std, seed);
-    let want = reference::matmul(&a, &b, m, n, k);
-    let scale = widen(&reference::matmul(&abs(&a), &abs(&b), m, n, k));
-    Case {
-        op: "matmul",
-        dtype,
-        inputs: mm_inputs_of(a, b, m, n, k),
-        scalars: vec![],
-        out_shape: vec![m, n],
-        want,
-        scale,
-        c: c_f32(k),
-        abs: 0.0,
-    }
+    mm_case("matmul", (m, n, k), dtype, std, seed, reference::matmul)
 }
 
 pub fn mm_leaky_relu(m: usize, n: usize, k: usize, dtype: DType, std: f32, seed: u64) -> Case {
-    let (a, b) = mm_inputs(m, n, k, dtype, std, seed);
-    let want = reference::mm_leaky_relu(&a, &b, m, n, k, 0.01);
     // Near 0 the two sides may pick different branches; both values are then within the
-    // product's own error of 0, which the same scale covers.
+    // product's own error of 0, which the product's scale covers.
+    mm_case("mm_leaky_relu", (m, n, k), dtype, std, seed, |a, b, m, n, k| reference::mm_leaky_relu(a, b, m, n, k, 0.01))
+}
+
+/// A case of op `op` over a matrix product of random A (m x k) and B (k x n), its reference
+/// `want`, with the tolerance of the product.
+fn mm_case(
+    op: &'static str,
+    (m, n, k): (usize, usize, usize),
+    dtype: DType,
+    std: f32,
+    seed: u64,
+    want: impl Fn(&[f32], &[f32], usize, usize, usize) -> Vec<f32>,
+) -> Case {
+    let (a, b) = mm_inputs(m, n, k, dtype, std, seed);
+    let want = want(&a, &b, m, n, k);
     let scale = widen(&reference::matmul(&abs(&a), &abs(&b), m, n, k));
-    Case {
-        op: "mm_leaky_relu",
-        dtype,
-        inputs: mm_inputs_of(a, b, m, n, k),
-        scalars: vec![],
-        out_shape: vec![m, n],
-        want,
-        scale,
-        c: c_f32(k),
-        abs: 0.0,
-    }
+    Case { op, dtype, inputs: mm_inputs_of(a, b, m, n, k), scalars: vec![], out_shape: vec![m, n], want, scale, c: c_f32(k), abs: 0.0 }
 }
 
 pub fn softmax(rows: usize, cols: usize, dtype: DType, std: f32, seed: u64) -> Case {
