@@ -92,6 +92,22 @@ impl<'a, 'd> Checker<'a, 'd> {
         }
     }
 
+    /// The dimension `id` names in `f`'s `map` (`fname`), which must be one of its `blocked`
+    /// dimensions: else a located error.
+    fn mapped_dim(&mut self, id: &Ident, blocked: &[DimId], fname: &str) -> Option<DimId> {
+        let d = self.dim(id, blocked)?;
+        if !blocked.contains(&d) {
+            let label = format!(
+                "blocked dimensions are: {}; add `{}` to `{fname}.block(...)` or leave it out of `map`",
+                self.dims_named(blocked),
+                id.name
+            );
+            self.err(id.span, format!("`{}` is not a blocked dimension of `{fname}`", id.name), label);
+            return None;
+        }
+        Some(d)
+    }
+
     /// Dimensions that the computation of `f` loops over: its own, those it reduces, and those
     /// of every Func it reads.
     fn computed_dims(&self, f: FuncId) -> Vec<DimId> {
@@ -305,16 +321,7 @@ impl<'a, 'd> Checker<'a, 'd> {
                         entries.push(MapEntry::Inner { dim, factor, name });
                         continue;
                     }
-                    let Some(d) = self.dim(id, &blocked) else { continue };
-                    if !blocked.contains(&d) {
-                        let label = format!(
-                            "blocked dimensions are: {}; add `{}` to `{fname}.block(...)` or leave it out of `map`",
-                            self.dims_named(&blocked),
-                            id.name
-                        );
-                        self.err(id.span, format!("`{}` is not a blocked dimension of `{fname}`", id.name), label);
-                        continue;
-                    }
+                    let Some(d) = self.mapped_dim(id, &blocked, &fname) else { continue };
                     if seen.contains(&d) {
                         self.err(id.span, format!("`{}` appears twice in `map`", id.name), "each blocked dimension once");
                         continue;
@@ -323,16 +330,7 @@ impl<'a, 'd> Checker<'a, 'd> {
                     entries.push(MapEntry::Whole(d));
                 }
                 SchedArg::Split { dim, inner, factor, factor_span } => {
-                    let Some(d) = self.dim(dim, &blocked) else { continue };
-                    if !blocked.contains(&d) {
-                        let label = format!(
-                            "blocked dimensions are: {}; add `{}` to `{fname}.block(...)` or leave it out of `map`",
-                            self.dims_named(&blocked),
-                            dim.name
-                        );
-                        self.err(dim.span, format!("`{}` is not a blocked dimension of `{fname}`", dim.name), label);
-                        continue;
-                    }
+                    let Some(d) = self.mapped_dim(dim, &blocked, &fname) else { continue };
                     let Some(n) = self.int_arg(*factor, *factor_span, "a split factor") else { continue };
                     if n == 0 {
                         self.err(*factor_span, "a split factor of 0 is not allowed", "use a positive factor such as 8");
