@@ -18,8 +18,9 @@ use super::layouts::{MatrixIsa, MmaDot, Plan, RingBuffers};
 use dt_core::kir::*;
 
 /// Most shared memory the rings of one kernel may take: what leaves room for the slots within
-/// the staged path's limit (`emit::gpu::MAX_STAGED_SHARED_BYTES`), so that two programs fit on
-/// an H100 multiprocessor.
+/// the staged path's limit (`emit::gpu::MAX_STAGED_SHARED_BYTES`), the 99 KB a block gets on
+/// every GPU the CUDA build runs on (sm_86 and sm_89 give no more), until the limit comes from
+/// the target.
 pub(crate) const RING_BYTES: usize = 96 * 1024;
 
 /// Gives the dots of every loop that qualifies (see the module docs) their rings, laid out one
