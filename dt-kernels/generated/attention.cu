@@ -700,7 +700,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -844,8 +844,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                             for (int r = 0; r < 64; r++) {
                                 acc1[r] = 0e0f;
                             }
-                            /* v0: loaded by the tensor-core dot that reads it */
-                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -996,7 +996,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                             for (int r = 0; r < 64; r++) {
                                 acc6[r] = v50[r];
                             }
-                            /* v34: loaded by the tensor-core dot that reads it */
+                            /* v34: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -1142,7 +1142,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -1286,8 +1286,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                             for (int r = 0; r < 64; r++) {
                                 acc1[r] = 0e0f;
                             }
-                            /* v0: loaded by the tensor-core dot that reads it */
-                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -1438,7 +1438,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                             for (int r = 0; r < 64; r++) {
                                 acc6[r] = v50[r];
                             }
-                            /* v34: loaded by the tensor-core dot that reads it */
+                            /* v34: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -1584,7 +1584,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -1728,8 +1728,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                             for (int r = 0; r < 64; r++) {
                                 acc1[r] = 0e0f;
                             }
-                            /* v0: loaded by the tensor-core dot that reads it */
-                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -1880,7 +1880,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                             for (int r = 0; r < 64; r++) {
                                 acc6[r] = v50[r];
                             }
-                            /* v34: loaded by the tensor-core dot that reads it */
+                            /* v34: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -2026,7 +2026,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_64.tensorize(j:64) num_stages(3) + rsum attention_64.tensorize(j:64) num_stages(3) + rdot attention_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -2170,8 +2170,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                             for (int r = 0; r < 64; r++) {
                                 acc1[r] = 0e0f;
                             }
-                            /* v0: loaded by the tensor-core dot that reads it */
-                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -2322,7 +2322,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                             for (int r = 0; r < 64; r++) {
                                 acc6[r] = v50[r];
                             }
-                            /* v34: loaded by the tensor-core dot that reads it */
+                            /* v34: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -2480,7 +2480,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -2633,8 +2633,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                             for (int r = 0; r < 64; r++) {
                                 acc1[r] = 0e0f;
                             }
-                            /* v3: loaded by the tensor-core dot that reads it */
-                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -2790,7 +2790,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                             for (int r = 0; r < 64; r++) {
                                 acc6[r] = v68[r];
                             }
-                            /* v52: loaded by the tensor-core dot that reads it */
+                            /* v52: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -2948,7 +2948,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -3101,8 +3101,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                             for (int r = 0; r < 64; r++) {
                                 acc1[r] = 0e0f;
                             }
-                            /* v3: loaded by the tensor-core dot that reads it */
-                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -3258,7 +3258,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                             for (int r = 0; r < 64; r++) {
                                 acc6[r] = v68[r];
                             }
-                            /* v52: loaded by the tensor-core dot that reads it */
+                            /* v52: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -3416,7 +3416,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -3569,8 +3569,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                             for (int r = 0; r < 64; r++) {
                                 acc1[r] = 0e0f;
                             }
-                            /* v3: loaded by the tensor-core dot that reads it */
-                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -3726,7 +3726,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                             for (int r = 0; r < 64; r++) {
                                 acc6[r] = v68[r];
                             }
-                            /* v52: loaded by the tensor-core dot that reads it */
+                            /* v52: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -3884,7 +3884,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_64.tensorize(j:64) num_stages(3) + rsum attention_causal_64.tensorize(j:64) num_stages(3) + rdot attention_causal_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -4037,8 +4037,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                             for (int r = 0; r < 64; r++) {
                                 acc1[r] = 0e0f;
                             }
-                            /* v3: loaded by the tensor-core dot that reads it */
-                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -4194,7 +4194,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                             for (int r = 0; r < 64; r++) {
                                 acc6[r] = v68[r];
                             }
-                            /* v52: loaded by the tensor-core dot that reads it */
+                            /* v52: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -4340,7 +4340,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -4484,8 +4484,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                             for (int r = 0; r < 16; r++) {
                                 acc1[r] = 0e0f;
                             }
-                            /* v0: loaded by the tensor-core dot that reads it */
-                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -4636,7 +4636,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                             for (int r = 0; r < 64; r++) {
                                 acc6[r] = v50[r];
                             }
-                            /* v34: loaded by the tensor-core dot that reads it */
+                            /* v34: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -4782,7 +4782,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -4926,8 +4926,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                             for (int r = 0; r < 16; r++) {
                                 acc1[r] = 0e0f;
                             }
-                            /* v0: loaded by the tensor-core dot that reads it */
-                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -5078,7 +5078,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                             for (int r = 0; r < 64; r++) {
                                 acc6[r] = v50[r];
                             }
-                            /* v34: loaded by the tensor-core dot that reads it */
+                            /* v34: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -5224,7 +5224,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -5368,8 +5368,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                             for (int r = 0; r < 16; r++) {
                                 acc1[r] = 0e0f;
                             }
-                            /* v0: loaded by the tensor-core dot that reads it */
-                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -5520,7 +5520,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                             for (int r = 0; r < 64; r++) {
                                 acc6[r] = v50[r];
                             }
-                            /* v34: loaded by the tensor-core dot that reads it */
+                            /* v34: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -5666,7 +5666,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -5810,8 +5810,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                             for (int r = 0; r < 16; r++) {
                                 acc1[r] = 0e0f;
                             }
-                            /* v0: loaded by the tensor-core dot that reads it */
-                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -5962,7 +5962,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                             for (int r = 0; r < 64; r++) {
                                 acc6[r] = v50[r];
                             }
-                            /* v34: loaded by the tensor-core dot that reads it */
+                            /* v34: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -6120,7 +6120,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_128.tensorize(j:32) num_stages(3) + rsum attention_causal_128.tensorize(j:32) num_stages(3) + rdot attention_causal_128.tensorize(j:32) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -6273,8 +6273,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                             for (int r = 0; r < 16; r++) {
                                 acc1[r] = 0e0f;
                             }
-                            /* v3: loaded by the tensor-core dot that reads it */
-                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -6430,7 +6430,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                             for (int r = 0; r < 64; r++) {
                                 acc6[r] = v68[r];
                             }
-                            /* v52: loaded by the tensor-core dot that reads it */
+                            /* v52: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -6588,7 +6588,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_128.tensorize(j:32) num_stages(3) + rsum attention_causal_128.tensorize(j:32) num_stages(3) + rdot attention_causal_128.tensorize(j:32) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -6741,8 +6741,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                             for (int r = 0; r < 16; r++) {
                                 acc1[r] = 0e0f;
                             }
-                            /* v3: loaded by the tensor-core dot that reads it */
-                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -6898,7 +6898,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                             for (int r = 0; r < 64; r++) {
                                 acc6[r] = v68[r];
                             }
-                            /* v52: loaded by the tensor-core dot that reads it */
+                            /* v52: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -7056,7 +7056,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_128.tensorize(j:32) num_stages(3) + rsum attention_causal_128.tensorize(j:32) num_stages(3) + rdot attention_causal_128.tensorize(j:32) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -7209,8 +7209,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                             for (int r = 0; r < 16; r++) {
                                 acc1[r] = 0e0f;
                             }
-                            /* v3: loaded by the tensor-core dot that reads it */
-                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -7366,7 +7366,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                             for (int r = 0; r < 64; r++) {
                                 acc6[r] = v68[r];
                             }
-                            /* v52: loaded by the tensor-core dot that reads it */
+                            /* v52: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -7524,7 +7524,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_128.tensorize(j:32) num_stages(3) + rsum attention_causal_128.tensorize(j:32) num_stages(3) + rdot attention_causal_128.tensorize(j:32) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one; those the steps share, once */
+                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
@@ -7677,8 +7677,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                             for (int r = 0; r < 16; r++) {
                                 acc1[r] = 0e0f;
                             }
-                            /* v3: loaded by the tensor-core dot that reads it */
-                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -7834,7 +7834,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                             for (int r = 0; r < 64; r++) {
                                 acc6[r] = v68[r];
                             }
-                            /* v52: loaded by the tensor-core dot that reads it */
+                            /* v52: loaded by the dot that reads it (staged in shared memory) */
                             /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
@@ -7989,8 +7989,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                         }
                         /* rdot attention.tensorize(d:64) */
                         for (long long o20 = 0; o20 < s5; o20 += 64) {
-                            /* v0: loaded by the tensor-core dot that reads it */
-                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
                             __syncthreads();
                             /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
@@ -8192,7 +8192,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                         for (int r = 0; r < 64; r++) {
                             acc6[r] = v50[r];
                         }
-                        /* v34: loaded by the tensor-core dot that reads it */
+                        /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -8368,8 +8368,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                         }
                         /* rdot attention.tensorize(d:64) */
                         for (long long o20 = 0; o20 < s5; o20 += 64) {
-                            /* v0: loaded by the tensor-core dot that reads it */
-                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
                             __syncthreads();
                             /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
@@ -8571,7 +8571,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                         for (int r = 0; r < 64; r++) {
                             acc6[r] = v50[r];
                         }
-                        /* v34: loaded by the tensor-core dot that reads it */
+                        /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -8747,8 +8747,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                         }
                         /* rdot attention.tensorize(d:64) */
                         for (long long o20 = 0; o20 < s5; o20 += 64) {
-                            /* v0: loaded by the tensor-core dot that reads it */
-                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
                             __syncthreads();
                             /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
@@ -8950,7 +8950,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                         for (int r = 0; r < 64; r++) {
                             acc6[r] = v50[r];
                         }
-                        /* v34: loaded by the tensor-core dot that reads it */
+                        /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -9126,8 +9126,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                         }
                         /* rdot attention.tensorize(d:64) */
                         for (long long o20 = 0; o20 < s5; o20 += 64) {
-                            /* v0: loaded by the tensor-core dot that reads it */
-                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
                             __syncthreads();
                             /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
@@ -9329,7 +9329,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                         for (int r = 0; r < 64; r++) {
                             acc6[r] = v50[r];
                         }
-                        /* v34: loaded by the tensor-core dot that reads it */
+                        /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -9411,7 +9411,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
     }
 }
 
-/* kernel attention for f32: grid block(b:1, h:1, i:64, e:128); 128 threads, 49152 bytes of shared memory */
+/* kernel attention for f32: grid block(b:1, h:1, i:64, e:128); 128 threads, 51200 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -9479,30 +9479,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
                 for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc6[r] = 0e0f;
-                        }
+                        acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[1];
+                    float acc3[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = 0e0f;
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[1];
+                    float acc0[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = (-INFINITY);
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        acc0[r] = (-INFINITY);
                     }
                     /* rmax attention.tensorize(j:64) + rsum attention.tensorize(j:64) + rdot attention.tensorize(j:64), online */
                     for (long long o15 = 0; o15 < s3; o15 += 64) {
@@ -9510,402 +9501,299 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
                         float acc1[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc1[r] = 0e0f;
-                            }
+                            acc1[r] = 0e0f;
                         }
                         /* rdot attention.tensorize(d:64) */
                         for (long long o20 = 0; o20 < s5; o20 += 64) {
-                            float v0[32];
-                            #pragma unroll
-                            for (int c = 0; c < 8; c++) {
-                                const int e = (c * 128 + tid) * 4;
-                                const int l21 = (int)((unsigned)e / 4096u % 1u);
-                                const int l22 = (int)((unsigned)e / 4096u % 1u);
-                                const int l23 = (int)((unsigned)e / 64u % 64u);
-                                const int l24 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + l24) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in0 + a);
-                                    v0[c * 4 + 0] = __uint_as_float(q.x);
-                                    v0[c * 4 + 1] = __uint_as_float(q.y);
-                                    v0[c * 4 + 2] = __uint_as_float(q.z);
-                                    v0[c * 4 + 3] = __uint_as_float(q.w);
-                                } else {
-                                    v0[c * 4 + 0] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + l24) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v0[c * 4 + 1] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v0[c * 4 + 2] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v0[c * 4 + 3] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
+                            __syncthreads();
+                            /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec21 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 3) == 0 && (args.input_strides[0][1] & 3) == 0 && (args.input_strides[0][2] & 3) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 8; r++) {
+                                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                    (void)e; {
+                                        const int l22 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l23 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l24 = (int)((unsigned)e / 16u % 64u);
+                                        const int l25 = (int)((unsigned)e / 1u % 16u);
+                                        if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 4 + 3)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((float*)(dt_smem + 0))[l24 * 68 + (l25 * 4)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 4)) * (unsigned)args.input_strides[0][3]]);
+                                        } else if (!((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 4)) < (unsigned)s5)) {
+                                            *(uint4*)&((float*)(dt_smem + 0))[l24 * 68 + (l25 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 4; q++) {
+                                                ((float*)(dt_smem + 0))[l24 * 68 + (l25 * 4 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 4 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 4 + q)) * (unsigned)args.input_strides[0][3]] : 0.0f;
+                                            }
+                                        }
+                                    }
                                 }
                             }
-                            float v1[32];
-                            #pragma unroll
-                            for (int c = 0; c < 8; c++) {
-                                const int e = (c * 128 + tid) * 4;
-                                const int l25 = (int)((unsigned)e / 4096u % 1u);
-                                const int l26 = (int)((unsigned)e / 4096u % 1u);
-                                const int l27 = (int)((unsigned)e / 64u % 64u);
-                                const int l28 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l27) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + l28) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in1 + a);
-                                    v1[c * 4 + 0] = __uint_as_float(q.x);
-                                    v1[c * 4 + 1] = __uint_as_float(q.y);
-                                    v1[c * 4 + 2] = __uint_as_float(q.z);
-                                    v1[c * 4 + 3] = __uint_as_float(q.w);
-                                } else {
-                                    v1[c * 4 + 0] = ((unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + l28) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v1[c * 4 + 1] = ((unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v1[c * 4 + 2] = ((unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v1[c * 4 + 3] = ((unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                            /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec26 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 3) == 0 && (args.input_strides[1][1] & 3) == 0 && (args.input_strides[1][2] & 3) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 8; r++) {
+                                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                    (void)e; {
+                                        const int l27 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l28 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l29 = (int)((unsigned)e / 16u % 64u);
+                                        const int l30 = (int)((unsigned)e / 1u % 16u);
+                                        if (vec26 && (unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 4 + 3)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l29 * 68 + (l30 * 4)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 4)) * (unsigned)args.input_strides[1][3]]);
+                                        } else if (!((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 4)) < (unsigned)s5)) {
+                                            *(uint4*)&((float*)(dt_smem + 4352))[l29 * 68 + (l30 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 4; q++) {
+                                                ((float*)(dt_smem + 4352))[l29 * 68 + (l30 * 4 + q)] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 4 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 4 + q)) * (unsigned)args.input_strides[1][3]] : 0.0f;
+                                            }
+                                        }
+                                    }
                                 }
                             }
                             __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
-                            __syncthreads();
-                            float v2[32];
-                            #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                                (void)e; {
-                                    const int l29 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l30 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l31 = (int)((unsigned)e / 64u % 64u);
-                                    const int l32 = (int)((unsigned)e / 1u % 64u);
-                                    float a33 = 0.0f;
-                                    for (int q = 0; q < 64; q++) a33 = fmaf((dt_smem + 0)[l29 * 4096 + l30 * 4096 + l31 * 64 + q * 1], (dt_smem + 4096)[l29 * 4096 + l30 * 4096 + l32 * 64 + q * 1], a33);
-                                    v2[r] = a33;
+                            /* rdot on CUDA cores (fmaf): [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 2 m16n32k4 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 68);
+                                const float* fb0 = (const float*)((dt_smem + 4352) + ((tid >> 5) % 1 * 64 + (lane & 7) * 4) * 68);
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 4) {
+                                    float fa[1][16], fb[2][16];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 68 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                                    #pragma unroll
+                                    for (int j = 0; j < 2; j++) for (int c = 0; c < 4; c++) { const float4 w = *(const float4*)(fb0 + (j * 32 + c) * 68 + kk); fb[j][c] = w.x; fb[j][c + 4] = w.y; fb[j][c + 8] = w.z; fb[j][c + 12] = w.w; }
+                                    #pragma unroll
+                                    for (int kq = 0; kq < 4; kq++)
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++)
+                                    #pragma unroll
+                                    for (int j = 0; j < 2; j++)
+                                    #pragma unroll
+                                    for (int q = 0; q < 4; q++)
+                                    #pragma unroll
+                                    for (int c = 0; c < 4; c++) acc1[(i * 2 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc1[(i * 2 + j) * 16 + q * 4 + c]);
                                 }
                             }
-                            #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                                (void)e; {
-                                    acc1[r] = acc1[r] + v2[r];
-                                }
-                            }
+                            /* acc1 += v2: accumulated by the tensor-core dot above */
                         }
                         float v3[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v3[r] = acc1[r];
-                            }
+                            v3[r] = acc1[r];
                         }
                         float v6[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v6[r] = (v3[r] * v5[0]);
-                            }
+                            v6[r] = (v3[r] * v5[0]);
                         }
                         float v7[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l49 = (int)((unsigned)e / 1u % 64u);
-                                v7[r] = ((unsigned)(o15 + l49) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                            }
+                            const int l42 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v7[r]; }
-                        __syncthreads();
-                        float v8[1];
-                        /* cooperative reduction: 2 threads per result */
+                        float v8[4];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            const int j = tid / 2;
-                            const int q = tid % 2;
-                            float p = (-INFINITY);
-                            if (j < 64) {
-                                const int l50 = (j / 64) % 1;
-                                const int l51 = (j / 64) % 1;
-                                const int l52 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + i * 1]);
+                            float p[4];
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 4) / 2 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 8; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 8));
                             }
-                            for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) v8[s] = p[s];
                         }
-                        __syncthreads();
+                        float v39[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v8[r] = (dt_smem + 4096)[e];
-                            }
-                        }
-                        float v39[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v39[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v39[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc0[r] = fmaxf(acc0[r], v8[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc0[r] = fmaxf(acc0[r], v8[r]);
                         }
-                        float v40[1];
+                        float v40[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v40[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v40[r] = acc0[r];
                         }
-                        float v43[1];
+                        float v43[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
                         }
-                        float v44[1];
+                        float v44[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
                         }
-                        float v45[1];
+                        float v45[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v45[r] = (v39[r] - v44[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v45[r] = (v39[r] - v44[r]);
                         }
-                        float v46[1];
+                        float v46[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v46[r] = expf(v45[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v46[r] = expf(v45[r]);
                         }
-                        float v47[1];
+                        float v47[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v47[r] = acc3[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v47[r] = acc3[r];
                         }
-                        float v48[1];
+                        float v48[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v48[r] = (v47[r] * v46[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v48[r] = (v47[r] * v46[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = v48[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc3[r] = v48[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v44[r]; }
-                        __syncthreads();
                         float v18[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l86 = (int)((unsigned)e / 4096u % 1u);
-                                const int l87 = (int)((unsigned)e / 4096u % 1u);
-                                const int l88 = (int)((unsigned)e / 64u % 64u);
-                                v18[r] = (v6[r] - (dt_smem + 0)[l86 * 64 + l87 * 64 + l88]);
-                            }
+                            v18[r] = (v6[r] - v44[(r >> 4) / 2 * 4 + ((r >> 2) & 3)]);
                         }
                         float v19[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v19[r] = expf(v18[r]);
-                            }
+                            v19[r] = expf(v18[r]);
                         }
                         float v20[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l97 = (int)((unsigned)e / 1u % 64u);
-                                v20[r] = ((unsigned)(o15 + l97) < (unsigned)s3) ? v19[r] : 0e0f;
-                            }
+                            const int l84 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            v20[r] = ((unsigned)(o15 + l84) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v20[r]; }
-                        __syncthreads();
-                        float v21[1];
-                        /* cooperative reduction: 2 threads per result */
+                        float v21[4];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            const int j = tid / 2;
-                            const int q = tid % 2;
-                            float p = 0e0f;
-                            if (j < 64) {
-                                const int l98 = (j / 64) % 1;
-                                const int l99 = (j / 64) % 1;
-                                const int l100 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l98 * 4096 + l99 * 4096 + l100 * 64 + i * 1];
+                            float p[4];
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 4) / 2 * 4 + ((r >> 2) & 3); p[s] = p[s] + v20[r]; }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 8; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 8);
                             }
-                            for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v21[r] = (dt_smem + 4096)[e];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) v21[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = acc3[r] + v21[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc3[r] = acc3[r] + v21[r];
                         }
                         float v49[64];
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v49[r] = acc6[r];
-                            }
-                        }
-                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v46[r]; }
-                        __syncthreads();
+                        for (int r = 0; r < 64; r++) {
+                            v49[r] = acc6[r];
+                        }
                         float v50[64];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l111 = (int)((unsigned)e / 8192u % 1u);
-                                const int l112 = (int)((unsigned)e / 8192u % 1u);
-                                const int l113 = (int)((unsigned)e / 128u % 64u);
-                                v50[r] = (v49[r] * (dt_smem + 0)[l111 * 64 + l112 * 64 + l113]);
-                            }
+                            v50[r] = (v49[r] * v46[(r >> 4) / 4 * 4 + ((r >> 2) & 3)]);
                         }
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc6[r] = v50[r];
-                            }
+                            acc6[r] = v50[r];
                         }
-                        float v34[64];
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l119 = (int)((unsigned)e / 8192u % 1u);
-                                const int l120 = (int)((unsigned)e / 8192u % 1u);
-                                const int l121 = (int)((unsigned)e / 64u % 128u);
-                                const int l122 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + l121) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l122) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + l121) * (unsigned)args.input_strides[2][3]]) : 0e0f;
-                            }
-                        }
+                        /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v20[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v34[r]; }
-                        __syncthreads();
-                        float v35[64];
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l123 = (int)((unsigned)e / 8192u % 1u);
-                                const int l124 = (int)((unsigned)e / 8192u % 1u);
-                                const int l125 = (int)((unsigned)e / 128u % 64u);
-                                const int l126 = (int)((unsigned)e / 1u % 128u);
-                                float a127 = 0.0f;
-                                for (int q = 0; q < 64; q++) a127 = fmaf((dt_smem + 0)[l123 * 4096 + l124 * 4096 + l125 * 64 + q * 1], (dt_smem + 4096)[l123 * 8192 + l124 * 8192 + l126 * 64 + q * 1], a127);
-                                v35[r] = a127;
+                        for (int r = 0; r < 32; r++) {
+                            const int l102 = (tid >> 5) / 1 * 16 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l103 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            ((float*)(dt_smem + 0))[l102 * 68 + l103] = (v20[r]);
+                        }
+                        /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec104 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
+                            #pragma unroll 8
+                            for (int r = 0; r < 16; r++) {
+                                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                (void)e; {
+                                    const int l105 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l106 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l107 = (int)((unsigned)e / 32u % 64u);
+                                    const int l108 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec104 && (unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 4 + 3)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l107 * 132 + (l108 * 4)], &in2[(unsigned)(o1 + l105) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l106) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l107) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l108 * 4)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 4)) < (unsigned)s4)) {
+                                        *(uint4*)&((float*)(dt_smem + 4352))[l107 * 132 + (l108 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)(dt_smem + 4352))[l107 * 132 + (l108 * 4 + q)] = ((unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l105) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l106) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l107) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l108 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc6[r] = acc6[r] + v35[r];
+                        __syncthreads();
+                        /* rdot on CUDA cores (fmaf): [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 4 m16n32k4 fragments */
+                        {
+                            const int lane = tid & 31;
+                            const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 68);
+                            const float* fb0 = (const float*)((dt_smem + 4352) + (tid >> 5) % 1 * 128 + (lane & 7) * 4);
+                            #pragma unroll
+                            for (int kk = 0; kk < 64; kk += 4) {
+                                float fa[1][16], fb[4][16];
+                                #pragma unroll
+                                for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 68 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                                #pragma unroll
+                                for (int j = 0; j < 4; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 132 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
+                                #pragma unroll
+                                for (int kq = 0; kq < 4; kq++)
+                                #pragma unroll
+                                for (int i = 0; i < 1; i++)
+                                #pragma unroll
+                                for (int j = 0; j < 4; j++)
+                                #pragma unroll
+                                for (int q = 0; q < 4; q++)
+                                #pragma unroll
+                                for (int c = 0; c < 4; c++) acc6[(i * 4 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc6[(i * 4 + j) * 16 + q * 4 + c]);
                             }
                         }
+                        /* acc6 += v35: accumulated by the tensor-core dot above */
                     }
-                    float v22[1];
+                    float v22[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v22[r] = acc3[r];
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        v22[r] = acc3[r];
                     }
                     float v36[64];
-                    #pragma unroll 1
-                    for (int r = 0; r < 64; r++) {
-                        const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v36[r] = acc6[r];
-                        }
-                    }
-                    __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
-                    __syncthreads();
+                    for (int r = 0; r < 64; r++) {
+                        v36[r] = acc6[r];
+                    }
                     float v38[64];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l139 = (int)((unsigned)e / 8192u % 1u);
-                            const int l140 = (int)((unsigned)e / 8192u % 1u);
-                            const int l141 = (int)((unsigned)e / 128u % 64u);
-                            v38[r] = (v36[r] / (dt_smem + 0)[l139 * 64 + l140 * 64 + l141]);
-                        }
+                        v38[r] = (v36[r] / v22[(r >> 4) / 4 * 4 + ((r >> 2) & 3)]);
                     }
                     #pragma unroll
-                    for (int c = 0; c < 16; c++) {
-                        const int e = (c * 128 + tid) * 4;
-                        const int l143 = (int)((unsigned)e / 8192u % 1u);
-                        const int l144 = (int)((unsigned)e / 8192u % 1u);
-                        const int l145 = (int)((unsigned)e / 128u % 64u);
-                        const int l146 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l143) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l144) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l145) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l146) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + (l146 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
-                            *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
-                        } else {
-                            if ((unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + l146) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
-                            if ((unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + (l146 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
-                            if ((unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + (l146 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
-                            if ((unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + (l146 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
-                        }
+                    for (int r = 0; r < 64; r++) {
+                        const int l120 = 0;
+                        const int l121 = 0;
+                        const int l122 = (tid >> 5) / 1 * 16 + (r >> 4) / 4 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                        const int l123 = (tid >> 5) % 1 * 128 + (r >> 4) % 4 * 32 + (tid & 7) * 4 + (r & 3);
+                        if ((unsigned)(o3 + l122) < (unsigned)s2 && (unsigned)(o4 + l123) < (unsigned)s4) out[(unsigned)(o1 + l120) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l121) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l122) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l123) * (unsigned)args.output_strides[3]] = dt_store_f32(v38[r]);
                     }
                 }
             }
@@ -9913,7 +9801,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
     }
 }
 
-/* kernel attention for f32: grid block(b:1, h:1, i:64, e:128); 128 threads, 49152 bytes of shared memory */
+/* kernel attention for f32: grid block(b:1, h:1, i:64, e:128); 128 threads, 51200 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -9981,30 +9869,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID
                 for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc6[r] = 0e0f;
-                        }
+                        acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[1];
+                    float acc3[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = 0e0f;
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[1];
+                    float acc0[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = (-INFINITY);
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        acc0[r] = (-INFINITY);
                     }
                     /* rmax attention.tensorize(j:64) + rsum attention.tensorize(j:64) + rdot attention.tensorize(j:64), online */
                     for (long long o15 = 0; o15 < s3; o15 += 64) {
@@ -10012,395 +9891,299 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID
                         float acc1[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc1[r] = 0e0f;
-                            }
+                            acc1[r] = 0e0f;
                         }
                         /* rdot attention.tensorize(d:64) */
                         for (long long o20 = 0; o20 < s5; o20 += 64) {
-                            float v0[32];
-                            #pragma unroll
-                            for (int c = 0; c < 8; c++) {
-                                const int e = (c * 128 + tid) * 4;
-                                const int l21 = (int)((unsigned)e / 4096u % 1u);
-                                const int l22 = (int)((unsigned)e / 4096u % 1u);
-                                const int l23 = (int)((unsigned)e / 64u % 64u);
-                                const int l24 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + l24) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + l24) < (unsigned)s5) {
-                                    const uint4 q = *(const uint4*)(in0 + a);
-                                    v0[c * 4 + 0] = __uint_as_float(q.x);
-                                    v0[c * 4 + 1] = __uint_as_float(q.y);
-                                    v0[c * 4 + 2] = __uint_as_float(q.z);
-                                    v0[c * 4 + 3] = __uint_as_float(q.w);
-                                } else {
-                                    v0[c * 4 + 0] = 0e0f;
-                                    v0[c * 4 + 1] = 0e0f;
-                                    v0[c * 4 + 2] = 0e0f;
-                                    v0[c * 4 + 3] = 0e0f;
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
+                            __syncthreads();
+                            /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec21 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 3) == 0 && (args.input_strides[0][1] & 3) == 0 && (args.input_strides[0][2] & 3) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 8; r++) {
+                                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                    (void)e; {
+                                        const int l22 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l23 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l24 = (int)((unsigned)e / 16u % 64u);
+                                        const int l25 = (int)((unsigned)e / 1u % 16u);
+                                        if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 4 + 3)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((float*)(dt_smem + 0))[l24 * 68 + (l25 * 4)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 4)) * (unsigned)args.input_strides[0][3]]);
+                                        } else if (!((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 4)) < (unsigned)s5)) {
+                                            *(uint4*)&((float*)(dt_smem + 0))[l24 * 68 + (l25 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 4; q++) {
+                                                ((float*)(dt_smem + 0))[l24 * 68 + (l25 * 4 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 4 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 4 + q)) * (unsigned)args.input_strides[0][3]] : 0.0f;
+                                            }
+                                        }
+                                    }
                                 }
                             }
-                            float v1[32];
-                            #pragma unroll
-                            for (int c = 0; c < 8; c++) {
-                                const int e = (c * 128 + tid) * 4;
-                                const int l25 = (int)((unsigned)e / 4096u % 1u);
-                                const int l26 = (int)((unsigned)e / 4096u % 1u);
-                                const int l27 = (int)((unsigned)e / 64u % 64u);
-                                const int l28 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l27) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + l28) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + l28) < (unsigned)s5) {
-                                    const uint4 q = *(const uint4*)(in1 + a);
-                                    v1[c * 4 + 0] = __uint_as_float(q.x);
-                                    v1[c * 4 + 1] = __uint_as_float(q.y);
-                                    v1[c * 4 + 2] = __uint_as_float(q.z);
-                                    v1[c * 4 + 3] = __uint_as_float(q.w);
-                                } else {
-                                    v1[c * 4 + 0] = 0e0f;
-                                    v1[c * 4 + 1] = 0e0f;
-                                    v1[c * 4 + 2] = 0e0f;
-                                    v1[c * 4 + 3] = 0e0f;
+                            /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec26 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 3) == 0 && (args.input_strides[1][1] & 3) == 0 && (args.input_strides[1][2] & 3) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 8; r++) {
+                                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                    (void)e; {
+                                        const int l27 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l28 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l29 = (int)((unsigned)e / 16u % 64u);
+                                        const int l30 = (int)((unsigned)e / 1u % 16u);
+                                        if (vec26 && (unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 4 + 3)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l29 * 68 + (l30 * 4)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 4)) * (unsigned)args.input_strides[1][3]]);
+                                        } else if (!((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 4)) < (unsigned)s5)) {
+                                            *(uint4*)&((float*)(dt_smem + 4352))[l29 * 68 + (l30 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 4; q++) {
+                                                ((float*)(dt_smem + 4352))[l29 * 68 + (l30 * 4 + q)] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 4 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 4 + q)) * (unsigned)args.input_strides[1][3]] : 0.0f;
+                                            }
+                                        }
+                                    }
                                 }
                             }
                             __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
-                            __syncthreads();
-                            float v2[32];
-                            #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                                (void)e; {
-                                    const int l29 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l30 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l31 = (int)((unsigned)e / 64u % 64u);
-                                    const int l32 = (int)((unsigned)e / 1u % 64u);
-                                    float a33 = 0.0f;
-                                    for (int q = 0; q < 64; q++) a33 = fmaf((dt_smem + 0)[l29 * 4096 + l30 * 4096 + l31 * 64 + q * 1], (dt_smem + 4096)[l29 * 4096 + l30 * 4096 + l32 * 64 + q * 1], a33);
-                                    v2[r] = a33;
+                            /* rdot on CUDA cores (fmaf): [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 2 m16n32k4 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 68);
+                                const float* fb0 = (const float*)((dt_smem + 4352) + ((tid >> 5) % 1 * 64 + (lane & 7) * 4) * 68);
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 4) {
+                                    float fa[1][16], fb[2][16];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 68 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                                    #pragma unroll
+                                    for (int j = 0; j < 2; j++) for (int c = 0; c < 4; c++) { const float4 w = *(const float4*)(fb0 + (j * 32 + c) * 68 + kk); fb[j][c] = w.x; fb[j][c + 4] = w.y; fb[j][c + 8] = w.z; fb[j][c + 12] = w.w; }
+                                    #pragma unroll
+                                    for (int kq = 0; kq < 4; kq++)
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++)
+                                    #pragma unroll
+                                    for (int j = 0; j < 2; j++)
+                                    #pragma unroll
+                                    for (int q = 0; q < 4; q++)
+                                    #pragma unroll
+                                    for (int c = 0; c < 4; c++) acc1[(i * 2 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc1[(i * 2 + j) * 16 + q * 4 + c]);
                                 }
                             }
-                            #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                                (void)e; {
-                                    acc1[r] = acc1[r] + v2[r];
-                                }
-                            }
+                            /* acc1 += v2: accumulated by the tensor-core dot above */
                         }
                         float v3[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v3[r] = acc1[r];
-                            }
+                            v3[r] = acc1[r];
                         }
                         float v6[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v6[r] = (v3[r] * v5[0]);
-                            }
+                            v6[r] = (v3[r] * v5[0]);
                         }
                         float v7[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l49 = (int)((unsigned)e / 1u % 64u);
-                                v7[r] = ((unsigned)(o15 + l49) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                            }
+                            const int l42 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v7[r]; }
-                        __syncthreads();
-                        float v8[1];
-                        /* cooperative reduction: 2 threads per result */
+                        float v8[4];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            const int j = tid / 2;
-                            const int q = tid % 2;
-                            float p = (-INFINITY);
-                            if (j < 64) {
-                                const int l50 = (j / 64) % 1;
-                                const int l51 = (j / 64) % 1;
-                                const int l52 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + i * 1]);
+                            float p[4];
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 4) / 2 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 8; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 8));
                             }
-                            for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) v8[s] = p[s];
                         }
-                        __syncthreads();
+                        float v39[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v8[r] = (dt_smem + 4096)[e];
-                            }
-                        }
-                        float v39[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v39[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v39[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc0[r] = fmaxf(acc0[r], v8[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc0[r] = fmaxf(acc0[r], v8[r]);
                         }
-                        float v40[1];
+                        float v40[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v40[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v40[r] = acc0[r];
                         }
-                        float v43[1];
+                        float v43[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
                         }
-                        float v44[1];
+                        float v44[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
                         }
-                        float v45[1];
+                        float v45[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v45[r] = (v39[r] - v44[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v45[r] = (v39[r] - v44[r]);
                         }
-                        float v46[1];
+                        float v46[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v46[r] = expf(v45[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v46[r] = expf(v45[r]);
                         }
-                        float v47[1];
+                        float v47[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v47[r] = acc3[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v47[r] = acc3[r];
                         }
-                        float v48[1];
+                        float v48[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v48[r] = (v47[r] * v46[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v48[r] = (v47[r] * v46[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = v48[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc3[r] = v48[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v44[r]; }
-                        __syncthreads();
                         float v18[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l86 = (int)((unsigned)e / 4096u % 1u);
-                                const int l87 = (int)((unsigned)e / 4096u % 1u);
-                                const int l88 = (int)((unsigned)e / 64u % 64u);
-                                v18[r] = (v6[r] - (dt_smem + 0)[l86 * 64 + l87 * 64 + l88]);
-                            }
+                            v18[r] = (v6[r] - v44[(r >> 4) / 2 * 4 + ((r >> 2) & 3)]);
                         }
                         float v19[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v19[r] = expf(v18[r]);
-                            }
+                            v19[r] = expf(v18[r]);
                         }
                         float v20[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l97 = (int)((unsigned)e / 1u % 64u);
-                                v20[r] = ((unsigned)(o15 + l97) < (unsigned)s3) ? v19[r] : 0e0f;
-                            }
+                            const int l84 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            v20[r] = ((unsigned)(o15 + l84) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v20[r]; }
-                        __syncthreads();
-                        float v21[1];
-                        /* cooperative reduction: 2 threads per result */
+                        float v21[4];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            const int j = tid / 2;
-                            const int q = tid % 2;
-                            float p = 0e0f;
-                            if (j < 64) {
-                                const int l98 = (j / 64) % 1;
-                                const int l99 = (j / 64) % 1;
-                                const int l100 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l98 * 4096 + l99 * 4096 + l100 * 64 + i * 1];
+                            float p[4];
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 4) / 2 * 4 + ((r >> 2) & 3); p[s] = p[s] + v20[r]; }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 8; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 8);
                             }
-                            for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v21[r] = (dt_smem + 4096)[e];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) v21[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = acc3[r] + v21[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc3[r] = acc3[r] + v21[r];
                         }
                         float v49[64];
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v49[r] = acc6[r];
-                            }
-                        }
-                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v46[r]; }
-                        __syncthreads();
+                        for (int r = 0; r < 64; r++) {
+                            v49[r] = acc6[r];
+                        }
                         float v50[64];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l111 = (int)((unsigned)e / 8192u % 1u);
-                                const int l112 = (int)((unsigned)e / 8192u % 1u);
-                                const int l113 = (int)((unsigned)e / 128u % 64u);
-                                v50[r] = (v49[r] * (dt_smem + 0)[l111 * 64 + l112 * 64 + l113]);
-                            }
+                            v50[r] = (v49[r] * v46[(r >> 4) / 4 * 4 + ((r >> 2) & 3)]);
                         }
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc6[r] = v50[r];
-                            }
+                            acc6[r] = v50[r];
                         }
-                        float v34[64];
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l119 = (int)((unsigned)e / 8192u % 1u);
-                                const int l120 = (int)((unsigned)e / 8192u % 1u);
-                                const int l121 = (int)((unsigned)e / 64u % 128u);
-                                const int l122 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + l121) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l122) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + l121) * (unsigned)args.input_strides[2][3]]) : 0e0f;
-                            }
-                        }
+                        /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v20[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v34[r]; }
-                        __syncthreads();
-                        float v35[64];
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l123 = (int)((unsigned)e / 8192u % 1u);
-                                const int l124 = (int)((unsigned)e / 8192u % 1u);
-                                const int l125 = (int)((unsigned)e / 128u % 64u);
-                                const int l126 = (int)((unsigned)e / 1u % 128u);
-                                float a127 = 0.0f;
-                                for (int q = 0; q < 64; q++) a127 = fmaf((dt_smem + 0)[l123 * 4096 + l124 * 4096 + l125 * 64 + q * 1], (dt_smem + 4096)[l123 * 8192 + l124 * 8192 + l126 * 64 + q * 1], a127);
-                                v35[r] = a127;
+                        for (int r = 0; r < 32; r++) {
+                            const int l102 = (tid >> 5) / 1 * 16 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l103 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            ((float*)(dt_smem + 0))[l102 * 68 + l103] = (v20[r]);
+                        }
+                        /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec104 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
+                            #pragma unroll 8
+                            for (int r = 0; r < 16; r++) {
+                                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                (void)e; {
+                                    const int l105 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l106 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l107 = (int)((unsigned)e / 32u % 64u);
+                                    const int l108 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec104 && (unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 4 + 3)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l107 * 132 + (l108 * 4)], &in2[(unsigned)(o1 + l105) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l106) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l107) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l108 * 4)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 4)) < (unsigned)s4)) {
+                                        *(uint4*)&((float*)(dt_smem + 4352))[l107 * 132 + (l108 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)(dt_smem + 4352))[l107 * 132 + (l108 * 4 + q)] = ((unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l105) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l106) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l107) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l108 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc6[r] = acc6[r] + v35[r];
+                        __syncthreads();
+                        /* rdot on CUDA cores (fmaf): [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 4 m16n32k4 fragments */
+                        {
+                            const int lane = tid & 31;
+                            const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 68);
+                            const float* fb0 = (const float*)((dt_smem + 4352) + (tid >> 5) % 1 * 128 + (lane & 7) * 4);
+                            #pragma unroll
+                            for (int kk = 0; kk < 64; kk += 4) {
+                                float fa[1][16], fb[4][16];
+                                #pragma unroll
+                                for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 68 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                                #pragma unroll
+                                for (int j = 0; j < 4; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 132 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
+                                #pragma unroll
+                                for (int kq = 0; kq < 4; kq++)
+                                #pragma unroll
+                                for (int i = 0; i < 1; i++)
+                                #pragma unroll
+                                for (int j = 0; j < 4; j++)
+                                #pragma unroll
+                                for (int q = 0; q < 4; q++)
+                                #pragma unroll
+                                for (int c = 0; c < 4; c++) acc6[(i * 4 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc6[(i * 4 + j) * 16 + q * 4 + c]);
                             }
                         }
+                        /* acc6 += v35: accumulated by the tensor-core dot above */
                     }
-                    float v22[1];
+                    float v22[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v22[r] = acc3[r];
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        v22[r] = acc3[r];
                     }
                     float v36[64];
-                    #pragma unroll 1
-                    for (int r = 0; r < 64; r++) {
-                        const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v36[r] = acc6[r];
-                        }
-                    }
-                    __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v22[r]; }
-                    __syncthreads();
+                    for (int r = 0; r < 64; r++) {
+                        v36[r] = acc6[r];
+                    }
                     float v38[64];
-                    #pragma unroll 1
-                    for (int r = 0; r < 64; r++) {
-                        const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l139 = (int)((unsigned)e / 8192u % 1u);
-                            const int l140 = (int)((unsigned)e / 8192u % 1u);
-                            const int l141 = (int)((unsigned)e / 128u % 64u);
-                            v38[r] = (v36[r] / (dt_smem + 0)[l139 * 64 + l140 * 64 + l141]);
-                        }
-                    }
                     #pragma unroll
-                    for (int c = 0; c < 16; c++) {
-                        const int e = (c * 128 + tid) * 4;
-                        const int l143 = (int)((unsigned)e / 8192u % 1u);
-                        const int l144 = (int)((unsigned)e / 8192u % 1u);
-                        const int l145 = (int)((unsigned)e / 128u % 64u);
-                        const int l146 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l143) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l144) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l145) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l146) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + l146) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
+                    for (int r = 0; r < 64; r++) {
+                        v38[r] = (v36[r] / v22[(r >> 4) / 4 * 4 + ((r >> 2) & 3)]);
+                    }
+                    /* the fragments two adjacent columns at a time */
+                    #pragma unroll
+                    for (int r = 0; r < 64; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 4) / 4 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 1 * 128 + (r >> 4) % 4 * 32 + (tid & 7) * 4 + (r & 3);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(float2*)(out + a) = make_float2(v38[r], v38[r + 1]);
+                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f32(v38[r]);
                     }
                 }
             }
@@ -10523,8 +10306,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         }
                         /* rdot attention_causal.tensorize(d:64) */
                         for (long long o22 = 0; o22 < s5; o22 += 64) {
-                            /* v3: loaded by the tensor-core dot that reads it */
-                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
                             __syncthreads();
                             /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
@@ -10731,7 +10514,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         for (int r = 0; r < 64; r++) {
                             acc6[r] = v68[r];
                         }
-                        /* v52: loaded by the tensor-core dot that reads it */
+                        /* v52: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -10928,8 +10711,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         }
                         /* rdot attention_causal.tensorize(d:64) */
                         for (long long o22 = 0; o22 < s5; o22 += 64) {
-                            /* v3: loaded by the tensor-core dot that reads it */
-                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
                             __syncthreads();
                             /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
@@ -11136,7 +10919,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         for (int r = 0; r < 64; r++) {
                             acc6[r] = v68[r];
                         }
-                        /* v52: loaded by the tensor-core dot that reads it */
+                        /* v52: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -11333,8 +11116,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         }
                         /* rdot attention_causal.tensorize(d:64) */
                         for (long long o22 = 0; o22 < s5; o22 += 64) {
-                            /* v3: loaded by the tensor-core dot that reads it */
-                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
                             __syncthreads();
                             /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
@@ -11541,7 +11324,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         for (int r = 0; r < 64; r++) {
                             acc6[r] = v68[r];
                         }
-                        /* v52: loaded by the tensor-core dot that reads it */
+                        /* v52: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -11738,8 +11521,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         }
                         /* rdot attention_causal.tensorize(d:64) */
                         for (long long o22 = 0; o22 < s5; o22 += 64) {
-                            /* v3: loaded by the tensor-core dot that reads it */
-                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
                             __syncthreads();
                             /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
@@ -11946,7 +11729,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         for (int r = 0; r < 64; r++) {
                             acc6[r] = v68[r];
                         }
-                        /* v52: loaded by the tensor-core dot that reads it */
+                        /* v52: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -12028,7 +11811,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
     }
 }
 
-/* kernel attention_causal for f32: grid block(b:1, h:1, i:64, e:128); 128 threads, 49152 bytes of shared memory */
+/* kernel attention_causal for f32: grid block(b:1, h:1, i:64, e:128); 128 threads, 51200 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -12108,30 +11891,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                 for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc6[r] = 0e0f;
-                        }
+                        acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[1];
+                    float acc3[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = 0e0f;
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[1];
+                    float acc0[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = (-INFINITY);
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
                     for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
@@ -12140,421 +11914,312 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                         float v2[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l16 = (int)((unsigned)e / 64u % 64u);
-                                const int l17 = (int)((unsigned)e / 1u % 64u);
-                                v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
-                            }
+                            const int l16 = (tid >> 5) / 1 * 16 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l17 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
                         }
                         /* rdot accumulator */
                         float acc1[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc1[r] = 0e0f;
-                            }
+                            acc1[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:64) */
                         for (long long o22 = 0; o22 < s5; o22 += 64) {
-                            float v3[32];
-                            #pragma unroll
-                            for (int c = 0; c < 8; c++) {
-                                const int e = (c * 128 + tid) * 4;
-                                const int l23 = (int)((unsigned)e / 4096u % 1u);
-                                const int l24 = (int)((unsigned)e / 4096u % 1u);
-                                const int l25 = (int)((unsigned)e / 64u % 64u);
-                                const int l26 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l25) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + l26) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + (l26 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in0 + a);
-                                    v3[c * 4 + 0] = __uint_as_float(q.x);
-                                    v3[c * 4 + 1] = __uint_as_float(q.y);
-                                    v3[c * 4 + 2] = __uint_as_float(q.z);
-                                    v3[c * 4 + 3] = __uint_as_float(q.w);
-                                } else {
-                                    v3[c * 4 + 0] = ((unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + l26) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v3[c * 4 + 1] = ((unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + (l26 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v3[c * 4 + 2] = ((unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + (l26 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v3[c * 4 + 3] = ((unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + (l26 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
+                            __syncthreads();
+                            /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec23 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 3) == 0 && (args.input_strides[0][1] & 3) == 0 && (args.input_strides[0][2] & 3) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 8; r++) {
+                                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                    (void)e; {
+                                        const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l25 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l26 = (int)((unsigned)e / 16u % 64u);
+                                        const int l27 = (int)((unsigned)e / 1u % 16u);
+                                        if (vec23 && (unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 4 + 3)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((float*)(dt_smem + 0))[l26 * 68 + (l27 * 4)], &in0[(unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l26) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + (l27 * 4)) * (unsigned)args.input_strides[0][3]]);
+                                        } else if (!((unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 4)) < (unsigned)s5)) {
+                                            *(uint4*)&((float*)(dt_smem + 0))[l26 * 68 + (l27 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 4; q++) {
+                                                ((float*)(dt_smem + 0))[l26 * 68 + (l27 * 4 + q)] = ((unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 4 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l26) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + (l27 * 4 + q)) * (unsigned)args.input_strides[0][3]] : 0.0f;
+                                            }
+                                        }
+                                    }
                                 }
                             }
-                            float v4[32];
-                            #pragma unroll
-                            for (int c = 0; c < 8; c++) {
-                                const int e = (c * 128 + tid) * 4;
-                                const int l27 = (int)((unsigned)e / 4096u % 1u);
-                                const int l28 = (int)((unsigned)e / 4096u % 1u);
-                                const int l29 = (int)((unsigned)e / 64u % 64u);
-                                const int l30 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + l30) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + (l30 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in1 + a);
-                                    v4[c * 4 + 0] = __uint_as_float(q.x);
-                                    v4[c * 4 + 1] = __uint_as_float(q.y);
-                                    v4[c * 4 + 2] = __uint_as_float(q.z);
-                                    v4[c * 4 + 3] = __uint_as_float(q.w);
-                                } else {
-                                    v4[c * 4 + 0] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + l30) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v4[c * 4 + 1] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + (l30 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v4[c * 4 + 2] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + (l30 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v4[c * 4 + 3] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + (l30 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                            /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec28 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 3) == 0 && (args.input_strides[1][1] & 3) == 0 && (args.input_strides[1][2] & 3) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 8; r++) {
+                                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                    (void)e; {
+                                        const int l29 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l30 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l31 = (int)((unsigned)e / 16u % 64u);
+                                        const int l32 = (int)((unsigned)e / 1u % 16u);
+                                        if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 4 + 3)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l31 * 68 + (l32 * 4)], &in1[(unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + (l32 * 4)) * (unsigned)args.input_strides[1][3]]);
+                                        } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 4)) < (unsigned)s5)) {
+                                            *(uint4*)&((float*)(dt_smem + 4352))[l31 * 68 + (l32 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 4; q++) {
+                                                ((float*)(dt_smem + 4352))[l31 * 68 + (l32 * 4 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 4 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + (l32 * 4 + q)) * (unsigned)args.input_strides[1][3]] : 0.0f;
+                                            }
+                                        }
+                                    }
                                 }
                             }
                             __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v3[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v4[r]; }
-                            __syncthreads();
-                            float v5[32];
-                            #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                                (void)e; {
-                                    const int l31 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l32 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l33 = (int)((unsigned)e / 64u % 64u);
-                                    const int l34 = (int)((unsigned)e / 1u % 64u);
-                                    float a35 = 0.0f;
-                                    for (int q = 0; q < 64; q++) a35 = fmaf((dt_smem + 0)[l31 * 4096 + l32 * 4096 + l33 * 64 + q * 1], (dt_smem + 4096)[l31 * 4096 + l32 * 4096 + l34 * 64 + q * 1], a35);
-                                    v5[r] = a35;
+                            /* rdot on CUDA cores (fmaf): [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 2 m16n32k4 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 68);
+                                const float* fb0 = (const float*)((dt_smem + 4352) + ((tid >> 5) % 1 * 64 + (lane & 7) * 4) * 68);
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 4) {
+                                    float fa[1][16], fb[2][16];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 68 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                                    #pragma unroll
+                                    for (int j = 0; j < 2; j++) for (int c = 0; c < 4; c++) { const float4 w = *(const float4*)(fb0 + (j * 32 + c) * 68 + kk); fb[j][c] = w.x; fb[j][c + 4] = w.y; fb[j][c + 8] = w.z; fb[j][c + 12] = w.w; }
+                                    #pragma unroll
+                                    for (int kq = 0; kq < 4; kq++)
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++)
+                                    #pragma unroll
+                                    for (int j = 0; j < 2; j++)
+                                    #pragma unroll
+                                    for (int q = 0; q < 4; q++)
+                                    #pragma unroll
+                                    for (int c = 0; c < 4; c++) acc1[(i * 2 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc1[(i * 2 + j) * 16 + q * 4 + c]);
                                 }
                             }
-                            #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                                (void)e; {
-                                    acc1[r] = acc1[r] + v5[r];
-                                }
-                            }
+                            /* acc1 += v5: accumulated by the tensor-core dot above */
                         }
                         float v6[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v6[r] = acc1[r];
-                            }
+                            v6[r] = acc1[r];
                         }
                         float v9[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v9[r] = (v6[r] * v8[0]);
-                            }
+                            v9[r] = (v6[r] * v8[0]);
                         }
                         float v12[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
-                            }
+                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
                         float v13[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l55 = (int)((unsigned)e / 1u % 64u);
-                                v13[r] = ((unsigned)(o15 + l55) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                            }
+                            const int l48 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v13[r]; }
-                        __syncthreads();
-                        float v14[1];
-                        /* cooperative reduction: 2 threads per result */
+                        float v14[4];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            const int j = tid / 2;
-                            const int q = tid % 2;
-                            float p = (-INFINITY);
-                            if (j < 64) {
-                                const int l56 = (j / 64) % 1;
-                                const int l57 = (j / 64) % 1;
-                                const int l58 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l56 * 4096 + l57 * 4096 + l58 * 64 + i * 1]);
+                            float p[4];
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 4) / 2 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 8; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 8));
                             }
-                            for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) v14[s] = p[s];
                         }
-                        __syncthreads();
+                        float v57[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v14[r] = (dt_smem + 4096)[e];
-                            }
-                        }
-                        float v57[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v57[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v57[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc0[r] = fmaxf(acc0[r], v14[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc0[r] = fmaxf(acc0[r], v14[r]);
                         }
-                        float v58[1];
+                        float v58[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v58[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v58[r] = acc0[r];
                         }
-                        float v61[1];
+                        float v61[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
                         }
-                        float v62[1];
+                        float v62[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
                         }
-                        float v63[1];
+                        float v63[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v63[r] = (v57[r] - v62[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v63[r] = (v57[r] - v62[r]);
                         }
-                        float v64[1];
+                        float v64[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v64[r] = expf(v63[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v64[r] = expf(v63[r]);
                         }
-                        float v65[1];
+                        float v65[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v65[r] = acc3[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v65[r] = acc3[r];
                         }
-                        float v66[1];
+                        float v66[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v66[r] = (v65[r] * v64[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v66[r] = (v65[r] * v64[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = v66[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc3[r] = v66[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v62[r]; }
-                        __syncthreads();
                         float v30[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l92 = (int)((unsigned)e / 4096u % 1u);
-                                const int l93 = (int)((unsigned)e / 4096u % 1u);
-                                const int l94 = (int)((unsigned)e / 64u % 64u);
-                                v30[r] = (v12[r] - (dt_smem + 0)[l92 * 64 + l93 * 64 + l94]);
-                            }
+                            v30[r] = (v12[r] - v62[(r >> 4) / 2 * 4 + ((r >> 2) & 3)]);
                         }
                         float v31[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v31[r] = expf(v30[r]);
-                            }
+                            v31[r] = expf(v30[r]);
                         }
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l103 = (int)((unsigned)e / 1u % 64u);
-                                v32[r] = ((unsigned)(o15 + l103) < (unsigned)s3) ? v31[r] : 0e0f;
-                            }
+                            const int l90 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            v32[r] = ((unsigned)(o15 + l90) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v32[r]; }
-                        __syncthreads();
-                        float v33[1];
-                        /* cooperative reduction: 2 threads per result */
+                        float v33[4];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            const int j = tid / 2;
-                            const int q = tid % 2;
-                            float p = 0e0f;
-                            if (j < 64) {
-                                const int l104 = (j / 64) % 1;
-                                const int l105 = (j / 64) % 1;
-                                const int l106 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l104 * 4096 + l105 * 4096 + l106 * 64 + i * 1];
+                            float p[4];
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 4) / 2 * 4 + ((r >> 2) & 3); p[s] = p[s] + v32[r]; }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 8; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 8);
                             }
-                            for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v33[r] = (dt_smem + 4096)[e];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) v33[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = acc3[r] + v33[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc3[r] = acc3[r] + v33[r];
                         }
                         float v67[64];
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v67[r] = acc6[r];
-                            }
-                        }
-                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v64[r]; }
-                        __syncthreads();
+                        for (int r = 0; r < 64; r++) {
+                            v67[r] = acc6[r];
+                        }
                         float v68[64];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l117 = (int)((unsigned)e / 8192u % 1u);
-                                const int l118 = (int)((unsigned)e / 8192u % 1u);
-                                const int l119 = (int)((unsigned)e / 128u % 64u);
-                                v68[r] = (v67[r] * (dt_smem + 0)[l117 * 64 + l118 * 64 + l119]);
-                            }
+                            v68[r] = (v67[r] * v64[(r >> 4) / 4 * 4 + ((r >> 2) & 3)]);
                         }
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc6[r] = v68[r];
-                            }
+                            acc6[r] = v68[r];
                         }
-                        float v52[64];
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l125 = (int)((unsigned)e / 8192u % 1u);
-                                const int l126 = (int)((unsigned)e / 8192u % 1u);
-                                const int l127 = (int)((unsigned)e / 64u % 128u);
-                                const int l128 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + l127) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l125) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l126) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l128) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + l127) * (unsigned)args.input_strides[2][3]]) : 0e0f;
-                            }
-                        }
+                        /* v52: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v32[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v52[r]; }
-                        __syncthreads();
-                        float v53[64];
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l129 = (int)((unsigned)e / 8192u % 1u);
-                                const int l130 = (int)((unsigned)e / 8192u % 1u);
-                                const int l131 = (int)((unsigned)e / 128u % 64u);
-                                const int l132 = (int)((unsigned)e / 1u % 128u);
-                                float a133 = 0.0f;
-                                for (int q = 0; q < 64; q++) a133 = fmaf((dt_smem + 0)[l129 * 4096 + l130 * 4096 + l131 * 64 + q * 1], (dt_smem + 4096)[l129 * 8192 + l130 * 8192 + l132 * 64 + q * 1], a133);
-                                v53[r] = a133;
+                        for (int r = 0; r < 32; r++) {
+                            const int l108 = (tid >> 5) / 1 * 16 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l109 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            ((float*)(dt_smem + 0))[l108 * 68 + l109] = (v32[r]);
+                        }
+                        /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
+                            #pragma unroll 8
+                            for (int r = 0; r < 16; r++) {
+                                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                (void)e; {
+                                    const int l111 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l112 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l113 = (int)((unsigned)e / 32u % 64u);
+                                    const int l114 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4 + 3)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 4)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4)) < (unsigned)s4)) {
+                                        *(uint4*)&((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc6[r] = acc6[r] + v53[r];
+                        __syncthreads();
+                        /* rdot on CUDA cores (fmaf): [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 4 m16n32k4 fragments */
+                        {
+                            const int lane = tid & 31;
+                            const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 68);
+                            const float* fb0 = (const float*)((dt_smem + 4352) + (tid >> 5) % 1 * 128 + (lane & 7) * 4);
+                            #pragma unroll
+                            for (int kk = 0; kk < 64; kk += 4) {
+                                float fa[1][16], fb[4][16];
+                                #pragma unroll
+                                for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 68 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                                #pragma unroll
+                                for (int j = 0; j < 4; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 132 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
+                                #pragma unroll
+                                for (int kq = 0; kq < 4; kq++)
+                                #pragma unroll
+                                for (int i = 0; i < 1; i++)
+                                #pragma unroll
+                                for (int j = 0; j < 4; j++)
+                                #pragma unroll
+                                for (int q = 0; q < 4; q++)
+                                #pragma unroll
+                                for (int c = 0; c < 4; c++) acc6[(i * 4 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc6[(i * 4 + j) * 16 + q * 4 + c]);
                             }
                         }
+                        /* acc6 += v53: accumulated by the tensor-core dot above */
                     }
-                    float v34[1];
+                    float v34[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v34[r] = acc3[r];
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        v34[r] = acc3[r];
                     }
                     float v54[64];
-                    #pragma unroll 1
-                    for (int r = 0; r < 64; r++) {
-                        const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v54[r] = acc6[r];
-                        }
-                    }
-                    __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
-                    __syncthreads();
+                    for (int r = 0; r < 64; r++) {
+                        v54[r] = acc6[r];
+                    }
                     float v56[64];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l145 = (int)((unsigned)e / 8192u % 1u);
-                            const int l146 = (int)((unsigned)e / 8192u % 1u);
-                            const int l147 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = (v54[r] / (dt_smem + 0)[l145 * 64 + l146 * 64 + l147]);
-                        }
+                        v56[r] = (v54[r] / v34[(r >> 4) / 4 * 4 + ((r >> 2) & 3)]);
                     }
                     #pragma unroll
-                    for (int c = 0; c < 16; c++) {
-                        const int e = (c * 128 + tid) * 4;
-                        const int l149 = (int)((unsigned)e / 8192u % 1u);
-                        const int l150 = (int)((unsigned)e / 8192u % 1u);
-                        const int l151 = (int)((unsigned)e / 128u % 64u);
-                        const int l152 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l150) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l151) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l152) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + (l152 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
-                            *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
-                        } else {
-                            if ((unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + l152) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
-                            if ((unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + (l152 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
-                            if ((unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + (l152 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
-                            if ((unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + (l152 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
-                        }
+                    for (int r = 0; r < 64; r++) {
+                        const int l126 = 0;
+                        const int l127 = 0;
+                        const int l128 = (tid >> 5) / 1 * 16 + (r >> 4) / 4 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                        const int l129 = (tid >> 5) % 1 * 128 + (r >> 4) % 4 * 32 + (tid & 7) * 4 + (r & 3);
+                        if ((unsigned)(o3 + l128) < (unsigned)s2 && (unsigned)(o4 + l129) < (unsigned)s4) out[(unsigned)(o1 + l126) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l127) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l128) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l129) * (unsigned)args.output_strides[3]] = dt_store_f32(v56[r]);
                     }
                 }
             }
@@ -12562,7 +12227,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
     }
 }
 
-/* kernel attention_causal for f32: grid block(b:1, h:1, i:64, e:128); 128 threads, 49152 bytes of shared memory */
+/* kernel attention_causal for f32: grid block(b:1, h:1, i:64, e:128); 128 threads, 51200 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -12642,30 +12307,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                 for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
                     /* rdot accumulator */
                     float acc6[64];
-                    #pragma unroll 1
+                    #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc6[r] = 0e0f;
-                        }
+                        acc6[r] = 0e0f;
                     }
                     /* rsum identity */
-                    float acc3[1];
+                    float acc3[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc3[r] = 0e0f;
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        acc3[r] = 0e0f;
                     }
                     /* rmax identity */
-                    float acc0[1];
+                    float acc0[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            acc0[r] = (-INFINITY);
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal.tensorize(j:64) + rsum attention_causal.tensorize(j:64) + rdot attention_causal.tensorize(j:64), online */
                     for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
@@ -12674,414 +12330,312 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                         float v2[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l16 = (int)((unsigned)e / 64u % 64u);
-                                const int l17 = (int)((unsigned)e / 1u % 64u);
-                                v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
-                            }
+                            const int l16 = (tid >> 5) / 1 * 16 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l17 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
                         }
                         /* rdot accumulator */
                         float acc1[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc1[r] = 0e0f;
-                            }
+                            acc1[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:64) */
                         for (long long o22 = 0; o22 < s5; o22 += 64) {
-                            float v3[32];
-                            #pragma unroll
-                            for (int c = 0; c < 8; c++) {
-                                const int e = (c * 128 + tid) * 4;
-                                const int l23 = (int)((unsigned)e / 4096u % 1u);
-                                const int l24 = (int)((unsigned)e / 4096u % 1u);
-                                const int l25 = (int)((unsigned)e / 64u % 64u);
-                                const int l26 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l25) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + l26) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + l26) < (unsigned)s5) {
-                                    const uint4 q = *(const uint4*)(in0 + a);
-                                    v3[c * 4 + 0] = __uint_as_float(q.x);
-                                    v3[c * 4 + 1] = __uint_as_float(q.y);
-                                    v3[c * 4 + 2] = __uint_as_float(q.z);
-                                    v3[c * 4 + 3] = __uint_as_float(q.w);
-                                } else {
-                                    v3[c * 4 + 0] = 0e0f;
-                                    v3[c * 4 + 1] = 0e0f;
-                                    v3[c * 4 + 2] = 0e0f;
-                                    v3[c * 4 + 3] = 0e0f;
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
+                            __syncthreads();
+                            /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec23 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 3) == 0 && (args.input_strides[0][1] & 3) == 0 && (args.input_strides[0][2] & 3) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 8; r++) {
+                                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                    (void)e; {
+                                        const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l25 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l26 = (int)((unsigned)e / 16u % 64u);
+                                        const int l27 = (int)((unsigned)e / 1u % 16u);
+                                        if (vec23 && (unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 4 + 3)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((float*)(dt_smem + 0))[l26 * 68 + (l27 * 4)], &in0[(unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l26) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + (l27 * 4)) * (unsigned)args.input_strides[0][3]]);
+                                        } else if (!((unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 4)) < (unsigned)s5)) {
+                                            *(uint4*)&((float*)(dt_smem + 0))[l26 * 68 + (l27 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 4; q++) {
+                                                ((float*)(dt_smem + 0))[l26 * 68 + (l27 * 4 + q)] = ((unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 4 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l26) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + (l27 * 4 + q)) * (unsigned)args.input_strides[0][3]] : 0.0f;
+                                            }
+                                        }
+                                    }
                                 }
                             }
-                            float v4[32];
-                            #pragma unroll
-                            for (int c = 0; c < 8; c++) {
-                                const int e = (c * 128 + tid) * 4;
-                                const int l27 = (int)((unsigned)e / 4096u % 1u);
-                                const int l28 = (int)((unsigned)e / 4096u % 1u);
-                                const int l29 = (int)((unsigned)e / 64u % 64u);
-                                const int l30 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + l30) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + l30) < (unsigned)s5) {
-                                    const uint4 q = *(const uint4*)(in1 + a);
-                                    v4[c * 4 + 0] = __uint_as_float(q.x);
-                                    v4[c * 4 + 1] = __uint_as_float(q.y);
-                                    v4[c * 4 + 2] = __uint_as_float(q.z);
-                                    v4[c * 4 + 3] = __uint_as_float(q.w);
-                                } else {
-                                    v4[c * 4 + 0] = 0e0f;
-                                    v4[c * 4 + 1] = 0e0f;
-                                    v4[c * 4 + 2] = 0e0f;
-                                    v4[c * 4 + 3] = 0e0f;
+                            /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec28 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 3) == 0 && (args.input_strides[1][1] & 3) == 0 && (args.input_strides[1][2] & 3) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 8; r++) {
+                                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                    (void)e; {
+                                        const int l29 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l30 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l31 = (int)((unsigned)e / 16u % 64u);
+                                        const int l32 = (int)((unsigned)e / 1u % 16u);
+                                        if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 4 + 3)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l31 * 68 + (l32 * 4)], &in1[(unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + (l32 * 4)) * (unsigned)args.input_strides[1][3]]);
+                                        } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 4)) < (unsigned)s5)) {
+                                            *(uint4*)&((float*)(dt_smem + 4352))[l31 * 68 + (l32 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 4; q++) {
+                                                ((float*)(dt_smem + 4352))[l31 * 68 + (l32 * 4 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 4 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + (l32 * 4 + q)) * (unsigned)args.input_strides[1][3]] : 0.0f;
+                                            }
+                                        }
+                                    }
                                 }
                             }
                             __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v3[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v4[r]; }
-                            __syncthreads();
-                            float v5[32];
-                            #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                                (void)e; {
-                                    const int l31 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l32 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l33 = (int)((unsigned)e / 64u % 64u);
-                                    const int l34 = (int)((unsigned)e / 1u % 64u);
-                                    float a35 = 0.0f;
-                                    for (int q = 0; q < 64; q++) a35 = fmaf((dt_smem + 0)[l31 * 4096 + l32 * 4096 + l33 * 64 + q * 1], (dt_smem + 4096)[l31 * 4096 + l32 * 4096 + l34 * 64 + q * 1], a35);
-                                    v5[r] = a35;
+                            /* rdot on CUDA cores (fmaf): [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 2 m16n32k4 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 68);
+                                const float* fb0 = (const float*)((dt_smem + 4352) + ((tid >> 5) % 1 * 64 + (lane & 7) * 4) * 68);
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 4) {
+                                    float fa[1][16], fb[2][16];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 68 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                                    #pragma unroll
+                                    for (int j = 0; j < 2; j++) for (int c = 0; c < 4; c++) { const float4 w = *(const float4*)(fb0 + (j * 32 + c) * 68 + kk); fb[j][c] = w.x; fb[j][c + 4] = w.y; fb[j][c + 8] = w.z; fb[j][c + 12] = w.w; }
+                                    #pragma unroll
+                                    for (int kq = 0; kq < 4; kq++)
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++)
+                                    #pragma unroll
+                                    for (int j = 0; j < 2; j++)
+                                    #pragma unroll
+                                    for (int q = 0; q < 4; q++)
+                                    #pragma unroll
+                                    for (int c = 0; c < 4; c++) acc1[(i * 2 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc1[(i * 2 + j) * 16 + q * 4 + c]);
                                 }
                             }
-                            #pragma unroll
-                            for (int r = 0; r < 32; r++) {
-                                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                                (void)e; {
-                                    acc1[r] = acc1[r] + v5[r];
-                                }
-                            }
+                            /* acc1 += v5: accumulated by the tensor-core dot above */
                         }
                         float v6[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v6[r] = acc1[r];
-                            }
+                            v6[r] = acc1[r];
                         }
                         float v9[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v9[r] = (v6[r] * v8[0]);
-                            }
+                            v9[r] = (v6[r] * v8[0]);
                         }
                         float v12[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
-                            }
+                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
                         float v13[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l55 = (int)((unsigned)e / 1u % 64u);
-                                v13[r] = ((unsigned)(o15 + l55) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                            }
+                            const int l48 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v13[r]; }
-                        __syncthreads();
-                        float v14[1];
-                        /* cooperative reduction: 2 threads per result */
+                        float v14[4];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            const int j = tid / 2;
-                            const int q = tid % 2;
-                            float p = (-INFINITY);
-                            if (j < 64) {
-                                const int l56 = (j / 64) % 1;
-                                const int l57 = (j / 64) % 1;
-                                const int l58 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 2) p = fmaxf(p, (dt_smem + 0)[l56 * 4096 + l57 * 4096 + l58 * 64 + i * 1]);
+                            float p[4];
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 4) / 2 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 8; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 8));
                             }
-                            for (int m = 1; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 2));
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) v14[s] = p[s];
                         }
-                        __syncthreads();
+                        float v57[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v14[r] = (dt_smem + 4096)[e];
-                            }
-                        }
-                        float v57[1];
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v57[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v57[r] = acc0[r];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc0[r] = fmaxf(acc0[r], v14[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc0[r] = fmaxf(acc0[r], v14[r]);
                         }
-                        float v58[1];
+                        float v58[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v58[r] = acc0[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v58[r] = acc0[r];
                         }
-                        float v61[1];
+                        float v61[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
                         }
-                        float v62[1];
+                        float v62[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
                         }
-                        float v63[1];
+                        float v63[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v63[r] = (v57[r] - v62[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v63[r] = (v57[r] - v62[r]);
                         }
-                        float v64[1];
+                        float v64[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v64[r] = expf(v63[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v64[r] = expf(v63[r]);
                         }
-                        float v65[1];
+                        float v65[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v65[r] = acc3[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v65[r] = acc3[r];
                         }
-                        float v66[1];
+                        float v66[4];
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v66[r] = (v65[r] * v64[r]);
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            v66[r] = (v65[r] * v64[r]);
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = v66[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc3[r] = v66[r];
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v62[r]; }
-                        __syncthreads();
                         float v30[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l92 = (int)((unsigned)e / 4096u % 1u);
-                                const int l93 = (int)((unsigned)e / 4096u % 1u);
-                                const int l94 = (int)((unsigned)e / 64u % 64u);
-                                v30[r] = (v12[r] - (dt_smem + 0)[l92 * 64 + l93 * 64 + l94]);
-                            }
+                            v30[r] = (v12[r] - v62[(r >> 4) / 2 * 4 + ((r >> 2) & 3)]);
                         }
                         float v31[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v31[r] = expf(v30[r]);
-                            }
+                            v31[r] = expf(v30[r]);
                         }
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l103 = (int)((unsigned)e / 1u % 64u);
-                                v32[r] = ((unsigned)(o15 + l103) < (unsigned)s3) ? v31[r] : 0e0f;
-                            }
+                            const int l90 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            v32[r] = ((unsigned)(o15 + l90) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v32[r]; }
-                        __syncthreads();
-                        float v33[1];
-                        /* cooperative reduction: 2 threads per result */
+                        float v33[4];
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
-                            const int j = tid / 2;
-                            const int q = tid % 2;
-                            float p = 0e0f;
-                            if (j < 64) {
-                                const int l104 = (j / 64) % 1;
-                                const int l105 = (j / 64) % 1;
-                                const int l106 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 2) p = p + (dt_smem + 0)[l104 * 4096 + l105 * 4096 + l106 * 64 + i * 1];
+                            float p[4];
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            #pragma unroll
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 4) / 2 * 4 + ((r >> 2) & 3); p[s] = p[s] + v32[r]; }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 8; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 8);
                             }
-                            for (int m = 1; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 2);
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
-                        }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                v33[r] = (dt_smem + 4096)[e];
-                            }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) v33[s] = p[s];
                         }
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) {
-                            const int e = tid + r * 128;
-                            if (e < 64) {
-                                acc3[r] = acc3[r] + v33[r];
-                            }
+                        for (int r = 0; r < 4; r++) {
+                            acc3[r] = acc3[r] + v33[r];
                         }
                         float v67[64];
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v67[r] = acc6[r];
-                            }
-                        }
-                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v64[r]; }
-                        __syncthreads();
+                        for (int r = 0; r < 64; r++) {
+                            v67[r] = acc6[r];
+                        }
                         float v68[64];
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l117 = (int)((unsigned)e / 8192u % 1u);
-                                const int l118 = (int)((unsigned)e / 8192u % 1u);
-                                const int l119 = (int)((unsigned)e / 128u % 64u);
-                                v68[r] = (v67[r] * (dt_smem + 0)[l117 * 64 + l118 * 64 + l119]);
-                            }
+                            v68[r] = (v67[r] * v64[(r >> 4) / 4 * 4 + ((r >> 2) & 3)]);
                         }
-                        #pragma unroll 1
+                        #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc6[r] = v68[r];
-                            }
+                            acc6[r] = v68[r];
                         }
-                        float v52[64];
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l125 = (int)((unsigned)e / 8192u % 1u);
-                                const int l126 = (int)((unsigned)e / 8192u % 1u);
-                                const int l127 = (int)((unsigned)e / 64u % 128u);
-                                const int l128 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + l127) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l125) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l126) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l128) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + l127) * (unsigned)args.input_strides[2][3]]) : 0e0f;
-                            }
-                        }
+                        /* v52: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v32[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v52[r]; }
-                        __syncthreads();
-                        float v53[64];
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l129 = (int)((unsigned)e / 8192u % 1u);
-                                const int l130 = (int)((unsigned)e / 8192u % 1u);
-                                const int l131 = (int)((unsigned)e / 128u % 64u);
-                                const int l132 = (int)((unsigned)e / 1u % 128u);
-                                float a133 = 0.0f;
-                                for (int q = 0; q < 64; q++) a133 = fmaf((dt_smem + 0)[l129 * 4096 + l130 * 4096 + l131 * 64 + q * 1], (dt_smem + 4096)[l129 * 8192 + l130 * 8192 + l132 * 64 + q * 1], a133);
-                                v53[r] = a133;
+                        for (int r = 0; r < 32; r++) {
+                            const int l108 = (tid >> 5) / 1 * 16 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l109 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            ((float*)(dt_smem + 0))[l108 * 68 + l109] = (v32[r]);
+                        }
+                        /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
+                            #pragma unroll 8
+                            for (int r = 0; r < 16; r++) {
+                                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                (void)e; {
+                                    const int l111 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l112 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l113 = (int)((unsigned)e / 32u % 64u);
+                                    const int l114 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4 + 3)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 4)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4)) < (unsigned)s4)) {
+                                        *(uint4*)&((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
+                                        }
+                                    }
+                                }
                             }
                         }
-                        #pragma unroll 1
-                        for (int r = 0; r < 64; r++) {
-                            const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc6[r] = acc6[r] + v53[r];
+                        __syncthreads();
+                        /* rdot on CUDA cores (fmaf): [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 4 m16n32k4 fragments */
+                        {
+                            const int lane = tid & 31;
+                            const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 68);
+                            const float* fb0 = (const float*)((dt_smem + 4352) + (tid >> 5) % 1 * 128 + (lane & 7) * 4);
+                            #pragma unroll
+                            for (int kk = 0; kk < 64; kk += 4) {
+                                float fa[1][16], fb[4][16];
+                                #pragma unroll
+                                for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 68 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                                #pragma unroll
+                                for (int j = 0; j < 4; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 132 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
+                                #pragma unroll
+                                for (int kq = 0; kq < 4; kq++)
+                                #pragma unroll
+                                for (int i = 0; i < 1; i++)
+                                #pragma unroll
+                                for (int j = 0; j < 4; j++)
+                                #pragma unroll
+                                for (int q = 0; q < 4; q++)
+                                #pragma unroll
+                                for (int c = 0; c < 4; c++) acc6[(i * 4 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc6[(i * 4 + j) * 16 + q * 4 + c]);
                             }
                         }
+                        /* acc6 += v53: accumulated by the tensor-core dot above */
                     }
-                    float v34[1];
+                    float v34[4];
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) {
-                        const int e = tid + r * 128;
-                        if (e < 64) {
-                            v34[r] = acc3[r];
-                        }
+                    for (int r = 0; r < 4; r++) {
+                        v34[r] = acc3[r];
                     }
                     float v54[64];
-                    #pragma unroll 1
-                    for (int r = 0; r < 64; r++) {
-                        const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v54[r] = acc6[r];
-                        }
-                    }
-                    __syncthreads();
                     #pragma unroll
-                    for (int r = 0; r < 1; r++) { const int e = tid + r * 128; if (e < 64) (dt_smem + 0)[e] = v34[r]; }
-                    __syncthreads();
+                    for (int r = 0; r < 64; r++) {
+                        v54[r] = acc6[r];
+                    }
                     float v56[64];
-                    #pragma unroll 1
-                    for (int r = 0; r < 64; r++) {
-                        const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l145 = (int)((unsigned)e / 8192u % 1u);
-                            const int l146 = (int)((unsigned)e / 8192u % 1u);
-                            const int l147 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = (v54[r] / (dt_smem + 0)[l145 * 64 + l146 * 64 + l147]);
-                        }
-                    }
                     #pragma unroll
-                    for (int c = 0; c < 16; c++) {
-                        const int e = (c * 128 + tid) * 4;
-                        const int l149 = (int)((unsigned)e / 8192u % 1u);
-                        const int l150 = (int)((unsigned)e / 8192u % 1u);
-                        const int l151 = (int)((unsigned)e / 128u % 64u);
-                        const int l152 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l150) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l151) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l152) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + l152) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
+                    for (int r = 0; r < 64; r++) {
+                        v56[r] = (v54[r] / v34[(r >> 4) / 4 * 4 + ((r >> 2) & 3)]);
+                    }
+                    /* the fragments two adjacent columns at a time */
+                    #pragma unroll
+                    for (int r = 0; r < 64; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 4) / 4 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 1 * 128 + (r >> 4) % 4 * 32 + (tid & 7) * 4 + (r & 3);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(float2*)(out + a) = make_float2(v56[r], v56[r + 1]);
+                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f32(v56[r]);
                     }
                 }
             }

@@ -707,8 +707,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                         for (int r = 0; r < 32; r++) {
                             acc1[r] = 0e0f;
                         }
-                        /* v0: loaded by the tensor-core dot that reads it */
-                        /* v1: loaded by the tensor-core dot that reads it */
+                        /* v0: loaded by the dot that reads it (staged in shared memory) */
+                        /* v1: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -909,7 +909,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                         for (int r = 0; r < 32; r++) {
                             acc6[r] = v50[r];
                         }
-                        /* v34: loaded by the tensor-core dot that reads it */
+                        /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -1088,8 +1088,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                         for (int r = 0; r < 32; r++) {
                             acc1[r] = 0e0f;
                         }
-                        /* v0: loaded by the tensor-core dot that reads it */
-                        /* v1: loaded by the tensor-core dot that reads it */
+                        /* v0: loaded by the dot that reads it (staged in shared memory) */
+                        /* v1: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -1290,7 +1290,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                         for (int r = 0; r < 32; r++) {
                             acc6[r] = v50[r];
                         }
-                        /* v34: loaded by the tensor-core dot that reads it */
+                        /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -1490,8 +1490,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                         for (int r = 0; r < 32; r++) {
                             acc1[r] = 0e0f;
                         }
-                        /* v3: loaded by the tensor-core dot that reads it */
-                        /* v4: loaded by the tensor-core dot that reads it */
+                        /* v3: loaded by the dot that reads it (staged in shared memory) */
+                        /* v4: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -1697,7 +1697,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                         for (int r = 0; r < 32; r++) {
                             acc6[r] = v68[r];
                         }
-                        /* v52: loaded by the tensor-core dot that reads it */
+                        /* v52: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -1897,8 +1897,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                         for (int r = 0; r < 32; r++) {
                             acc1[r] = 0e0f;
                         }
-                        /* v3: loaded by the tensor-core dot that reads it */
-                        /* v4: loaded by the tensor-core dot that reads it */
+                        /* v3: loaded by the dot that reads it (staged in shared memory) */
+                        /* v4: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -2104,7 +2104,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                         for (int r = 0; r < 32; r++) {
                             acc6[r] = v68[r];
                         }
-                        /* v52: loaded by the tensor-core dot that reads it */
+                        /* v52: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -2283,8 +2283,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                         for (int r = 0; r < 8; r++) {
                             acc1[r] = 0e0f;
                         }
-                        /* v0: loaded by the tensor-core dot that reads it */
-                        /* v1: loaded by the tensor-core dot that reads it */
+                        /* v0: loaded by the dot that reads it (staged in shared memory) */
+                        /* v1: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -2485,7 +2485,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                         for (int r = 0; r < 32; r++) {
                             acc6[r] = v50[r];
                         }
-                        /* v34: loaded by the tensor-core dot that reads it */
+                        /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
@@ -2664,8 +2664,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                         for (int r = 0; r < 8; r++) {
                             acc1[r] = 0e0f;
                         }
-                        /* v0: loaded by the tensor-core dot that reads it */
-                        /* v1: loaded by the tensor-core dot that reads it */
+                        /* v0: loaded by the dot that reads it (staged in shared memory) */
+                        /* v1: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -2866,7 +2866,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                         for (int r = 0; r < 32; r++) {
                             acc6[r] = v50[r];
                         }
-                        /* v34: loaded by the tensor-core dot that reads it */
+                        /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
@@ -3066,8 +3066,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
                         for (int r = 0; r < 8; r++) {
                             acc1[r] = 0e0f;
                         }
-                        /* v3: loaded by the tensor-core dot that reads it */
-                        /* v4: loaded by the tensor-core dot that reads it */
+                        /* v3: loaded by the dot that reads it (staged in shared memory) */
+                        /* v4: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -3273,7 +3273,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
                         for (int r = 0; r < 32; r++) {
                             acc6[r] = v68[r];
                         }
-                        /* v52: loaded by the tensor-core dot that reads it */
+                        /* v52: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
@@ -3473,8 +3473,8 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
                         for (int r = 0; r < 8; r++) {
                             acc1[r] = 0e0f;
                         }
-                        /* v3: loaded by the tensor-core dot that reads it */
-                        /* v4: loaded by the tensor-core dot that reads it */
+                        /* v3: loaded by the dot that reads it (staged in shared memory) */
+                        /* v4: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
@@ -3680,7 +3680,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
                         for (int r = 0; r < 32; r++) {
                             acc6[r] = v68[r];
                         }
-                        /* v52: loaded by the tensor-core dot that reads it */
+                        /* v52: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
@@ -3861,8 +3861,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         }
                         /* rdot attention.tensorize(d:64) */
                         for (long long o20 = 0; o20 < s5; o20 += 64) {
-                            /* v0: loaded by the tensor-core dot that reads it */
-                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
                             __syncthreads();
                             /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
@@ -4064,7 +4064,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         for (int r = 0; r < 32; r++) {
                             acc6[r] = v50[r];
                         }
-                        /* v34: loaded by the tensor-core dot that reads it */
+                        /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
@@ -4245,8 +4245,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         }
                         /* rdot attention.tensorize(d:64) */
                         for (long long o20 = 0; o20 < s5; o20 += 64) {
-                            /* v0: loaded by the tensor-core dot that reads it */
-                            /* v1: loaded by the tensor-core dot that reads it */
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
                             __syncthreads();
                             /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
@@ -4448,7 +4448,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         for (int r = 0; r < 32; r++) {
                             acc6[r] = v50[r];
                         }
-                        /* v34: loaded by the tensor-core dot that reads it */
+                        /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
@@ -5647,8 +5647,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                         }
                         /* rdot attention_causal.tensorize(d:64) */
                         for (long long o22 = 0; o22 < s5; o22 += 64) {
-                            /* v3: loaded by the tensor-core dot that reads it */
-                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
                             __syncthreads();
                             /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
@@ -5855,7 +5855,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                         for (int r = 0; r < 32; r++) {
                             acc6[r] = v68[r];
                         }
-                        /* v52: loaded by the tensor-core dot that reads it */
+                        /* v52: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
@@ -6057,8 +6057,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                         }
                         /* rdot attention_causal.tensorize(d:64) */
                         for (long long o22 = 0; o22 < s5; o22 += 64) {
-                            /* v3: loaded by the tensor-core dot that reads it */
-                            /* v4: loaded by the tensor-core dot that reads it */
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
                             __syncthreads();
                             /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                             {
@@ -6265,7 +6265,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                         for (int r = 0; r < 32; r++) {
                             acc6[r] = v68[r];
                         }
-                        /* v52: loaded by the tensor-core dot that reads it */
+                        /* v52: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {

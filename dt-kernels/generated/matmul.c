@@ -236,15 +236,90 @@ void dt_mm_bf16(const dt_args* args, long long first, long long last) {
     free(arena);
 }
 
-/* kernel mm for f32: grid block(x:128, y:128) map(x:x1/8, y, x1) */
-void dt_mm_f32(const dt_args* args, long long first, long long last) {
+/* kernel mm_1k_f32 for f32: grid block(x:64, y:64) map(x:x1/8, y, x1) */
+void dt_mm_1k_f32_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const long long s2 = args->sizes[2]; /* size of k */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* B */
-    float* out = (float*)(uintptr_t)args->output; /* mm */
-    float* arena = (float*)malloc(sizeof(float) * 57344);
+    float* out = (float*)(uintptr_t)args->output; /* mm_1k_f32 */
+    float* arena = (float*)malloc(sizeof(float) * 14336);
+    if (!arena) return;
+    const long long programs = (dt_cdiv(dt_cdiv(s0, 64), 8)) * (dt_cdiv(s1, 64)) * (8);
+    for (long long pid = first; pid < last && pid < programs; pid++) {
+        long long rest = (long long)pid;
+        (void)rest;
+        const long long n2 = (long long)(8);
+        const long long g2 = rest % n2; rest /= n2;
+        const long long n1 = (long long)(dt_cdiv(s1, 64));
+        const long long g1 = rest % n1; rest /= n1;
+        const long long n0 = (long long)(dt_cdiv(dt_cdiv(s0, 64), 8));
+        const long long g0 = rest % n0; rest /= n0;
+        const long long b0 = g0 * 8 + g2; /* block index along x */
+        if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+        const long long b1 = g1; /* block index along y */
+        if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+        /* block(x:64) mm_1k_f32.tensorize(x:64) */
+        for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
+            /* block(y:64) mm_1k_f32.tensorize(y:64) */
+            for (long long o2 = b1 * 64; o2 < dt_min_ll(b1 * 64 + 64, s1); o2 += 64) {
+                /* rdot accumulator */
+                for (long long l3 = 0; l3 < 64; l3++) {
+                    for (long long l4 = 0; l4 < 64; l4++) {
+                        (arena + 10240)[l3 * 64 + l4] = 0e0f;
+                    }
+                }
+                /* rdot mm_1k_f32.tensorize(k:16) num_stages(3) */
+                for (long long o5 = 0; o5 < s2; o5 += 16) {
+                    for (long long l6 = 0; l6 < 64; l6++) {
+                        for (long long l7 = 0; l7 < 16; l7++) {
+                            (arena + 0)[l6 * 16 + l7] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f32(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : 0e0f;
+                        }
+                    }
+                    for (long long l8 = 0; l8 < 64; l8++) {
+                        for (long long l9 = 0; l9 < 16; l9++) {
+                            (arena + 1024)[l8 * 16 + l9] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f32(in1[(o5 + l9) * args->input_strides[1][0] + (o2 + l8) * args->input_strides[1][1]]) : 0e0f;
+                        }
+                    }
+                    for (long long l10 = 0; l10 < 64; l10++) {
+                        for (long long l11 = 0; l11 < 64; l11++) {
+                            float a13 = 0.0f;
+                            for (long long r12 = 0; r12 < 16; r12++) a13 += (arena + 0)[l10 * 16 + r12 * 1] * (arena + 1024)[l11 * 16 + r12 * 1];
+                            (arena + 2048)[l10 * 64 + l11] = a13;
+                        }
+                    }
+                    for (long long l14 = 0; l14 < 64; l14++) {
+                        for (long long l15 = 0; l15 < 64; l15++) {
+                            (arena + 10240)[l14 * 64 + l15] = (arena + 10240)[l14 * 64 + l15] + (arena + 2048)[l14 * 64 + l15];
+                        }
+                    }
+                }
+                for (long long l16 = 0; l16 < 64; l16++) {
+                    for (long long l17 = 0; l17 < 64; l17++) {
+                        (arena + 6144)[l16 * 64 + l17] = (arena + 10240)[l16 * 64 + l17];
+                    }
+                }
+                for (long long l18 = 0; l18 < 64; l18++) {
+                    for (long long l19 = 0; l19 < 64; l19++) {
+                        if (o1 + l18 < s0 && o2 + l19 < s1) out[(o1 + l18) * args->output_strides[0] + (o2 + l19) * args->output_strides[1]] = dt_store_f32((arena + 6144)[l18 * 64 + l19]);
+                    }
+                }
+            }
+        }
+    }
+    free(arena);
+}
+
+/* kernel mm_128_f32 for f32: grid block(x:128, y:128) map(x:x1/8, y, x1) */
+void dt_mm_128_f32_f32(const dt_args* args, long long first, long long last) {
+    const long long s0 = args->sizes[0]; /* size of x */
+    const long long s1 = args->sizes[1]; /* size of y */
+    const long long s2 = args->sizes[2]; /* size of k */
+    const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
+    const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* B */
+    float* out = (float*)(uintptr_t)args->output; /* mm_128_f32 */
+    float* arena = (float*)malloc(sizeof(float) * 53248);
     if (!arena) return;
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -260,49 +335,49 @@ void dt_mm_f32(const dt_args* args, long long first, long long last) {
         if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
         if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
-        /* block(x:128) mm.tensorize(x:128) */
+        /* block(x:128) mm_128_f32.tensorize(x:128) */
         for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
-            /* block(y:128) mm.tensorize(y:128) */
+            /* block(y:128) mm_128_f32.tensorize(y:128) */
             for (long long o2 = b1 * 128; o2 < dt_min_ll(b1 * 128 + 128, s1); o2 += 128) {
                 /* rdot accumulator */
                 for (long long l3 = 0; l3 < 128; l3++) {
                     for (long long l4 = 0; l4 < 128; l4++) {
-                        (arena + 40960)[l3 * 128 + l4] = 0e0f;
+                        (arena + 36864)[l3 * 128 + l4] = 0e0f;
                     }
                 }
-                /* rdot mm.tensorize(k:32) num_stages(3) */
-                for (long long o5 = 0; o5 < s2; o5 += 32) {
+                /* rdot mm_128_f32.tensorize(k:16) num_stages(3) */
+                for (long long o5 = 0; o5 < s2; o5 += 16) {
                     for (long long l6 = 0; l6 < 128; l6++) {
-                        for (long long l7 = 0; l7 < 32; l7++) {
-                            (arena + 0)[l6 * 32 + l7] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f32(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : 0e0f;
+                        for (long long l7 = 0; l7 < 16; l7++) {
+                            (arena + 0)[l6 * 16 + l7] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f32(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : 0e0f;
                         }
                     }
                     for (long long l8 = 0; l8 < 128; l8++) {
-                        for (long long l9 = 0; l9 < 32; l9++) {
-                            (arena + 4096)[l8 * 32 + l9] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f32(in1[(o5 + l9) * args->input_strides[1][0] + (o2 + l8) * args->input_strides[1][1]]) : 0e0f;
+                        for (long long l9 = 0; l9 < 16; l9++) {
+                            (arena + 2048)[l8 * 16 + l9] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f32(in1[(o5 + l9) * args->input_strides[1][0] + (o2 + l8) * args->input_strides[1][1]]) : 0e0f;
                         }
                     }
                     for (long long l10 = 0; l10 < 128; l10++) {
                         for (long long l11 = 0; l11 < 128; l11++) {
                             float a13 = 0.0f;
-                            for (long long r12 = 0; r12 < 32; r12++) a13 += (arena + 0)[l10 * 32 + r12 * 1] * (arena + 4096)[l11 * 32 + r12 * 1];
-                            (arena + 8192)[l10 * 128 + l11] = a13;
+                            for (long long r12 = 0; r12 < 16; r12++) a13 += (arena + 0)[l10 * 16 + r12 * 1] * (arena + 2048)[l11 * 16 + r12 * 1];
+                            (arena + 4096)[l10 * 128 + l11] = a13;
                         }
                     }
                     for (long long l14 = 0; l14 < 128; l14++) {
                         for (long long l15 = 0; l15 < 128; l15++) {
-                            (arena + 40960)[l14 * 128 + l15] = (arena + 40960)[l14 * 128 + l15] + (arena + 8192)[l14 * 128 + l15];
+                            (arena + 36864)[l14 * 128 + l15] = (arena + 36864)[l14 * 128 + l15] + (arena + 4096)[l14 * 128 + l15];
                         }
                     }
                 }
                 for (long long l16 = 0; l16 < 128; l16++) {
                     for (long long l17 = 0; l17 < 128; l17++) {
-                        (arena + 24576)[l16 * 128 + l17] = (arena + 40960)[l16 * 128 + l17];
+                        (arena + 20480)[l16 * 128 + l17] = (arena + 36864)[l16 * 128 + l17];
                     }
                 }
                 for (long long l18 = 0; l18 < 128; l18++) {
                     for (long long l19 = 0; l19 < 128; l19++) {
-                        if (o1 + l18 < s0 && o2 + l19 < s1) out[(o1 + l18) * args->output_strides[0] + (o2 + l19) * args->output_strides[1]] = dt_store_f32((arena + 24576)[l18 * 128 + l19]);
+                        if (o1 + l18 < s0 && o2 + l19 < s1) out[(o1 + l18) * args->output_strides[0] + (o2 + l19) * args->output_strides[1]] = dt_store_f32((arena + 20480)[l18 * 128 + l19]);
                     }
                 }
             }

@@ -1610,7 +1610,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(DT_GRID_CONSTANT co
                 acc0[r] = 0e0f;
             }
             /* rdot out.tensorize(k:32) num_stages(3) */
-            /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one */
+            /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one */
             {
                 __syncthreads();
                 int rd6 = 0, wr7 = 2;
@@ -1716,8 +1716,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(DT_GRID_CONSTANT co
                         }
                     }
                     dt_cp_async_commit();
-                    /* v0: loaded by the tensor-core dot that reads it */
-                    /* v1: loaded by the tensor-core dot that reads it */
+                    /* v0: loaded by the dot that reads it (staged in shared memory) */
+                    /* v1: loaded by the dot that reads it (staged in shared memory) */
                     /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
                     {
                         const int lane = tid & 31;
@@ -1821,7 +1821,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16_whole(DT_GRID_CONST
                 acc0[r] = 0e0f;
             }
             /* rdot out.tensorize(k:32) num_stages(3) */
-            /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one */
+            /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one */
             {
                 __syncthreads();
                 int rd6 = 0, wr7 = 2;
@@ -1927,8 +1927,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16_whole(DT_GRID_CONST
                         }
                     }
                     dt_cp_async_commit();
-                    /* v0: loaded by the tensor-core dot that reads it */
-                    /* v1: loaded by the tensor-core dot that reads it */
+                    /* v0: loaded by the dot that reads it (staged in shared memory) */
+                    /* v1: loaded by the dot that reads it (staged in shared memory) */
                     /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
                     {
                         const int lane = tid & 31;
@@ -2034,7 +2034,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(DT_GRID_CONSTANT c
                 acc0[r] = 0e0f;
             }
             /* rdot out.tensorize(k:32) num_stages(3) */
-            /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one */
+            /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one */
             {
                 __syncthreads();
                 int rd6 = 0, wr7 = 2;
@@ -2140,8 +2140,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(DT_GRID_CONSTANT c
                         }
                     }
                     dt_cp_async_commit();
-                    /* v0: loaded by the tensor-core dot that reads it */
-                    /* v1: loaded by the tensor-core dot that reads it */
+                    /* v0: loaded by the dot that reads it (staged in shared memory) */
+                    /* v1: loaded by the dot that reads it (staged in shared memory) */
                     /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
                     {
                         const int lane = tid & 31;
@@ -2245,7 +2245,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16_whole(DT_GRID_CONS
                 acc0[r] = 0e0f;
             }
             /* rdot out.tensorize(k:32) num_stages(3) */
-            /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the tensor cores work on this one */
+            /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one */
             {
                 __syncthreads();
                 int rd6 = 0, wr7 = 2;
@@ -2351,8 +2351,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16_whole(DT_GRID_CONS
                         }
                     }
                     dt_cp_async_commit();
-                    /* v0: loaded by the tensor-core dot that reads it */
-                    /* v1: loaded by the tensor-core dot that reads it */
+                    /* v0: loaded by the dot that reads it (staged in shared memory) */
+                    /* v1: loaded by the dot that reads it (staged in shared memory) */
                     /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
                     {
                         const int lane = tid & 31;
@@ -2411,8 +2411,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16_whole(DT_GRID_CONS
     }
 }
 
-/* kernel out for f32: grid block(x:128, y:128) map(x:x1/8, y, x1); 128 threads, 32768 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_out_f32(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
+/* kernel out_1k_f32 for f32: grid block(x:64, y:64) map(x:x1/8, y, x1); 128 threads, 28416 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_out_1k_f32_f32(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2421,20 +2421,20 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32(DT_GRID_CONSTANT co
     const long long s2 = args.sizes[2]; /* size of k */
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
-    float* __restrict__ out = (float*)args.output; /* out */
+    float* __restrict__ out = (float*)args.output; /* out_1k_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n2 = (unsigned)(8);
     const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
     const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 64), 8));
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
+    if (b0 >= dt_cdiv(s0, 64)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
+    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -2447,132 +2447,188 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32(DT_GRID_CONSTANT co
         (void)r; (void)e;
         v8[r] = 1e-2f;
     }
-    /* block(x:128) out.tensorize(x:128) */
-    for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
-        /* block(y:128) out.tensorize(y:128) */
-        for (long long o2 = b1 * 128; o2 < dt_min_ll(b1 * 128 + 128, s1); o2 += 128) {
+    /* block(x:64) out_1k_f32.tensorize(x:64) */
+    for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
+        /* block(y:64) out_1k_f32.tensorize(y:64) */
+        for (long long o2 = b1 * 64; o2 < dt_min_ll(b1 * 64 + 64, s1); o2 += 64) {
             /* rdot accumulator */
-            float acc0[128];
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    acc0[r] = 0e0f;
-                }
+            float acc0[32];
+            #pragma unroll
+            for (int r = 0; r < 32; r++) {
+                acc0[r] = 0e0f;
             }
-            /* rdot out.tensorize(k:32) num_stages(3) */
-            for (long long o5 = 0; o5 < s2; o5 += 32) {
-                float v0[32];
-                #pragma unroll
-                for (int c = 0; c < 8; c++) {
-                    const int e = (c * 128 + tid) * 4;
-                    const int l6 = (int)((unsigned)e / 32u % 128u);
-                    const int l7 = (int)((unsigned)e / 1u % 32u);
-                    const unsigned a = (unsigned)(o1 + l6) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l7) * (unsigned)args.input_strides[0][1];
-                    if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                        const uint4 q = *(const uint4*)(in0 + a);
-                        v0[c * 4 + 0] = __uint_as_float(q.x);
-                        v0[c * 4 + 1] = __uint_as_float(q.y);
-                        v0[c * 4 + 2] = __uint_as_float(q.z);
-                        v0[c * 4 + 3] = __uint_as_float(q.w);
-                    } else {
-                        v0[c * 4 + 0] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + l7) < (unsigned)s2) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 1] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 1)) < (unsigned)s2) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 2] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 2)) < (unsigned)s2) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 3] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s2) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    }
-                }
-                float v1[32];
-                #pragma unroll
-                for (int r = 0; r < 32; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        const int l8 = (int)((unsigned)e / 32u % 128u);
-                        const int l9 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = ((unsigned)(o5 + l9) < (unsigned)s2 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f32(in1[(unsigned)(o5 + l9) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[1][1]]) : 0e0f;
-                    }
-                }
+            /* rdot out_1k_f32.tensorize(k:16) num_stages(3) */
+            /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one */
+            {
                 __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
-                __syncthreads();
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
-                __syncthreads();
-                float v2[128];
-                #pragma unroll 1
-                for (int r = 0; r < 128; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        const int l10 = (int)((unsigned)e / 128u % 128u);
-                        const int l11 = (int)((unsigned)e / 1u % 128u);
-                        float a12 = 0.0f;
-                        for (int q = 0; q < 32; q++) a12 = fmaf((dt_smem + 0)[l10 * 32 + q * 1], (dt_smem + 4096)[l11 * 32 + q * 1], a12);
-                        v2[r] = a12;
+                int rd6 = 0, wr7 = 2;
+                for (int st = 0; st < 2; st++) {
+                    const long long o5 = (long long)st * 16;
+                    if (o5 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l9 = (int)((unsigned)e / 4u % 64u);
+                                    const int l10 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + st * 1280))[l9 * 20 + (l10 * 4)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + st * 1280))[l9 * 20 + (l10 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 0) + st * 1280))[l9 * 20 + (l10 * 4 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l12 = (int)((unsigned)e / 16u % 16u);
+                                    const int l13 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 3840) + st * 1088))[l12 * 68 + (l13 * 4)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 3840) + st * 1088))[l12 * 68 + (l13 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 3840) + st * 1088))[l12 * 68 + (l13 * 4 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
                     }
+                    dt_cp_async_commit();
                 }
-                #pragma unroll 1
-                for (int r = 0; r < 128; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        acc0[r] = acc0[r] + v2[r];
+                for (long long o5 = 0; o5 < s2; o5 += 16) {
+                    /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
+                    dt_cp_async_wait<1>();
+                    __syncthreads();
+                    const long long o14 = o5 + 32;
+                    if (o14 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l16 = (int)((unsigned)e / 4u % 64u);
+                                    const int l17 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + wr7 * 1280))[l16 * 20 + (l17 * 4)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + wr7 * 1280))[l16 * 20 + (l17 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 0) + wr7 * 1280))[l16 * 20 + (l17 * 4 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 16u % 16u);
+                                    const int l20 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 3840) + wr7 * 1088))[l19 * 68 + (l20 * 4)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 3840) + wr7 * 1088))[l19 * 68 + (l20 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 3840) + wr7 * 1088))[l19 * 68 + (l20 * 4 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
                     }
+                    dt_cp_async_commit();
+                    /* v0: loaded by the dot that reads it (staged in shared memory) */
+                    /* v1: loaded by the dot that reads it (staged in shared memory) */
+                    /* rdot on CUDA cores (fmaf): [x:64, y:64] over k:16 by 2 x 2 warps of 2 x 1 m16n32k4 fragments */
+                    {
+                        const int lane = tid & 31;
+                        const float* fa0 = (const float*)(((dt_smem + 0) + rd6 * 1280) + ((tid >> 5) / 2 * 32 + (lane >> 3)) * 20);
+                        const float* fb0 = (const float*)(((dt_smem + 3840) + rd6 * 1088) + (tid >> 5) % 2 * 32 + (lane & 7) * 4);
+                        #pragma unroll
+                        for (int kk = 0; kk < 16; kk += 4) {
+                            float fa[2][16], fb[1][16];
+                            #pragma unroll
+                            for (int i = 0; i < 2; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 20 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                            #pragma unroll
+                            for (int j = 0; j < 1; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 68 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
+                            #pragma unroll
+                            for (int kq = 0; kq < 4; kq++)
+                            #pragma unroll
+                            for (int i = 0; i < 2; i++)
+                            #pragma unroll
+                            for (int j = 0; j < 1; j++)
+                            #pragma unroll
+                            for (int q = 0; q < 4; q++)
+                            #pragma unroll
+                            for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
+                        }
+                    }
+                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
+                    wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }
+                dt_cp_async_wait<0>();
+                __syncthreads();
             }
-            float v3[128];
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v3[r] = acc0[r];
-                }
+            float v3[32];
+            #pragma unroll
+            for (int r = 0; r < 32; r++) {
+                v3[r] = acc0[r];
             }
-            float v6[128];
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
-                }
+            float v6[32];
+            #pragma unroll
+            for (int r = 0; r < 32; r++) {
+                v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
             }
-            float v10[128];
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v10[r] = (v8[0] * v3[r]);
-                }
+            float v10[32];
+            #pragma unroll
+            for (int r = 0; r < 32; r++) {
+                v10[r] = (v8[0] * v3[r]);
             }
-            float v11[128];
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
-                }
+            float v11[32];
+            #pragma unroll
+            for (int r = 0; r < 32; r++) {
+                v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
             }
             #pragma unroll
-            for (int c = 0; c < 32; c++) {
-                const int e = (c * 128 + tid) * 4;
-                const int l23 = (int)((unsigned)e / 128u % 128u);
-                const int l24 = (int)((unsigned)e / 1u % 128u);
-                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l24) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + (l24 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4(__float_as_uint(v11[c * 4 + 0]), __float_as_uint(v11[c * 4 + 1]), __float_as_uint(v11[c * 4 + 2]), __float_as_uint(v11[c * 4 + 3]));
-                } else {
-                    if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[c * 4 + 0]);
-                    if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + (l24 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[c * 4 + 1]);
-                    if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + (l24 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[c * 4 + 2]);
-                    if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + (l24 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[c * 4 + 3]);
-                }
+            for (int r = 0; r < 32; r++) {
+                const int l29 = (tid >> 5) / 2 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                const int l30 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                if ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1) out[(unsigned)(o1 + l29) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l30) * (unsigned)args.output_strides[1]] = dt_store_f32(v11[r]);
             }
         }
     }
 }
 
-/* kernel out for f32: grid block(x:128, y:128) map(x:x1/8, y, x1); 128 threads, 32768 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(128) dt_out_f32_whole(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
+/* kernel out_1k_f32 for f32: grid block(x:64, y:64) map(x:x1/8, y, x1); 128 threads, 28416 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_out_1k_f32_f32_whole(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
@@ -2581,7 +2637,225 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32_whole(DT_GRID_CONST
     const long long s2 = args.sizes[2]; /* size of k */
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
-    float* __restrict__ out = (float*)args.output; /* out */
+    float* __restrict__ out = (float*)args.output; /* out_1k_f32 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n2 = (unsigned)(8);
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 64), 8));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0 * 8 + g2; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 64)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = 0e0f;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = 1e-2f;
+    }
+    /* block(x:64) out_1k_f32.tensorize(x:64) */
+    for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
+        /* block(y:64) out_1k_f32.tensorize(y:64) */
+        for (long long o2 = b1 * 64; o2 < dt_min_ll(b1 * 64 + 64, s1); o2 += 64) {
+            /* rdot accumulator */
+            float acc0[32];
+            #pragma unroll
+            for (int r = 0; r < 32; r++) {
+                acc0[r] = 0e0f;
+            }
+            /* rdot out_1k_f32.tensorize(k:16) num_stages(3) */
+            /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one */
+            {
+                __syncthreads();
+                int rd6 = 0, wr7 = 2;
+                for (int st = 0; st < 2; st++) {
+                    const long long o5 = (long long)st * 16;
+                    if (o5 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l9 = (int)((unsigned)e / 4u % 64u);
+                                    const int l10 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + st * 1280))[l9 * 20 + (l10 * 4)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + st * 1280))[l9 * 20 + (l10 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 0) + st * 1280))[l9 * 20 + (l10 * 4 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l12 = (int)((unsigned)e / 16u % 16u);
+                                    const int l13 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 3840) + st * 1088))[l12 * 68 + (l13 * 4)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 3840) + st * 1088))[l12 * 68 + (l13 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 3840) + st * 1088))[l12 * 68 + (l13 * 4 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                }
+                for (long long o5 = 0; o5 < s2; o5 += 16) {
+                    /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
+                    dt_cp_async_wait<1>();
+                    __syncthreads();
+                    const long long o14 = o5 + 32;
+                    if (o14 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l16 = (int)((unsigned)e / 4u % 64u);
+                                    const int l17 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + wr7 * 1280))[l16 * 20 + (l17 * 4)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + wr7 * 1280))[l16 * 20 + (l17 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 0) + wr7 * 1280))[l16 * 20 + (l17 * 4 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 128;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 16u % 16u);
+                                    const int l20 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 3840) + wr7 * 1088))[l19 * 68 + (l20 * 4)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 3840) + wr7 * 1088))[l19 * 68 + (l20 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 3840) + wr7 * 1088))[l19 * 68 + (l20 * 4 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                    /* v0: loaded by the dot that reads it (staged in shared memory) */
+                    /* v1: loaded by the dot that reads it (staged in shared memory) */
+                    /* rdot on CUDA cores (fmaf): [x:64, y:64] over k:16 by 2 x 2 warps of 2 x 1 m16n32k4 fragments */
+                    {
+                        const int lane = tid & 31;
+                        const float* fa0 = (const float*)(((dt_smem + 0) + rd6 * 1280) + ((tid >> 5) / 2 * 32 + (lane >> 3)) * 20);
+                        const float* fb0 = (const float*)(((dt_smem + 3840) + rd6 * 1088) + (tid >> 5) % 2 * 32 + (lane & 7) * 4);
+                        #pragma unroll
+                        for (int kk = 0; kk < 16; kk += 4) {
+                            float fa[2][16], fb[1][16];
+                            #pragma unroll
+                            for (int i = 0; i < 2; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 20 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                            #pragma unroll
+                            for (int j = 0; j < 1; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 68 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
+                            #pragma unroll
+                            for (int kq = 0; kq < 4; kq++)
+                            #pragma unroll
+                            for (int i = 0; i < 2; i++)
+                            #pragma unroll
+                            for (int j = 0; j < 1; j++)
+                            #pragma unroll
+                            for (int q = 0; q < 4; q++)
+                            #pragma unroll
+                            for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
+                        }
+                    }
+                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
+                    wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
+                }
+                dt_cp_async_wait<0>();
+                __syncthreads();
+            }
+            float v3[32];
+            #pragma unroll
+            for (int r = 0; r < 32; r++) {
+                v3[r] = acc0[r];
+            }
+            float v6[32];
+            #pragma unroll
+            for (int r = 0; r < 32; r++) {
+                v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
+            }
+            float v10[32];
+            #pragma unroll
+            for (int r = 0; r < 32; r++) {
+                v10[r] = (v8[0] * v3[r]);
+            }
+            float v11[32];
+            #pragma unroll
+            for (int r = 0; r < 32; r++) {
+                v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
+            }
+            /* the fragments two adjacent columns at a time */
+            #pragma unroll
+            for (int r = 0; r < 32; r += 2) {
+                const int lr = (tid >> 5) / 2 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(float2*)(out + a) = make_float2(v11[r], v11[r + 1]);
+                else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v11[r]);
+            }
+        }
+    }
+}
+
+/* kernel out_128_f32 for f32: grid block(x:128, y:128) map(x:x1/8, y, x1); 256 threads, 56064 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_out_128_f32_f32(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
+    float* __restrict__ out = (float*)args.output; /* out_128_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
@@ -2607,118 +2881,399 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f32_whole(DT_GRID_CONST
         (void)r; (void)e;
         v8[r] = 1e-2f;
     }
-    /* block(x:128) out.tensorize(x:128) */
+    /* block(x:128) out_128_f32.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
-        /* block(y:128) out.tensorize(y:128) */
+        /* block(y:128) out_128_f32.tensorize(y:128) */
         for (long long o2 = b1 * 128; o2 < dt_min_ll(b1 * 128 + 128, s1); o2 += 128) {
             /* rdot accumulator */
-            float acc0[128];
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    acc0[r] = 0e0f;
-                }
+            float acc0[64];
+            #pragma unroll
+            for (int r = 0; r < 64; r++) {
+                acc0[r] = 0e0f;
             }
-            /* rdot out.tensorize(k:32) num_stages(3) */
-            for (long long o5 = 0; o5 < s2; o5 += 32) {
-                float v0[32];
-                #pragma unroll
-                for (int c = 0; c < 8; c++) {
-                    const int e = (c * 128 + tid) * 4;
-                    const int l6 = (int)((unsigned)e / 32u % 128u);
-                    const int l7 = (int)((unsigned)e / 1u % 32u);
-                    const unsigned a = (unsigned)(o1 + l6) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l7) * (unsigned)args.input_strides[0][1];
-                    if ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + l7) < (unsigned)s2) {
-                        const uint4 q = *(const uint4*)(in0 + a);
-                        v0[c * 4 + 0] = __uint_as_float(q.x);
-                        v0[c * 4 + 1] = __uint_as_float(q.y);
-                        v0[c * 4 + 2] = __uint_as_float(q.z);
-                        v0[c * 4 + 3] = __uint_as_float(q.w);
-                    } else {
-                        v0[c * 4 + 0] = 0e0f;
-                        v0[c * 4 + 1] = 0e0f;
-                        v0[c * 4 + 2] = 0e0f;
-                        v0[c * 4 + 3] = 0e0f;
-                    }
-                }
-                float v1[32];
-                #pragma unroll
-                for (int r = 0; r < 32; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        const int l8 = (int)((unsigned)e / 32u % 128u);
-                        const int l9 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = ((unsigned)(o5 + l9) < (unsigned)s2 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f32(in1[(unsigned)(o5 + l9) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[1][1]]) : 0e0f;
-                    }
-                }
+            /* rdot out_128_f32.tensorize(k:16) num_stages(3) */
+            /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one */
+            {
                 __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
-                __syncthreads();
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
-                __syncthreads();
-                float v2[128];
-                #pragma unroll 1
-                for (int r = 0; r < 128; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        const int l10 = (int)((unsigned)e / 128u % 128u);
-                        const int l11 = (int)((unsigned)e / 1u % 128u);
-                        float a12 = 0.0f;
-                        for (int q = 0; q < 32; q++) a12 = fmaf((dt_smem + 0)[l10 * 32 + q * 1], (dt_smem + 4096)[l11 * 32 + q * 1], a12);
-                        v2[r] = a12;
+                int rd6 = 0, wr7 = 2;
+                for (int st = 0; st < 2; st++) {
+                    const long long o5 = (long long)st * 16;
+                    if (o5 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l9 = (int)((unsigned)e / 4u % 128u);
+                                    const int l10 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + st * 2560))[l9 * 20 + (l10 * 4)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + st * 2560))[l9 * 20 + (l10 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 0) + st * 2560))[l9 * 20 + (l10 * 4 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l12 = (int)((unsigned)e / 32u % 16u);
+                                    const int l13 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 7680) + st * 2112))[l12 * 132 + (l13 * 4)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 7680) + st * 2112))[l12 * 132 + (l13 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 7680) + st * 2112))[l12 * 132 + (l13 * 4 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
                     }
+                    dt_cp_async_commit();
                 }
-                #pragma unroll 1
-                for (int r = 0; r < 128; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        acc0[r] = acc0[r] + v2[r];
+                for (long long o5 = 0; o5 < s2; o5 += 16) {
+                    /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
+                    dt_cp_async_wait<1>();
+                    __syncthreads();
+                    const long long o14 = o5 + 32;
+                    if (o14 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l16 = (int)((unsigned)e / 4u % 128u);
+                                    const int l17 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + wr7 * 2560))[l16 * 20 + (l17 * 4)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + wr7 * 2560))[l16 * 20 + (l17 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 0) + wr7 * 2560))[l16 * 20 + (l17 * 4 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 32u % 16u);
+                                    const int l20 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 7680) + wr7 * 2112))[l19 * 132 + (l20 * 4)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 7680) + wr7 * 2112))[l19 * 132 + (l20 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 7680) + wr7 * 2112))[l19 * 132 + (l20 * 4 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
                     }
+                    dt_cp_async_commit();
+                    /* v0: loaded by the dot that reads it (staged in shared memory) */
+                    /* v1: loaded by the dot that reads it (staged in shared memory) */
+                    /* rdot on CUDA cores (fmaf): [x:128, y:128] over k:16 by 4 x 2 warps of 2 x 2 m16n32k4 fragments */
+                    {
+                        const int lane = tid & 31;
+                        const float* fa0 = (const float*)(((dt_smem + 0) + rd6 * 2560) + ((tid >> 5) / 2 * 32 + (lane >> 3)) * 20);
+                        const float* fb0 = (const float*)(((dt_smem + 7680) + rd6 * 2112) + (tid >> 5) % 2 * 64 + (lane & 7) * 4);
+                        #pragma unroll
+                        for (int kk = 0; kk < 16; kk += 4) {
+                            float fa[2][16], fb[2][16];
+                            #pragma unroll
+                            for (int i = 0; i < 2; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 20 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                            #pragma unroll
+                            for (int j = 0; j < 2; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 132 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
+                            #pragma unroll
+                            for (int kq = 0; kq < 4; kq++)
+                            #pragma unroll
+                            for (int i = 0; i < 2; i++)
+                            #pragma unroll
+                            for (int j = 0; j < 2; j++)
+                            #pragma unroll
+                            for (int q = 0; q < 4; q++)
+                            #pragma unroll
+                            for (int c = 0; c < 4; c++) acc0[(i * 2 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 2 + j) * 16 + q * 4 + c]);
+                        }
+                    }
+                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
+                    wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }
+                dt_cp_async_wait<0>();
+                __syncthreads();
             }
-            float v3[128];
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v3[r] = acc0[r];
-                }
+            float v3[64];
+            #pragma unroll
+            for (int r = 0; r < 64; r++) {
+                v3[r] = acc0[r];
             }
-            float v6[128];
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
-                }
+            float v6[64];
+            #pragma unroll
+            for (int r = 0; r < 64; r++) {
+                v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
             }
-            float v10[128];
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v10[r] = (v8[0] * v3[r]);
-                }
+            float v10[64];
+            #pragma unroll
+            for (int r = 0; r < 64; r++) {
+                v10[r] = (v8[0] * v3[r]);
             }
-            float v11[128];
-            #pragma unroll 1
-            for (int r = 0; r < 128; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
-                }
+            float v11[64];
+            #pragma unroll
+            for (int r = 0; r < 64; r++) {
+                v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
             }
             #pragma unroll
-            for (int c = 0; c < 32; c++) {
-                const int e = (c * 128 + tid) * 4;
-                const int l23 = (int)((unsigned)e / 128u % 128u);
-                const int l24 = (int)((unsigned)e / 1u % 128u);
-                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l24) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v11[c * 4 + 0]), __float_as_uint(v11[c * 4 + 1]), __float_as_uint(v11[c * 4 + 2]), __float_as_uint(v11[c * 4 + 3]));
+            for (int r = 0; r < 64; r++) {
+                const int l29 = (tid >> 5) / 2 * 32 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                const int l30 = (tid >> 5) % 2 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                if ((unsigned)(o1 + l29) < (unsigned)s0 && (unsigned)(o2 + l30) < (unsigned)s1) out[(unsigned)(o1 + l29) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l30) * (unsigned)args.output_strides[1]] = dt_store_f32(v11[r]);
+            }
+        }
+    }
+}
+
+/* kernel out_128_f32 for f32: grid block(x:128, y:128) map(x:x1/8, y, x1); 256 threads, 56064 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256) dt_out_128_f32_f32_whole(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
+    float* __restrict__ out = (float*)args.output; /* out_128_f32 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n2 = (unsigned)(8);
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0 * 8 + g2; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = 0e0f;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = 1e-2f;
+    }
+    /* block(x:128) out_128_f32.tensorize(x:128) */
+    for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
+        /* block(y:128) out_128_f32.tensorize(y:128) */
+        for (long long o2 = b1 * 128; o2 < dt_min_ll(b1 * 128 + 128, s1); o2 += 128) {
+            /* rdot accumulator */
+            float acc0[64];
+            #pragma unroll
+            for (int r = 0; r < 64; r++) {
+                acc0[r] = 0e0f;
+            }
+            /* rdot out_128_f32.tensorize(k:16) num_stages(3) */
+            /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one */
+            {
+                __syncthreads();
+                int rd6 = 0, wr7 = 2;
+                for (int st = 0; st < 2; st++) {
+                    const long long o5 = (long long)st * 16;
+                    if (o5 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l9 = (int)((unsigned)e / 4u % 128u);
+                                    const int l10 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + st * 2560))[l9 * 20 + (l10 * 4)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + st * 2560))[l9 * 20 + (l10 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 0) + st * 2560))[l9 * 20 + (l10 * 4 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l12 = (int)((unsigned)e / 32u % 16u);
+                                    const int l13 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 7680) + st * 2112))[l12 * 132 + (l13 * 4)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 7680) + st * 2112))[l12 * 132 + (l13 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 7680) + st * 2112))[l12 * 132 + (l13 * 4 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                }
+                for (long long o5 = 0; o5 < s2; o5 += 16) {
+                    /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
+                    dt_cp_async_wait<1>();
+                    __syncthreads();
+                    const long long o14 = o5 + 32;
+                    if (o14 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l16 = (int)((unsigned)e / 4u % 128u);
+                                    const int l17 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + wr7 * 2560))[l16 * 20 + (l17 * 4)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + wr7 * 2560))[l16 * 20 + (l17 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 0) + wr7 * 2560))[l16 * 20 + (l17 * 4 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l19 = (int)((unsigned)e / 32u % 16u);
+                                    const int l20 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 7680) + wr7 * 2112))[l19 * 132 + (l20 * 4)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 7680) + wr7 * 2112))[l19 * 132 + (l20 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 7680) + wr7 * 2112))[l19 * 132 + (l20 * 4 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                    /* v0: loaded by the dot that reads it (staged in shared memory) */
+                    /* v1: loaded by the dot that reads it (staged in shared memory) */
+                    /* rdot on CUDA cores (fmaf): [x:128, y:128] over k:16 by 4 x 2 warps of 2 x 2 m16n32k4 fragments */
+                    {
+                        const int lane = tid & 31;
+                        const float* fa0 = (const float*)(((dt_smem + 0) + rd6 * 2560) + ((tid >> 5) / 2 * 32 + (lane >> 3)) * 20);
+                        const float* fb0 = (const float*)(((dt_smem + 7680) + rd6 * 2112) + (tid >> 5) % 2 * 64 + (lane & 7) * 4);
+                        #pragma unroll
+                        for (int kk = 0; kk < 16; kk += 4) {
+                            float fa[2][16], fb[2][16];
+                            #pragma unroll
+                            for (int i = 0; i < 2; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 20 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                            #pragma unroll
+                            for (int j = 0; j < 2; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 132 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
+                            #pragma unroll
+                            for (int kq = 0; kq < 4; kq++)
+                            #pragma unroll
+                            for (int i = 0; i < 2; i++)
+                            #pragma unroll
+                            for (int j = 0; j < 2; j++)
+                            #pragma unroll
+                            for (int q = 0; q < 4; q++)
+                            #pragma unroll
+                            for (int c = 0; c < 4; c++) acc0[(i * 2 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 2 + j) * 16 + q * 4 + c]);
+                        }
+                    }
+                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
+                    wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
+                }
+                dt_cp_async_wait<0>();
+                __syncthreads();
+            }
+            float v3[64];
+            #pragma unroll
+            for (int r = 0; r < 64; r++) {
+                v3[r] = acc0[r];
+            }
+            float v6[64];
+            #pragma unroll
+            for (int r = 0; r < 64; r++) {
+                v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
+            }
+            float v10[64];
+            #pragma unroll
+            for (int r = 0; r < 64; r++) {
+                v10[r] = (v8[0] * v3[r]);
+            }
+            float v11[64];
+            #pragma unroll
+            for (int r = 0; r < 64; r++) {
+                v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
+            }
+            /* the fragments two adjacent columns at a time */
+            #pragma unroll
+            for (int r = 0; r < 64; r += 2) {
+                const int lr = (tid >> 5) / 2 * 32 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 2 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(float2*)(out + a) = make_float2(v11[r], v11[r + 1]);
+                else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v11[r]);
             }
         }
     }

@@ -299,8 +299,8 @@ mod tests {
 
     /// On a GPU with Hopper's copies and tensor cores, 16-bit matmuls whose tensors a tensor map
     /// describes (16-byte aligned rows, contiguous along the last axis) run the warp-specialized
-    /// class `mm_90a`; a row of 77 elements (154 bytes), a transposed input, f32, or a GPU
-    /// without them, the class `mm`.
+    /// class `mm_90a`; a row of 77 elements (154 bytes), a transposed input, or a GPU without
+    /// them, the class `mm`; f32 the classes of fused multiply-adds, by rows.
     #[test]
     fn hopper_runs_the_warp_specialized_class_where_tensor_maps_describe_the_tensors() {
         let hopper = Device { features: dt_core::kir::GpuFeatures { max_cluster: 16, hopper: true } };
@@ -313,7 +313,7 @@ mod tests {
         assert_eq!(symbol(DType::BF16, 80, [88, 1], hopper), "dt_mm_90a_bf16");
         assert_eq!(symbol(DType::F16, 77, [77, 1], hopper), "dt_mm_f16");
         assert_eq!(symbol(DType::F16, 80, [1, 100], hopper), "dt_mm_f16");
-        assert_eq!(symbol(DType::F32, 80, [80, 1], hopper), "dt_mm_f32");
+        assert_eq!(symbol(DType::F32, 80, [80, 1], hopper), "dt_mm_1k_f32_f32");
         assert_eq!(symbol(DType::F16, 80, [80, 1], Device::PLAIN), "dt_mm_f16");
         // Smaller outputs run the classes of smaller tiles.
         let small = |m: usize, n: usize| {
@@ -325,6 +325,13 @@ mod tests {
         assert_eq!(small(512, 512), "dt_mm_90a_1k_f16");
         assert_eq!(small(1024, 1024), "dt_mm_90a_1k_f16");
         assert_eq!(small(1025, 1024), "dt_mm_90a_f16");
+        let f32_rows = |m: usize| {
+            let (a, b) = ([m, 64], [64, 64]);
+            let shapes: [(&[usize], &[usize]); 2] = [(&a, &[64, 1]), (&b, &[64, 1])];
+            plan(&crate::matmul::OP, DType::F32, &shapes, &[], Device::PLAIN).map(|p| p.symbol).unwrap()
+        };
+        assert_eq!(f32_rows(1024), "dt_mm_1k_f32_f32");
+        assert_eq!(f32_rows(1025), "dt_mm_128_f32_f32");
     }
 
     /// Tensors whose 16-byte runs are whole run the kernel built for them; an address one

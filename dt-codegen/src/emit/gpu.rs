@@ -886,7 +886,7 @@ impl Emitter<'_> {
                 self.for_owned(&shape, layout, |e, l| e.line(&format!("{dst}[r] = (float)({o} + {});", l.lane(*d))));
             }
             Op::Load { .. } if self.plan.direct_load(id) => {
-                self.line(&format!("/* v{}: loaded by the tensor-core dot that reads it */", id.0));
+                self.line(&format!("/* v{}: loaded by the dot that reads it (staged in shared memory) */", id.0));
             }
             Op::Load { input, axes, fill } if self.packed(id) => self.packed_load(id, *input, axes, *fill),
             Op::Load { input, axes, fill } if layout == RegLayout::Blocked && self.vector_run(&shape, axes).is_some() => {

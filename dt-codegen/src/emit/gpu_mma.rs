@@ -24,14 +24,20 @@
 //! whole fragments. Operands loaded from the inputs (possibly masked with a fill the type
 //! represents) are exact in that type, so the result changes only by the order of f32
 //! additions; an operand computed in the kernel (attention's probabilities) is rounded to the
-//! kernel's type when staged, as FlashAttention and cuDNN do. The CUDA helpers need sm_80; the HIP helpers use MFMA where the architecture
-//! has it (gfx908 for f16, gfx90a and the gfx94x for both) and an exchange of the operands by
-//! shuffles within the wavefront elsewhere, which computes the same result.
+//! kernel's type when staged, as FlashAttention and cuDNN do. The CUDA helpers need sm_80; the
+//! HIP helpers use MFMA where the architecture has it (gfx908 for f16, gfx90a and the gfx94x for
+//! both) and an exchange of the operands by shuffles within the wavefront elsewhere, which
+//! computes the same result.
+//!
+//! f32 dots on CUDA take the same path on the CUDA cores ([`MatrixIsa::Fma`]): operands staged as
+//! f32 in lines of an odd number of 16-byte units, each lane holding a 4 x 4 block of each 16 x
+//! 32 fragment and reading its rows of A and columns of B 16 bytes at a time, `fmaf` in k order.
+//! The result is that of a plain loop: no operand is rounded.
 //!
 //! `num_stages(S)` with S >= 2 pipelines a reduction loop that does nothing but such a dot of
 //! two operands it loads itself (a plain matmul's k loop), on CUDA: each operand gets S
 //! shared-memory buffers, the copies for step i + S - 1 are started with `cp.async` before the
-//! tensor cores work on step i, and one `__syncthreads` per step both publishes step i and frees
+//! dot works on step i, and one `__syncthreads` per step both publishes step i and frees
 //! the buffer that step i + S - 1 overwrites (it was read in step i - 1). A loop whose work
 //! holds several such dots and other statements (attention's loop over the keys) feeds them
 //! the same way through one ring per operand (`plan::dot_rings`, [`Emitter::ring_loop`]), an
@@ -75,7 +81,7 @@ impl Emitter<'_> {
         }
         let held = dots.iter().any(|(_, d)| d.ring.is_some_and(|r| r.held.contains(&true)));
         self.line(&format!(
-            "/* num_stages({s}): the operands of the next {} steps are copied (cp.async) while the tensor cores work on this one{} */",
+            "/* num_stages({s}): the operands of the next {} steps are copied (cp.async) while the dots work on this one{} */",
             s - 1,
             if held { "; those the steps share, once" } else { "" }
         ));
@@ -169,9 +175,10 @@ impl Emitter<'_> {
         let (unit, warps) = match t.isa {
             MatrixIsa::MmaSync => ("tensor cores", "warps"),
             MatrixIsa::Mfma => ("matrix cores", "wavefronts"),
+            MatrixIsa::Fma => ("CUDA cores (fmaf)", "warps"),
         };
         self.line(&format!(
-            "/* rdot on {unit}: [{}:{}, {}:{}] over {}:{} by {} x {} {warps} of {fm} x {fn_} m{fr}n{fc}k16 fragments */",
+            "/* rdot on {unit}: [{}:{}, {}:{}] over {}:{} by {} x {} {warps} of {fm} x {fn_} m{fr}n{fc}k{} fragments */",
             self.k.dim_name(t.m),
             t.rows,
             self.k.dim_name(t.n),
@@ -179,7 +186,8 @@ impl Emitter<'_> {
             self.k.dim_name(d.k),
             d.depth,
             t.wm,
-            t.wn
+            t.wn,
+            t.isa.k_step()
         ));
         let acc = match d.into {
             Some(var) => format!("acc{}", var.0),
@@ -194,7 +202,80 @@ impl Emitter<'_> {
         match t.isa {
             MatrixIsa::MmaSync => self.mma_sync_steps(d, &acc, buf),
             MatrixIsa::Mfma => self.mfma_steps(d, &acc, buf),
+            MatrixIsa::Fma => self.fma_steps(d, &acc, buf),
         }
+    }
+
+    /// The contraction of a staged f32 dot in steps of 4 on the CUDA cores (see
+    /// [`MatrixIsa::Fma`]): each lane loads its rows of A and its columns of B for four values
+    /// of k, 16 bytes at a time where the staged lines run along what it loads, and adds their
+    /// products into `acc` with `fmaf`, k in order (as a plain loop sums them).
+    fn fma_steps(&mut self, d: &MmaDot, acc: &str, buf: Option<&str>) {
+        let t = d.tile;
+        let (fm, fn_) = t.frags();
+        let (pa, pb) = (d.pitch(0), d.pitch(1));
+        let (wrow, wcol) = (format!("(tid >> 5) / {} * {}", t.wn, t.rows / t.wm), format!("(tid >> 5) % {} * {}", t.wn, t.cols / t.wn));
+        self.line("{");
+        self.depth += 1;
+        self.line("const int lane = tid & 31;");
+        // The lane's first row of A and first column of B at k 0; `fa[i][q * 4 + kq]` holds
+        // row q of fragment i at k `kk + kq`, `fb[j][kq * 4 + c]` column c of fragment j.
+        let (sa, sb) = (self.buffer(d, 0, buf), self.buffer(d, 1, buf));
+        let fa0 = if d.trans(0) { format!("{sa} + {wrow} + (lane >> 3)") } else { format!("{sa} + ({wrow} + (lane >> 3)) * {pa}") };
+        let fb0 = if d.trans(1) { format!("{sb} + {wcol} + (lane & 7) * 4") } else { format!("{sb} + ({wcol} + (lane & 7) * 4) * {pb}") };
+        self.line(&format!("const float* fa0 = (const float*)({fa0});"));
+        self.line(&format!("const float* fb0 = (const float*)({fb0});"));
+        self.line("#pragma unroll");
+        self.line(&format!("for (int kk = 0; kk < {}; kk += 4) {{", d.depth));
+        self.depth += 1;
+        self.line(&format!("float fa[{fm}][16], fb[{fn_}][16];"));
+        let quad = |dst: &str, first: &str, step: u32, src: &str| {
+            format!(
+                "{{ const float4 w = *(const float4*)({src}); {dst}[{first}] = w.x; {dst}[{first} + {step}] = w.y; {dst}[{first} + {}] = w.z; {dst}[{first} + {}] = w.w; }}",
+                2 * step,
+                3 * step
+            )
+        };
+        self.line("#pragma unroll");
+        if d.trans(0) {
+            // Lines along the rows, but the lane's rows are 4 apart: element by element.
+            self.line(&format!(
+                "for (int i = 0; i < {fm}; i++) for (int q = 0; q < 4; q++) for (int kq = 0; kq < 4; kq++) fa[i][q * 4 + kq] = fa0[(kk + kq) * {pa} + i * 16 + q * 4];"
+            ));
+        } else {
+            self.line(&format!(
+                "for (int i = 0; i < {fm}; i++) for (int q = 0; q < 4; q++) {}",
+                quad("fa[i]", "q * 4", 1, &format!("fa0 + (i * 16 + q * 4) * {pa} + kk"))
+            ));
+        }
+        self.line("#pragma unroll");
+        if d.trans(1) {
+            self.line(&format!(
+                "for (int j = 0; j < {fn_}; j++) for (int kq = 0; kq < 4; kq++) {}",
+                quad("fb[j]", "kq * 4", 1, &format!("fb0 + (kk + kq) * {pb} + j * 32"))
+            ));
+        } else {
+            self.line(&format!(
+                "for (int j = 0; j < {fn_}; j++) for (int c = 0; c < 4; c++) {}",
+                quad("fb[j]", "c", 4, &format!("fb0 + (j * 32 + c) * {pb} + kk"))
+            ));
+        }
+        self.line("#pragma unroll");
+        self.line("for (int kq = 0; kq < 4; kq++)");
+        self.line("#pragma unroll");
+        self.line(&format!("for (int i = 0; i < {fm}; i++)"));
+        self.line("#pragma unroll");
+        self.line(&format!("for (int j = 0; j < {fn_}; j++)"));
+        self.line("#pragma unroll");
+        self.line("for (int q = 0; q < 4; q++)");
+        self.line("#pragma unroll");
+        self.line(&format!(
+            "for (int c = 0; c < 4; c++) {acc}[(i * {fn_} + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], {acc}[(i * {fn_} + j) * 16 + q * 4 + c]);"
+        ));
+        self.depth -= 1;
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
     }
 
     /// The contraction of a staged dot in steps of 16 on NVIDIA tensor cores: fragments loaded
@@ -368,7 +449,7 @@ impl Emitter<'_> {
         let (fm, fn_) = t.frags();
         let (per_lane, sharing) = t.isa.rows_per_lane();
         let slots = fm * per_lane;
-        let regs = fm * fn_ * 4;
+        let regs = (fm * fn_) << t.isa.register_bits();
         let ident = crate::emit::expr::float_lit(op.identity());
         let in_rows = matches!(layout, RegLayout::MmaRows(_));
         let meet = if in_rows { "the result stays in the rows' registers" } else { "the warps along the columns meet in shared memory" };
@@ -428,7 +509,8 @@ impl Emitter<'_> {
         });
     }
 
-    /// Writes operand `i` of `d` to shared-memory slot `i` as 16-bit values, in lines of
+    /// Writes operand `i` of `d` to shared-memory slot `i` as 16-bit values (f32 for an `Fma`
+    /// dot), in lines of
     /// [`MmaDot::pitch`] elements (row-major [rows][K] or, for [`MmaDot::trans`], [K][rows]),
     /// whatever the operand's own dimension order: from global memory when the dot makes the
     /// load, else from the operand's registers.
@@ -444,10 +526,15 @@ impl Emitter<'_> {
             }
         };
         let shape = self.k.value(v).shape.clone();
-        let dst = format!("((unsigned short*){})", self.buffer(d, i, buf));
+        // Elements of the staged type in 16 bytes, and its zero.
+        let (ety, group, zero) = match d.tile.isa.operand_bytes() {
+            4 => ("float", 4, "0.0f"),
+            _ => ("unsigned short", 8, "(unsigned short)0"),
+        };
+        let dst = format!("(({ety}*){})", self.buffer(d, i, buf));
         let Some(load) = &d.direct[i] else {
             let layout = self.plan.values[v.0 as usize];
-            let cvt = format!("dt_f32_to_{}", self.dtype.name());
+            let cvt = if group == 4 { String::new() } else { format!("dt_f32_to_{}", self.dtype.name()) };
             self.for_owned(&shape, layout, |e, l| e.line(&format!("{dst}[{}] = {cvt}(v{}[r]);", at(l), v.0)));
             return;
         };
@@ -464,28 +551,28 @@ impl Emitter<'_> {
         let name = self.k.inputs[input].name.clone();
         let copy = |e: &mut Self, l: &Lanes| {
             let (cond, addr) = e.address(&axes, l, |a| e.input_stride(input, a));
-            e.line(&format!("{dst}[{}] = ({cond}) ? in{input}[{addr}] : (unsigned short)0;", at(l)));
+            e.line(&format!("{dst}[{}] = ({cond}) ? in{input}[{addr}] : {zero};", at(l)));
         };
         // 16 bytes at a time where the input's last axis runs along the staged lines, in whole
-        // groups of 8 elements: then a group is 8 consecutive elements in memory and in shared
+        // groups of 16 bytes: then a group is consecutive elements in memory and in shared
         // memory. Whether the input is laid out for it (unit stride along that axis, 16-byte
         // alignment) is known at run time only; a group that is not, or that is partly out of
         // range, is copied element by element.
         let last = *load.axes.last().expect("a tile load has an axis");
         let inner = if d.trans(i) { rows } else { k };
         let distinct = order.0.len() == load.axes.len();
-        if last != inner || !distinct || order.extent(last).unwrap_or(1) % 8 != 0 {
+        if last != inner || !distinct || order.extent(last).unwrap_or(1) % group != 0 {
             let pragma = if self.regs(order.elements()) <= 8 { "#pragma unroll" } else { "#pragma unroll 8" };
             self.line(&format!("/* v{}: {name} copied as it is, along its last axis */", v.0));
             self.for_blocked(&order, pragma, copy);
             return;
         }
         let mut groups = order.clone();
-        groups.0.last_mut().expect("an axis").1 /= 8;
+        groups.0.last_mut().expect("an axis").1 /= group;
         let pragma = if self.regs(groups.elements()) <= 8 { "#pragma unroll" } else { "#pragma unroll 8" };
         let n = load.axes.len();
         let mut aligned = vec![format!("(args.inputs[{input}] & 15) == 0"), format!("args.input_strides[{input}][{}] == 1", n - 1)];
-        aligned.extend((0..n - 1).map(|a| format!("(args.input_strides[{input}][{a}] & 7) == 0")));
+        aligned.extend((0..n - 1).map(|a| format!("(args.input_strides[{input}][{a}] & {}) == 0", group - 1)));
         let flag = self.fresh("vec");
         self.line(&format!("/* v{}: {name} copied as it is, along its last axis, 16 bytes at a time where it can be */", v.0));
         self.line("{");
@@ -493,9 +580,11 @@ impl Emitter<'_> {
         self.line(&format!("const bool {flag} = {};", aligned.join(" && ")));
         self.for_blocked(&groups, pragma, |e, l| {
             let at_lane = |off: &str| {
-                Lanes(l.0.iter().map(|(x, name)| (*x, if *x == last { format!("({name} * 8{off})") } else { name.clone() })).collect())
+                Lanes(
+                    l.0.iter().map(|(x, name)| (*x, if *x == last { format!("({name} * {group}{off})") } else { name.clone() })).collect(),
+                )
             };
-            let (whole, _) = e.address(&load.axes, &at_lane(" + 7"), |_| String::new());
+            let (whole, _) = e.address(&load.axes, &at_lane(&format!(" + {}", group - 1)), |_| String::new());
             let first = at_lane("");
             let (first_ok, addr) = e.address(&load.axes, &first, |a| e.input_stride(input, a));
             e.line(&format!("if ({flag} && {whole}) {{"));
@@ -510,7 +599,7 @@ impl Emitter<'_> {
             e.line("} else {");
             e.depth += 1;
             e.line("#pragma unroll");
-            e.line("for (int q = 0; q < 8; q++) {");
+            e.line(&format!("for (int q = 0; q < {group}; q++) {{"));
             e.depth += 1;
             copy(e, &at_lane(" + q"));
             e.depth -= 1;
@@ -532,7 +621,7 @@ impl Emitter<'_> {
         let RegLayout::Mma(t) = self.layout(value) else { return false };
         let contiguous = self.whole_runs || self.ws.is_some();
         contiguous
-            && t.isa == MatrixIsa::MmaSync
+            && t.isa != MatrixIsa::Mfma
             && self.k.value(value).shape == *tile
             && self.k.output.dims.last() == Some(&t.n)
             && self.sources_plan(Reader::Store(value)).is_none()

@@ -7,7 +7,7 @@
 //! and waited for them (three round trips to memory per step of attention, nothing in flight
 //! while the tensor cores worked), and copied the queries again.
 //!
-//! It applies on CUDA (`mma.sync`, `cp.async`) to a reduction loop with `num_stages` of 2 or
+//! It applies on CUDA (`mma.sync` and f32 `Fma` dots, `cp.async`) to a reduction loop with `num_stages` of 2 or
 //! more and no nested loop, whose every load is made by a tensor-core dot of the loop, each such
 //! dot copying both its operands or reading `a` from fragments ([`MmaDot::a_in_fragments`]). A
 //! loop around a single dot that is all it does is the plain pipeline's (`layouts::pipeline`).
@@ -42,7 +42,7 @@ pub(crate) fn plan_rings(stmts: &[Stmt], p: &mut Plan) {
             .collect();
         let fed = |v: &ValueId| {
             p.dot(*v).is_some_and(|d| {
-                d.tile.isa == MatrixIsa::MmaSync
+                d.tile.isa != MatrixIsa::Mfma
                     && !d.wgmma
                     && d.stages == 1
                     && d.direct[1].is_some()

@@ -44,14 +44,25 @@ pub(crate) enum MatrixIsa {
     /// `q = r % 4`. Its operands: lane `l` holds `A[l % 16][(l / 16) * 4 + q]` and
     /// `B[(l / 16) * 4 + q][l % 16]`.
     Mfma,
+    /// f32 on the CUDA cores: fused multiply-adds over f32 operands staged in shared memory, in
+    /// fragments of 16 x 32 per 32-lane warp. Lane `l` holds rows `l / 8 + 4 q` for `q` in 0..4
+    /// and columns `(l % 8) * 4 + c` for `c` in 0..4; register `r` holds fragment `r / 16`,
+    /// `q = (r / 4) % 4`, `c = r % 4`. The lanes reading at once (a quarter warp) share their
+    /// rows and read 128 consecutive bytes of a [K][cols] operand line, and the four quarters'
+    /// rows are consecutive lines, which the staging pitch puts in distinct banks.
+    Fma,
 }
 
 impl MatrixIsa {
-    /// The ISA of a dialect's tensor-core dots.
-    pub fn of(dialect: Dialect) -> MatrixIsa {
-        match dialect {
-            Dialect::Cuda => MatrixIsa::MmaSync,
-            Dialect::Hip => MatrixIsa::Mfma,
+    /// The ISA of a dialect's dots over `dtype` operands: the tensor cores (matrix cores) for
+    /// f16 and bf16, fused multiply-adds for f32 on CUDA; none elsewhere (HIP's f32 dots run
+    /// element-wise).
+    pub fn of(dialect: Dialect, dtype: DType) -> Option<MatrixIsa> {
+        match (dialect, dtype) {
+            (Dialect::Cuda, DType::F16 | DType::BF16) => Some(MatrixIsa::MmaSync),
+            (Dialect::Hip, DType::F16 | DType::BF16) => Some(MatrixIsa::Mfma),
+            (Dialect::Cuda, DType::F32) => Some(MatrixIsa::Fma),
+            _ => None,
         }
     }
 
@@ -60,14 +71,23 @@ impl MatrixIsa {
         match self {
             MatrixIsa::MmaSync => (16, 8),
             MatrixIsa::Mfma => (16, 16),
+            MatrixIsa::Fma => (16, 32),
         }
     }
 
     /// log2 of the lanes of a warp or wavefront.
     pub(crate) fn lane_bits(self) -> u32 {
         match self {
-            MatrixIsa::MmaSync => 5,
+            MatrixIsa::MmaSync | MatrixIsa::Fma => 5,
             MatrixIsa::Mfma => 6,
+        }
+    }
+
+    /// log2 of the registers one lane holds of a fragment.
+    pub(crate) fn register_bits(self) -> u32 {
+        match self {
+            MatrixIsa::MmaSync | MatrixIsa::Mfma => 2,
+            MatrixIsa::Fma => 4,
         }
     }
 
@@ -77,6 +97,32 @@ impl MatrixIsa {
         match self {
             MatrixIsa::MmaSync => (2, 4),
             MatrixIsa::Mfma => (4, 16),
+            MatrixIsa::Fma => (4, 8),
+        }
+    }
+
+    /// The contraction one instruction step covers: the dot's depth is a multiple of it.
+    pub(crate) fn k_step(self) -> u32 {
+        match self {
+            MatrixIsa::MmaSync | MatrixIsa::Mfma => 16,
+            MatrixIsa::Fma => 4,
+        }
+    }
+
+    /// Bytes of one staged operand element: the 16-bit types of the matrix units, f32 of `Fma`.
+    pub(crate) fn operand_bytes(self) -> u32 {
+        match self {
+            MatrixIsa::MmaSync | MatrixIsa::Mfma => 2,
+            MatrixIsa::Fma => 4,
+        }
+    }
+
+    /// How the plan and the generated code's comments name it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            MatrixIsa::MmaSync => "mma.sync",
+            MatrixIsa::Mfma => "mfma",
+            MatrixIsa::Fma => "fma",
         }
     }
 }
@@ -112,9 +158,11 @@ impl MmaTile {
         let (in_row, in_col) = match self.isa {
             MatrixIsa::MmaSync => (format!("({lane} >> 2) + (({r} >> 1) & 1) * 8"), format!("(tid & 3) * 2 + ({r} & 1)")),
             MatrixIsa::Mfma => (format!("({lane} >> 4) * 4 + ({r} & 3)"), "(tid & 15)".to_string()),
+            MatrixIsa::Fma => (format!("({lane} >> 3) + (({r} >> 2) & 3) * 4"), format!("(tid & 7) * 4 + ({r} & 3)")),
         };
-        let row = format!("(tid >> {bits}) / {} * {wr} + ({r} >> 2) / {fn_} * {fr} + {in_row}", self.wn);
-        let col = format!("(tid >> {bits}) % {} * {wc} + ({r} >> 2) % {fn_} * {fc} + {in_col}", self.wn);
+        let f = self.isa.register_bits();
+        let row = format!("(tid >> {bits}) / {} * {wr} + ({r} >> {f}) / {fn_} * {fr} + {in_row}", self.wn);
+        let col = format!("(tid >> {bits}) % {} * {wc} + ({r} >> {f}) % {fn_} * {fc} + {in_col}", self.wn);
         (row, col)
     }
 }
@@ -127,6 +175,7 @@ impl MmaTile {
         match self.isa {
             MatrixIsa::MmaSync => format!("({r} >> 2) / {fn_} * 2 + (({r} >> 1) & 1)"),
             MatrixIsa::Mfma => format!("({r} >> 2) / {fn_} * 4 + ({r} & 3)"),
+            MatrixIsa::Fma => format!("({r} >> 4) / {fn_} * 4 + (({r} >> 2) & 3)"),
         }
     }
 
@@ -139,6 +188,7 @@ impl MmaTile {
         let row = match self.isa {
             MatrixIsa::MmaSync => format!("{base} + ({s} >> 1) * 16 + ({lane} >> 2) + ({s} & 1) * 8"),
             MatrixIsa::Mfma => format!("{base} + ({s} >> 2) * 16 + ({lane} >> 4) * 4 + ({s} & 3)"),
+            MatrixIsa::Fma => format!("{base} + ({s} >> 2) * 16 + ({lane} >> 3) + ({s} & 3) * 4"),
         };
         (row, format!("(tid >> {bits}) % {}", self.wn))
     }
@@ -250,13 +300,15 @@ impl MmaDot {
 
     /// Elements per staged line of operand `i`: the line's length plus padding that makes the
     /// pitch an odd number of 16-byte units, so that the eight lines an `ldmatrix` reads at once
-    /// fall in distinct banks (and every line starts 16-byte aligned, as `ldmatrix` needs).
+    /// (the four an `Fma` warp reads) fall in distinct banks, and every line starts 16-byte
+    /// aligned, as `ldmatrix` and 16-byte loads need.
     pub fn pitch(&self, i: usize) -> u32 {
         let len = if self.trans(i) { self.rows(i).1 } else { self.depth };
-        if (len / 8) % 2 == 0 {
-            len + 8
+        let unit = 16 / self.tile.isa.operand_bytes();
+        if (len / unit).is_multiple_of(2) {
+            len + unit
         } else {
-            len + 16
+            len + 2 * unit
         }
     }
 
@@ -264,7 +316,7 @@ impl MmaDot {
     /// so that every buffer starts 16-byte aligned.
     pub fn buffer_words(&self, i: usize) -> usize {
         let lines = if self.trans(i) { self.depth } else { self.rows(i).1 };
-        ((lines * self.pitch(i)).div_ceil(2) as usize).next_multiple_of(4)
+        ((lines * self.pitch(i) * self.tile.isa.operand_bytes()).div_ceil(4) as usize).next_multiple_of(4)
     }
 
     /// Shared memory (in 4-byte words) that staging operand `i` takes: all its buffers.
@@ -313,7 +365,7 @@ impl Plan {
             .collect()
     }
 
-    /// Whether load `v` is made by the tensor-core dot that reads it.
+    /// Whether load `v` is made by the staged dot that reads it.
     pub fn direct_load(&self, v: ValueId) -> bool {
         self.dots.iter().any(|(_, d)| (d.direct[0].is_some() && d.a == v) || (d.direct[1].is_some() && d.b == v))
     }
@@ -364,7 +416,7 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
     let mut updates = Vec::new();
     collect(&k.body, &mut lets, &mut updates);
     let def = |v: ValueId| lets.iter().find(|(x, _)| *x == v).map(|(_, op)| *op);
-    if matches!(dtype, DType::F16 | DType::BF16) {
+    if let Some(isa) = MatrixIsa::of(dialect, dtype) {
         for (id, op) in &lets {
             if let Op::Dot { a, b, dim } = op {
                 if let Some(w) = ws.filter(|w| w.dot == *id) {
@@ -389,7 +441,7 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
                     continue;
                 }
                 if stageable(dtype, *a, &def) && stageable(dtype, *b, &def) {
-                    if let Some(d) = geometry(k, dialect, *id, *a, *b, *dim, whole_rows) {
+                    if let Some(d) = geometry(k, isa, dialect.warps(k.num_warps), *id, *a, *b, *dim, whole_rows) {
                         p.values[id.0 as usize] = RegLayout::Mma(d.tile);
                         p.dots.push((*id, d));
                     }
@@ -528,8 +580,9 @@ fn pipeline(stmts: &[Stmt], p: &mut Plan) {
             Stmt::Update { var, value, .. } => *value == dot && d.into == Some(*var),
             _ => false,
         });
-        let sync = d.tile.isa == MatrixIsa::MmaSync;
-        if !sync || !only_the_dot || d.direct.iter().any(Option::is_none) || d.k != l.dim || d.depth != l.step {
+        // Asynchronous copies are CUDA's (`mma.sync` and `Fma` dots).
+        let copies_async = d.tile.isa != MatrixIsa::Mfma;
+        if !copies_async || !only_the_dot || d.direct.iter().any(Option::is_none) || d.k != l.dim || d.depth != l.step {
             continue;
         }
         let words = d.buffer_words(0) + d.buffer_words(1);
@@ -653,13 +706,14 @@ pub(crate) fn computed_from<'a>(
     }
 }
 
-/// The tensor-core form of `id = dot a, b over k`, when the tiles allow it: the result has two
-/// dimensions of extent above 1, [M, N]; one operand spans exactly [M, K] and the other [N, K]
-/// (dimensions of extent 1 aside); K is a multiple of 16; and some arrangement of the warps
-/// gives each one whole m16n8 fragments. Among those arrangements (with `whole_rows`, those
-/// with one warp along the columns), the one whose warps load the fewest operand rows per step.
-fn geometry(k: &Kernel, dialect: Dialect, id: ValueId, a: ValueId, b: ValueId, dim: DimId, whole_rows: bool) -> Option<MmaDot> {
-    let isa = MatrixIsa::of(dialect);
+/// The fragment form of `id = dot a, b over k` on `isa` with `warps` warps, when the tiles allow
+/// it: the result has two dimensions of extent above 1, [M, N]; one operand spans exactly
+/// [M, K] and the other [N, K] (dimensions of extent 1 aside); K is a multiple of the ISA's
+/// step; and some arrangement of the warps gives each one whole fragments. Among those
+/// arrangements (with `whole_rows`, those with one warp along the columns), the one whose warps
+/// load the fewest operand rows per step.
+#[allow(clippy::too_many_arguments)]
+fn geometry(k: &Kernel, isa: MatrixIsa, warps: u32, id: ValueId, a: ValueId, b: ValueId, dim: DimId, whole_rows: bool) -> Option<MmaDot> {
     let big = |v: ValueId| -> Vec<DimId> {
         let mut d: Vec<DimId> = k.value(v).shape.0.iter().filter(|(_, n)| *n > 1).map(|(d, _)| *d).collect();
         d.sort();
@@ -681,10 +735,9 @@ fn geometry(k: &Kernel, dialect: Dialect, id: ValueId, a: ValueId, b: ValueId, d
         return None;
     };
     let depth = k.value(a).shape.extent(dim)?;
-    if depth % 16 != 0 {
+    if depth % isa.k_step() != 0 {
         return None;
     }
-    let warps = dialect.warps(k.num_warps);
     let (fr, fc) = isa.fragment();
     let (wm, wn) = (1..=warps)
         .filter(|wm| warps.is_multiple_of(*wm))
@@ -788,11 +841,11 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
         let t = d.tile;
         let (fm, fn_) = t.frags();
         let (fr, fc) = t.isa.fragment();
-        let isa = match t.isa {
-            MatrixIsa::MmaSync => "mma.sync",
-            MatrixIsa::Mfma => "mfma",
+        let unit = if d.wgmma {
+            "wgmma (the warp-specialized loop)".to_string()
+        } else {
+            format!("{} m{fr}n{fc}k{}", t.isa.name(), t.isa.k_step())
         };
-        let unit = if d.wgmma { "wgmma (the warp-specialized loop)".to_string() } else { format!("{isa} m{fr}n{fc}k16") };
         let _ = writeln!(
             out,
             "  dot       %{} [{}:{}, {}:{}] over {}:{}: {unit}, {} x {} warps of {fm} x {fn_} fragments{}",
@@ -811,7 +864,12 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
             continue;
         }
         for (i, (name, v)) in [("A", d.a), ("B", d.b)].into_iter().enumerate() {
-            let lines = if d.trans(i) { "[K][rows], ldmatrix.trans" } else { "[rows][K], ldmatrix" };
+            let lines = match (d.trans(i), t.isa) {
+                (true, MatrixIsa::MmaSync) => "[K][rows], ldmatrix.trans",
+                (false, MatrixIsa::MmaSync) => "[rows][K], ldmatrix",
+                (true, _) => "[K][rows]",
+                (false, _) => "[rows][K]",
+            };
             if i == 0 && d.a_in_fragments {
                 let _ =
                     writeln!(out, "    {name}      %{}: accumulator fragments repacked in registers (rounded to {})", v.0, dtype.name());
@@ -819,6 +877,7 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
             }
             let from = match &d.direct[i] {
                 Some(l) => format!("{} copied from global memory", k.inputs[l.input].name),
+                None if t.isa == MatrixIsa::Fma => "computed, from registers".to_string(),
                 None => format!("computed, from registers (rounded to {})", dtype.name()),
             };
             let ring = match d.ring {
