@@ -578,7 +578,7 @@ impl Emitter<'_> {
         self.line("{");
         self.depth += 1;
         self.line(&format!("const bool {flag} = {};", aligned.join(" && ")));
-        self.for_blocked(&groups, pragma, |e, l| {
+        self.for_spread(&groups, pragma, |e, l| {
             let at_lane = |off: &str| {
                 Lanes(
                     l.0.iter().map(|(x, name)| (*x, if *x == last { format!("({name} * {group}{off})") } else { name.clone() })).collect(),

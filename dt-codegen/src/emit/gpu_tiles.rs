@@ -113,8 +113,29 @@ impl Emitter<'_> {
     /// at blocked register `r * n` (`n` = 1: the blocked layout), and `e` is its first element.
     pub(super) fn for_registers(&mut self, shape: &Shape, pragma: &str, n: usize, body: impl FnOnce(&mut Self, &Lanes)) {
         let elements = shape.elements();
-        let r = self.regs(elements) / n;
         let first = if n == 1 { "r".to_string() } else { format!("r * {n}") };
+        let element = self.mapping.element(elements, &first);
+        self.for_elements(shape, pragma, n, &element, body);
+    }
+
+    /// A loop over the elements of `shape` dealt one at a time to consecutive threads (element
+    /// `e` to thread `e % threads`), whatever the mapping's runs: for a tile whose every element
+    /// is a 16-byte copy, so that the copies of one warp's instruction are one contiguous run
+    /// of memory (in runs of the mapping, each touched only a part of every 32-byte sector, and
+    /// the instructions together fetched each sector twice).
+    pub(super) fn for_spread(&mut self, shape: &Shape, pragma: &str, body: impl FnOnce(&mut Self, &Lanes)) {
+        let element = format!("tid + r * {}", self.threads);
+        // A window of a run's registers is the mapping's; this loop covers every element.
+        let window = self.run_window.take();
+        self.for_elements(shape, pragma, 1, &element, body);
+        self.run_window = window;
+    }
+
+    /// The loop of [`Self::for_registers`] and [`Self::for_spread`]: register `r` of every
+    /// `n` holds element `element` (a C expression of `r` and `tid`).
+    fn for_elements(&mut self, shape: &Shape, pragma: &str, n: usize, element: &str, body: impl FnOnce(&mut Self, &Lanes)) {
+        let elements = shape.elements();
+        let r = self.regs(elements) / n;
         match self.run_window {
             Some((run, v)) if n == 1 && r.is_multiple_of(v) => {
                 self.line("#pragma unroll");
@@ -126,7 +147,7 @@ impl Emitter<'_> {
             }
         }
         self.depth += 1;
-        self.line(&format!("const int e = {};", self.mapping.element(elements, &first)));
+        self.line(&format!("const int e = {element};"));
         // Where every register holds an element, no guard: a guard makes each register's
         // assignment conditional, which costs registers.
         let guard = if self.covers(elements) { "(void)e; {".to_string() } else { format!("if (e < {elements}) {{") };
