@@ -709,7 +709,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l19 = (int)((unsigned)e / 1024u % 1u);
                                     const int l20 = (int)((unsigned)e / 1024u % 1u);
@@ -1151,7 +1151,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l19 = (int)((unsigned)e / 1024u % 1u);
                                     const int l20 = (int)((unsigned)e / 1024u % 1u);
@@ -1593,7 +1593,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l19 = (int)((unsigned)e / 1024u % 1u);
                                     const int l20 = (int)((unsigned)e / 1024u % 1u);
@@ -2035,7 +2035,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l19 = (int)((unsigned)e / 1024u % 1u);
                                     const int l20 = (int)((unsigned)e / 1024u % 1u);
@@ -2489,7 +2489,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l19 = (int)((unsigned)e / 1024u % 1u);
                                     const int l20 = (int)((unsigned)e / 1024u % 1u);
@@ -2957,7 +2957,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l19 = (int)((unsigned)e / 1024u % 1u);
                                     const int l20 = (int)((unsigned)e / 1024u % 1u);
@@ -3425,7 +3425,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l19 = (int)((unsigned)e / 1024u % 1u);
                                     const int l20 = (int)((unsigned)e / 1024u % 1u);
@@ -3893,7 +3893,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l19 = (int)((unsigned)e / 1024u % 1u);
                                     const int l20 = (int)((unsigned)e / 1024u % 1u);
@@ -4349,7 +4349,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                                const int e = tid + r * 256;
                                 (void)e; {
                                     const int l19 = (int)((unsigned)e / 2048u % 1u);
                                     const int l20 = (int)((unsigned)e / 2048u % 1u);
@@ -4791,7 +4791,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                                const int e = tid + r * 256;
                                 (void)e; {
                                     const int l19 = (int)((unsigned)e / 2048u % 1u);
                                     const int l20 = (int)((unsigned)e / 2048u % 1u);
@@ -5233,7 +5233,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                                const int e = tid + r * 256;
                                 (void)e; {
                                     const int l19 = (int)((unsigned)e / 2048u % 1u);
                                     const int l20 = (int)((unsigned)e / 2048u % 1u);
@@ -5675,7 +5675,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                                const int e = tid + r * 256;
                                 (void)e; {
                                     const int l19 = (int)((unsigned)e / 2048u % 1u);
                                     const int l20 = (int)((unsigned)e / 2048u % 1u);
@@ -6129,7 +6129,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                                const int e = tid + r * 256;
                                 (void)e; {
                                     const int l19 = (int)((unsigned)e / 2048u % 1u);
                                     const int l20 = (int)((unsigned)e / 2048u % 1u);
@@ -6597,7 +6597,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                                const int e = tid + r * 256;
                                 (void)e; {
                                     const int l19 = (int)((unsigned)e / 2048u % 1u);
                                     const int l20 = (int)((unsigned)e / 2048u % 1u);
@@ -7065,7 +7065,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                                const int e = tid + r * 256;
                                 (void)e; {
                                     const int l19 = (int)((unsigned)e / 2048u % 1u);
                                     const int l20 = (int)((unsigned)e / 2048u % 1u);
@@ -7533,7 +7533,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 256 + tid) * 8 + r % 8;
+                                const int e = tid + r * 256;
                                 (void)e; {
                                     const int l19 = (int)((unsigned)e / 2048u % 1u);
                                     const int l20 = (int)((unsigned)e / 2048u % 1u);
@@ -8199,7 +8199,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                             const bool vec100 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l101 = (int)((unsigned)e / 1024u % 1u);
                                     const int l102 = (int)((unsigned)e / 1024u % 1u);
@@ -8578,7 +8578,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                             const bool vec100 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l101 = (int)((unsigned)e / 1024u % 1u);
                                     const int l102 = (int)((unsigned)e / 1024u % 1u);
@@ -8957,7 +8957,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                             const bool vec100 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l101 = (int)((unsigned)e / 1024u % 1u);
                                     const int l102 = (int)((unsigned)e / 1024u % 1u);
@@ -9336,7 +9336,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                             const bool vec100 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l101 = (int)((unsigned)e / 1024u % 1u);
                                     const int l102 = (int)((unsigned)e / 1024u % 1u);
@@ -9513,7 +9513,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
                                 const bool vec21 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 3) == 0 && (args.input_strides[0][1] & 3) == 0 && (args.input_strides[0][2] & 3) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 8; r++) {
-                                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                    const int e = tid + r * 128;
                                     (void)e; {
                                         const int l22 = (int)((unsigned)e / 1024u % 1u);
                                         const int l23 = (int)((unsigned)e / 1024u % 1u);
@@ -9537,7 +9537,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
                                 const bool vec26 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 3) == 0 && (args.input_strides[1][1] & 3) == 0 && (args.input_strides[1][2] & 3) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 8; r++) {
-                                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                    const int e = tid + r * 128;
                                     (void)e; {
                                         const int l27 = (int)((unsigned)e / 1024u % 1u);
                                         const int l28 = (int)((unsigned)e / 1024u % 1u);
@@ -9726,7 +9726,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
                             const bool vec104 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
                             #pragma unroll 8
                             for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l105 = (int)((unsigned)e / 2048u % 1u);
                                     const int l106 = (int)((unsigned)e / 2048u % 1u);
@@ -9903,7 +9903,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID
                                 const bool vec21 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 3) == 0 && (args.input_strides[0][1] & 3) == 0 && (args.input_strides[0][2] & 3) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 8; r++) {
-                                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                    const int e = tid + r * 128;
                                     (void)e; {
                                         const int l22 = (int)((unsigned)e / 1024u % 1u);
                                         const int l23 = (int)((unsigned)e / 1024u % 1u);
@@ -9927,7 +9927,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID
                                 const bool vec26 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 3) == 0 && (args.input_strides[1][1] & 3) == 0 && (args.input_strides[1][2] & 3) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 8; r++) {
-                                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                    const int e = tid + r * 128;
                                     (void)e; {
                                         const int l27 = (int)((unsigned)e / 1024u % 1u);
                                         const int l28 = (int)((unsigned)e / 1024u % 1u);
@@ -10116,7 +10116,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID
                             const bool vec104 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
                             #pragma unroll 8
                             for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l105 = (int)((unsigned)e / 2048u % 1u);
                                     const int l106 = (int)((unsigned)e / 2048u % 1u);
@@ -10521,7 +10521,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                             const bool vec106 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l107 = (int)((unsigned)e / 1024u % 1u);
                                     const int l108 = (int)((unsigned)e / 1024u % 1u);
@@ -10926,7 +10926,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                             const bool vec106 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l107 = (int)((unsigned)e / 1024u % 1u);
                                     const int l108 = (int)((unsigned)e / 1024u % 1u);
@@ -11331,7 +11331,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                             const bool vec106 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l107 = (int)((unsigned)e / 1024u % 1u);
                                     const int l108 = (int)((unsigned)e / 1024u % 1u);
@@ -11736,7 +11736,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                             const bool vec106 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
-                                const int e = ((r / 8) * 128 + tid) * 8 + r % 8;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l107 = (int)((unsigned)e / 1024u % 1u);
                                     const int l108 = (int)((unsigned)e / 1024u % 1u);
@@ -11934,7 +11934,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                                 const bool vec23 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 3) == 0 && (args.input_strides[0][1] & 3) == 0 && (args.input_strides[0][2] & 3) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 8; r++) {
-                                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                    const int e = tid + r * 128;
                                     (void)e; {
                                         const int l24 = (int)((unsigned)e / 1024u % 1u);
                                         const int l25 = (int)((unsigned)e / 1024u % 1u);
@@ -11958,7 +11958,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                                 const bool vec28 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 3) == 0 && (args.input_strides[1][1] & 3) == 0 && (args.input_strides[1][2] & 3) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 8; r++) {
-                                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                    const int e = tid + r * 128;
                                     (void)e; {
                                         const int l29 = (int)((unsigned)e / 1024u % 1u);
                                         const int l30 = (int)((unsigned)e / 1024u % 1u);
@@ -12152,7 +12152,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                             const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
                             #pragma unroll 8
                             for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l111 = (int)((unsigned)e / 2048u % 1u);
                                     const int l112 = (int)((unsigned)e / 2048u % 1u);
@@ -12350,7 +12350,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                                 const bool vec23 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 3) == 0 && (args.input_strides[0][1] & 3) == 0 && (args.input_strides[0][2] & 3) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 8; r++) {
-                                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                    const int e = tid + r * 128;
                                     (void)e; {
                                         const int l24 = (int)((unsigned)e / 1024u % 1u);
                                         const int l25 = (int)((unsigned)e / 1024u % 1u);
@@ -12374,7 +12374,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                                 const bool vec28 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 3) == 0 && (args.input_strides[1][1] & 3) == 0 && (args.input_strides[1][2] & 3) == 0;
                                 #pragma unroll
                                 for (int r = 0; r < 8; r++) {
-                                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                    const int e = tid + r * 128;
                                     (void)e; {
                                         const int l29 = (int)((unsigned)e / 1024u % 1u);
                                         const int l30 = (int)((unsigned)e / 1024u % 1u);
@@ -12568,7 +12568,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                             const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
                             #pragma unroll 8
                             for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                                const int e = tid + r * 128;
                                 (void)e; {
                                     const int l111 = (int)((unsigned)e / 2048u % 1u);
                                     const int l112 = (int)((unsigned)e / 2048u % 1u);
