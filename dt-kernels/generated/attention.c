@@ -1622,7 +1622,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_128 */
-    float* arena = (float*)malloc(sizeof(float) * 244104);
+    float* arena = (float*)malloc(sizeof(float) * 338312);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1644,10 +1644,10 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
         if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
-        (arena + 28672)[0] = (float)s5;
-        (arena + 28673)[0] = dt_rsqrt((arena + 28672)[0]);
-        (arena + 181382)[0] = (-INFINITY);
-        (arena + 181383)[0] = 0e0f;
+        (arena + 40960)[0] = (float)s5;
+        (arena + 40961)[0] = dt_rsqrt((arena + 40960)[0]);
+        (arena + 263302)[0] = (-INFINITY);
+        (arena + 263303)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -1661,7 +1661,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 223624)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 313736)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -1670,7 +1670,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 219272)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 305288)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -1678,18 +1678,18 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 214920)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 296840)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
-                        /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
-                        for (long long o15 = 0; o15 < s3; o15 += 32) {
+                        /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
                             /* rdot accumulator */
                             for (long long l16 = 0; l16 < 1; l16++) {
                                 for (long long l17 = 0; l17 < 1; l17++) {
                                     for (long long l18 = 0; l18 < 128; l18++) {
-                                        for (long long l19 = 0; l19 < 32; l19++) {
-                                            (arena + 215048)[l16 * 4096 + l17 * 4096 + l18 * 32 + l19] = 0e0f;
+                                        for (long long l19 = 0; l19 < 64; l19++) {
+                                            (arena + 296968)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
@@ -1705,9 +1705,9 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                             }
                             for (long long l24 = 0; l24 < 1; l24++) {
                                 for (long long l25 = 0; l25 < 1; l25++) {
-                                    for (long long l26 = 0; l26 < 32; l26++) {
+                                    for (long long l26 = 0; l26 < 64; l26++) {
                                         for (long long l27 = 0; l27 < 128; l27++) {
-                                            (arena + 16384)[l24 * 4096 + l25 * 4096 + l26 * 128 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o15 + l26 < s3 && 0 + l27 < s5) ? dt_load_f16(in1[(o1 + l24) * args->input_strides[1][0] + (o2 + l25) * args->input_strides[1][1] + (o15 + l26) * args->input_strides[1][2] + (0 + l27) * args->input_strides[1][3]]) : 0e0f;
+                                            (arena + 16384)[l24 * 8192 + l25 * 8192 + l26 * 128 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o15 + l26 < s3 && 0 + l27 < s5) ? dt_load_f16(in1[(o1 + l24) * args->input_strides[1][0] + (o2 + l25) * args->input_strides[1][1] + (o15 + l26) * args->input_strides[1][2] + (0 + l27) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1715,10 +1715,10 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                             for (long long l28 = 0; l28 < 1; l28++) {
                                 for (long long l29 = 0; l29 < 1; l29++) {
                                     for (long long l30 = 0; l30 < 128; l30++) {
-                                        for (long long l31 = 0; l31 < 32; l31++) {
+                                        for (long long l31 = 0; l31 < 64; l31++) {
                                             float a33 = 0.0f;
-                                            for (long long r32 = 0; r32 < 128; r32++) a33 += (arena + 0)[l28 * 16384 + l29 * 16384 + l30 * 128 + r32 * 1] * (arena + 16384)[l28 * 4096 + l29 * 4096 + l31 * 128 + r32 * 1];
-                                            (arena + 20480)[l28 * 4096 + l29 * 4096 + l30 * 32 + l31] = a33;
+                                            for (long long r32 = 0; r32 < 128; r32++) a33 += (arena + 0)[l28 * 16384 + l29 * 16384 + l30 * 128 + r32 * 1] * (arena + 16384)[l28 * 8192 + l29 * 8192 + l31 * 128 + r32 * 1];
+                                            (arena + 24576)[l28 * 8192 + l29 * 8192 + l30 * 64 + l31] = a33;
                                         }
                                     }
                                 }
@@ -1726,8 +1726,8 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                             for (long long l34 = 0; l34 < 1; l34++) {
                                 for (long long l35 = 0; l35 < 1; l35++) {
                                     for (long long l36 = 0; l36 < 128; l36++) {
-                                        for (long long l37 = 0; l37 < 32; l37++) {
-                                            (arena + 215048)[l34 * 4096 + l35 * 4096 + l36 * 32 + l37] = (arena + 215048)[l34 * 4096 + l35 * 4096 + l36 * 32 + l37] + (arena + 20480)[l34 * 4096 + l35 * 4096 + l36 * 32 + l37];
+                                        for (long long l37 = 0; l37 < 64; l37++) {
+                                            (arena + 296968)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 296968)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 24576)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
                                         }
                                     }
                                 }
@@ -1735,8 +1735,8 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                             for (long long l38 = 0; l38 < 1; l38++) {
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
-                                        for (long long l41 = 0; l41 < 32; l41++) {
-                                            (arena + 24576)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] = (arena + 215048)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41];
+                                        for (long long l41 = 0; l41 < 64; l41++) {
+                                            (arena + 32768)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 296968)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
@@ -1744,8 +1744,8 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                             for (long long l42 = 0; l42 < 1; l42++) {
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
-                                        for (long long l45 = 0; l45 < 32; l45++) {
-                                            (arena + 28674)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] = ((arena + 24576)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] * (arena + 28673)[0]);
+                                        for (long long l45 = 0; l45 < 64; l45++) {
+                                            (arena + 40962)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = ((arena + 32768)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] * (arena + 40961)[0]);
                                         }
                                     }
                                 }
@@ -1753,8 +1753,8 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                             for (long long l46 = 0; l46 < 1; l46++) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
-                                        for (long long l49 = 0; l49 < 32; l49++) {
-                                            (arena + 32770)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] = (o15 + l49 < s3) ? (arena + 28674)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] : (-INFINITY);
+                                        for (long long l49 = 0; l49 < 64; l49++) {
+                                            (arena + 49154)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = (o15 + l49 < s3) ? (arena + 40962)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -1763,86 +1763,86 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                                 for (long long l51 = 0; l51 < 1; l51++) {
                                     for (long long l52 = 0; l52 < 128; l52++) {
                                         float a54 = (-INFINITY);
-                                        for (long long r53 = 0; r53 < 32; r53 += 1) a54 = fmaxf(a54, (arena + 32770)[l50 * 4096 + l51 * 4096 + l52 * 32 + r53 * 1]);
-                                        (arena + 36866)[l50 * 128 + l51 * 128 + l52] = a54;
+                                        for (long long r53 = 0; r53 < 64; r53 += 1) a54 = fmaxf(a54, (arena + 49154)[l50 * 8192 + l51 * 8192 + l52 * 64 + r53 * 1]);
+                                        (arena + 57346)[l50 * 128 + l51 * 128 + l52] = a54;
                                     }
                                 }
                             }
                             for (long long l55 = 0; l55 < 1; l55++) {
                                 for (long long l56 = 0; l56 < 1; l56++) {
                                     for (long long l57 = 0; l57 < 128; l57++) {
-                                        (arena + 181126)[l55 * 128 + l56 * 128 + l57] = (arena + 214920)[l55 * 128 + l56 * 128 + l57];
+                                        (arena + 263046)[l55 * 128 + l56 * 128 + l57] = (arena + 296840)[l55 * 128 + l56 * 128 + l57];
                                     }
                                 }
                             }
                             for (long long l58 = 0; l58 < 1; l58++) {
                                 for (long long l59 = 0; l59 < 1; l59++) {
                                     for (long long l60 = 0; l60 < 128; l60++) {
-                                        (arena + 214920)[l58 * 128 + l59 * 128 + l60] = fmaxf((arena + 214920)[l58 * 128 + l59 * 128 + l60], (arena + 36866)[l58 * 128 + l59 * 128 + l60]);
+                                        (arena + 296840)[l58 * 128 + l59 * 128 + l60] = fmaxf((arena + 296840)[l58 * 128 + l59 * 128 + l60], (arena + 57346)[l58 * 128 + l59 * 128 + l60]);
                                     }
                                 }
                             }
                             for (long long l61 = 0; l61 < 1; l61++) {
                                 for (long long l62 = 0; l62 < 1; l62++) {
                                     for (long long l63 = 0; l63 < 128; l63++) {
-                                        (arena + 181254)[l61 * 128 + l62 * 128 + l63] = (arena + 214920)[l61 * 128 + l62 * 128 + l63];
+                                        (arena + 263174)[l61 * 128 + l62 * 128 + l63] = (arena + 296840)[l61 * 128 + l62 * 128 + l63];
                                     }
                                 }
                             }
                             for (long long l64 = 0; l64 < 1; l64++) {
                                 for (long long l65 = 0; l65 < 1; l65++) {
                                     for (long long l66 = 0; l66 < 128; l66++) {
-                                        (arena + 181384)[l64 * 128 + l65 * 128 + l66] = (((arena + 181254)[l64 * 128 + l65 * 128 + l66]) == ((arena + 181382)[0]) ? 1.0f : 0.0f);
+                                        (arena + 263304)[l64 * 128 + l65 * 128 + l66] = (((arena + 263174)[l64 * 128 + l65 * 128 + l66]) == ((arena + 263302)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l67 = 0; l67 < 1; l67++) {
                                 for (long long l68 = 0; l68 < 1; l68++) {
                                     for (long long l69 = 0; l69 < 128; l69++) {
-                                        (arena + 181512)[l67 * 128 + l68 * 128 + l69] = (arena + 181384)[l67 * 128 + l68 * 128 + l69] != 0.0f ? (arena + 181383)[0] : (arena + 181254)[l67 * 128 + l68 * 128 + l69];
+                                        (arena + 263432)[l67 * 128 + l68 * 128 + l69] = (arena + 263304)[l67 * 128 + l68 * 128 + l69] != 0.0f ? (arena + 263303)[0] : (arena + 263174)[l67 * 128 + l68 * 128 + l69];
                                     }
                                 }
                             }
                             for (long long l70 = 0; l70 < 1; l70++) {
                                 for (long long l71 = 0; l71 < 1; l71++) {
                                     for (long long l72 = 0; l72 < 128; l72++) {
-                                        (arena + 181640)[l70 * 128 + l71 * 128 + l72] = ((arena + 181126)[l70 * 128 + l71 * 128 + l72] - (arena + 181512)[l70 * 128 + l71 * 128 + l72]);
+                                        (arena + 263560)[l70 * 128 + l71 * 128 + l72] = ((arena + 263046)[l70 * 128 + l71 * 128 + l72] - (arena + 263432)[l70 * 128 + l71 * 128 + l72]);
                                     }
                                 }
                             }
                             for (long long l73 = 0; l73 < 1; l73++) {
                                 for (long long l74 = 0; l74 < 1; l74++) {
                                     for (long long l75 = 0; l75 < 128; l75++) {
-                                        (arena + 181768)[l73 * 128 + l74 * 128 + l75] = expf((arena + 181640)[l73 * 128 + l74 * 128 + l75]);
+                                        (arena + 263688)[l73 * 128 + l74 * 128 + l75] = expf((arena + 263560)[l73 * 128 + l74 * 128 + l75]);
                                     }
                                 }
                             }
                             for (long long l76 = 0; l76 < 1; l76++) {
                                 for (long long l77 = 0; l77 < 1; l77++) {
                                     for (long long l78 = 0; l78 < 128; l78++) {
-                                        (arena + 181896)[l76 * 128 + l77 * 128 + l78] = (arena + 219272)[l76 * 128 + l77 * 128 + l78];
+                                        (arena + 263816)[l76 * 128 + l77 * 128 + l78] = (arena + 305288)[l76 * 128 + l77 * 128 + l78];
                                     }
                                 }
                             }
                             for (long long l79 = 0; l79 < 1; l79++) {
                                 for (long long l80 = 0; l80 < 1; l80++) {
                                     for (long long l81 = 0; l81 < 128; l81++) {
-                                        (arena + 182024)[l79 * 128 + l80 * 128 + l81] = ((arena + 181896)[l79 * 128 + l80 * 128 + l81] * (arena + 181768)[l79 * 128 + l80 * 128 + l81]);
+                                        (arena + 263944)[l79 * 128 + l80 * 128 + l81] = ((arena + 263816)[l79 * 128 + l80 * 128 + l81] * (arena + 263688)[l79 * 128 + l80 * 128 + l81]);
                                     }
                                 }
                             }
                             for (long long l82 = 0; l82 < 1; l82++) {
                                 for (long long l83 = 0; l83 < 1; l83++) {
                                     for (long long l84 = 0; l84 < 128; l84++) {
-                                        (arena + 219272)[l82 * 128 + l83 * 128 + l84] = (arena + 182024)[l82 * 128 + l83 * 128 + l84];
+                                        (arena + 305288)[l82 * 128 + l83 * 128 + l84] = (arena + 263944)[l82 * 128 + l83 * 128 + l84];
                                     }
                                 }
                             }
                             for (long long l85 = 0; l85 < 1; l85++) {
                                 for (long long l86 = 0; l86 < 1; l86++) {
                                     for (long long l87 = 0; l87 < 128; l87++) {
-                                        for (long long l88 = 0; l88 < 32; l88++) {
-                                            (arena + 70020)[l85 * 4096 + l86 * 4096 + l87 * 32 + l88] = ((arena + 28674)[l85 * 4096 + l86 * 4096 + l87 * 32 + l88] - (arena + 181512)[l85 * 128 + l86 * 128 + l87]);
+                                        for (long long l88 = 0; l88 < 64; l88++) {
+                                            (arena + 106884)[l85 * 8192 + l86 * 8192 + l87 * 64 + l88] = ((arena + 40962)[l85 * 8192 + l86 * 8192 + l87 * 64 + l88] - (arena + 263432)[l85 * 128 + l86 * 128 + l87]);
                                         }
                                     }
                                 }
@@ -1850,8 +1850,8 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                             for (long long l89 = 0; l89 < 1; l89++) {
                                 for (long long l90 = 0; l90 < 1; l90++) {
                                     for (long long l91 = 0; l91 < 128; l91++) {
-                                        for (long long l92 = 0; l92 < 32; l92++) {
-                                            (arena + 74116)[l89 * 4096 + l90 * 4096 + l91 * 32 + l92] = expf((arena + 70020)[l89 * 4096 + l90 * 4096 + l91 * 32 + l92]);
+                                        for (long long l92 = 0; l92 < 64; l92++) {
+                                            (arena + 115076)[l89 * 8192 + l90 * 8192 + l91 * 64 + l92] = expf((arena + 106884)[l89 * 8192 + l90 * 8192 + l91 * 64 + l92]);
                                         }
                                     }
                                 }
@@ -1859,8 +1859,8 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                             for (long long l93 = 0; l93 < 1; l93++) {
                                 for (long long l94 = 0; l94 < 1; l94++) {
                                     for (long long l95 = 0; l95 < 128; l95++) {
-                                        for (long long l96 = 0; l96 < 32; l96++) {
-                                            (arena + 78212)[l93 * 4096 + l94 * 4096 + l95 * 32 + l96] = (o15 + l96 < s3) ? (arena + 74116)[l93 * 4096 + l94 * 4096 + l95 * 32 + l96] : 0e0f;
+                                        for (long long l96 = 0; l96 < 64; l96++) {
+                                            (arena + 123268)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] = (o15 + l96 < s3) ? (arena + 115076)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] : 0e0f;
                                         }
                                     }
                                 }
@@ -1869,15 +1869,15 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                                 for (long long l98 = 0; l98 < 1; l98++) {
                                     for (long long l99 = 0; l99 < 128; l99++) {
                                         float a101 = 0e0f;
-                                        for (long long r100 = 0; r100 < 32; r100 += 1) a101 = a101 + (arena + 78212)[l97 * 4096 + l98 * 4096 + l99 * 32 + r100 * 1];
-                                        (arena + 82308)[l97 * 128 + l98 * 128 + l99] = a101;
+                                        for (long long r100 = 0; r100 < 64; r100 += 1) a101 = a101 + (arena + 123268)[l97 * 8192 + l98 * 8192 + l99 * 64 + r100 * 1];
+                                        (arena + 131460)[l97 * 128 + l98 * 128 + l99] = a101;
                                     }
                                 }
                             }
                             for (long long l102 = 0; l102 < 1; l102++) {
                                 for (long long l103 = 0; l103 < 1; l103++) {
                                     for (long long l104 = 0; l104 < 128; l104++) {
-                                        (arena + 219272)[l102 * 128 + l103 * 128 + l104] = (arena + 219272)[l102 * 128 + l103 * 128 + l104] + (arena + 82308)[l102 * 128 + l103 * 128 + l104];
+                                        (arena + 305288)[l102 * 128 + l103 * 128 + l104] = (arena + 305288)[l102 * 128 + l103 * 128 + l104] + (arena + 131460)[l102 * 128 + l103 * 128 + l104];
                                     }
                                 }
                             }
@@ -1885,7 +1885,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                                 for (long long l106 = 0; l106 < 1; l106++) {
                                     for (long long l107 = 0; l107 < 128; l107++) {
                                         for (long long l108 = 0; l108 < 128; l108++) {
-                                            (arena + 182152)[l105 * 16384 + l106 * 16384 + l107 * 128 + l108] = (arena + 223624)[l105 * 16384 + l106 * 16384 + l107 * 128 + l108];
+                                            (arena + 264072)[l105 * 16384 + l106 * 16384 + l107 * 128 + l108] = (arena + 313736)[l105 * 16384 + l106 * 16384 + l107 * 128 + l108];
                                         }
                                     }
                                 }
@@ -1894,7 +1894,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                                 for (long long l110 = 0; l110 < 1; l110++) {
                                     for (long long l111 = 0; l111 < 128; l111++) {
                                         for (long long l112 = 0; l112 < 128; l112++) {
-                                            (arena + 198536)[l109 * 16384 + l110 * 16384 + l111 * 128 + l112] = ((arena + 182152)[l109 * 16384 + l110 * 16384 + l111 * 128 + l112] * (arena + 181768)[l109 * 128 + l110 * 128 + l111]);
+                                            (arena + 280456)[l109 * 16384 + l110 * 16384 + l111 * 128 + l112] = ((arena + 264072)[l109 * 16384 + l110 * 16384 + l111 * 128 + l112] * (arena + 263688)[l109 * 128 + l110 * 128 + l111]);
                                         }
                                     }
                                 }
@@ -1903,7 +1903,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                                 for (long long l114 = 0; l114 < 1; l114++) {
                                     for (long long l115 = 0; l115 < 128; l115++) {
                                         for (long long l116 = 0; l116 < 128; l116++) {
-                                            (arena + 223624)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116] = (arena + 198536)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116];
+                                            (arena + 313736)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116] = (arena + 280456)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116];
                                         }
                                     }
                                 }
@@ -1911,8 +1911,8 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                             for (long long l117 = 0; l117 < 1; l117++) {
                                 for (long long l118 = 0; l118 < 1; l118++) {
                                     for (long long l119 = 0; l119 < 128; l119++) {
-                                        for (long long l120 = 0; l120 < 32; l120++) {
-                                            (arena + 127750)[l117 * 4096 + l118 * 4096 + l119 * 32 + l120] = (o1 + l117 < s0 && o2 + l118 < s1 && o15 + l120 < s3 && o4 + l119 < s4) ? dt_load_f16(in2[(o1 + l117) * args->input_strides[2][0] + (o2 + l118) * args->input_strides[2][1] + (o15 + l120) * args->input_strides[2][2] + (o4 + l119) * args->input_strides[2][3]]) : 0e0f;
+                                        for (long long l120 = 0; l120 < 64; l120++) {
+                                            (arena + 205574)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120] = (o1 + l117 < s0 && o2 + l118 < s1 && o15 + l120 < s3 && o4 + l119 < s4) ? dt_load_f16(in2[(o1 + l117) * args->input_strides[2][0] + (o2 + l118) * args->input_strides[2][1] + (o15 + l120) * args->input_strides[2][2] + (o4 + l119) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1922,8 +1922,8 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                                     for (long long l123 = 0; l123 < 128; l123++) {
                                         for (long long l124 = 0; l124 < 128; l124++) {
                                             float a126 = 0.0f;
-                                            for (long long r125 = 0; r125 < 32; r125++) a126 += (arena + 78212)[l121 * 4096 + l122 * 4096 + l123 * 32 + r125 * 1] * (arena + 127750)[l121 * 4096 + l122 * 4096 + l124 * 32 + r125 * 1];
-                                            (arena + 131846)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124] = a126;
+                                            for (long long r125 = 0; r125 < 64; r125++) a126 += (arena + 123268)[l121 * 8192 + l122 * 8192 + l123 * 64 + r125 * 1] * (arena + 205574)[l121 * 8192 + l122 * 8192 + l124 * 64 + r125 * 1];
+                                            (arena + 213766)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124] = a126;
                                         }
                                     }
                                 }
@@ -1932,7 +1932,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                                 for (long long l128 = 0; l128 < 1; l128++) {
                                     for (long long l129 = 0; l129 < 128; l129++) {
                                         for (long long l130 = 0; l130 < 128; l130++) {
-                                            (arena + 223624)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] = (arena + 223624)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] + (arena + 131846)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130];
+                                            (arena + 313736)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] = (arena + 313736)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] + (arena + 213766)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130];
                                         }
                                     }
                                 }
@@ -1941,7 +1941,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                         for (long long l131 = 0; l131 < 1; l131++) {
                             for (long long l132 = 0; l132 < 1; l132++) {
                                 for (long long l133 = 0; l133 < 128; l133++) {
-                                    (arena + 82436)[l131 * 128 + l132 * 128 + l133] = (arena + 219272)[l131 * 128 + l132 * 128 + l133];
+                                    (arena + 131588)[l131 * 128 + l132 * 128 + l133] = (arena + 305288)[l131 * 128 + l132 * 128 + l133];
                                 }
                             }
                         }
@@ -1949,7 +1949,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                             for (long long l135 = 0; l135 < 1; l135++) {
                                 for (long long l136 = 0; l136 < 128; l136++) {
                                     for (long long l137 = 0; l137 < 128; l137++) {
-                                        (arena + 148230)[l134 * 16384 + l135 * 16384 + l136 * 128 + l137] = (arena + 223624)[l134 * 16384 + l135 * 16384 + l136 * 128 + l137];
+                                        (arena + 230150)[l134 * 16384 + l135 * 16384 + l136 * 128 + l137] = (arena + 313736)[l134 * 16384 + l135 * 16384 + l136 * 128 + l137];
                                     }
                                 }
                             }
@@ -1958,7 +1958,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                             for (long long l139 = 0; l139 < 1; l139++) {
                                 for (long long l140 = 0; l140 < 128; l140++) {
                                     for (long long l141 = 0; l141 < 128; l141++) {
-                                        (arena + 164742)[l138 * 16384 + l139 * 16384 + l140 * 128 + l141] = ((arena + 148230)[l138 * 16384 + l139 * 16384 + l140 * 128 + l141] / (arena + 82436)[l138 * 128 + l139 * 128 + l140]);
+                                        (arena + 246662)[l138 * 16384 + l139 * 16384 + l140 * 128 + l141] = ((arena + 230150)[l138 * 16384 + l139 * 16384 + l140 * 128 + l141] / (arena + 131588)[l138 * 128 + l139 * 128 + l140]);
                                     }
                                 }
                             }
@@ -1967,7 +1967,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                             for (long long l143 = 0; l143 < 1; l143++) {
                                 for (long long l144 = 0; l144 < 128; l144++) {
                                     for (long long l145 = 0; l145 < 128; l145++) {
-                                        if (o1 + l142 < s0 && o2 + l143 < s1 && o3 + l144 < s2 && o4 + l145 < s4) out[(o1 + l142) * args->output_strides[0] + (o2 + l143) * args->output_strides[1] + (o3 + l144) * args->output_strides[2] + (o4 + l145) * args->output_strides[3]] = dt_store_f16((arena + 164742)[l142 * 16384 + l143 * 16384 + l144 * 128 + l145]);
+                                        if (o1 + l142 < s0 && o2 + l143 < s1 && o3 + l144 < s2 && o4 + l145 < s4) out[(o1 + l142) * args->output_strides[0] + (o2 + l143) * args->output_strides[1] + (o3 + l144) * args->output_strides[2] + (o4 + l145) * args->output_strides[3]] = dt_store_f16((arena + 246662)[l142 * 16384 + l143 * 16384 + l144 * 128 + l145]);
                                     }
                                 }
                             }
@@ -1992,7 +1992,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_128 */
-    float* arena = (float*)malloc(sizeof(float) * 244104);
+    float* arena = (float*)malloc(sizeof(float) * 338312);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -2014,10 +2014,10 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
         if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
-        (arena + 28672)[0] = (float)s5;
-        (arena + 28673)[0] = dt_rsqrt((arena + 28672)[0]);
-        (arena + 181382)[0] = (-INFINITY);
-        (arena + 181383)[0] = 0e0f;
+        (arena + 40960)[0] = (float)s5;
+        (arena + 40961)[0] = dt_rsqrt((arena + 40960)[0]);
+        (arena + 263302)[0] = (-INFINITY);
+        (arena + 263303)[0] = 0e0f;
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -2031,7 +2031,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 223624)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 313736)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -2040,7 +2040,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 219272)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 305288)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -2048,18 +2048,18 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 214920)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 296840)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
-                        /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
-                        for (long long o15 = 0; o15 < s3; o15 += 32) {
+                        /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
                             /* rdot accumulator */
                             for (long long l16 = 0; l16 < 1; l16++) {
                                 for (long long l17 = 0; l17 < 1; l17++) {
                                     for (long long l18 = 0; l18 < 128; l18++) {
-                                        for (long long l19 = 0; l19 < 32; l19++) {
-                                            (arena + 215048)[l16 * 4096 + l17 * 4096 + l18 * 32 + l19] = 0e0f;
+                                        for (long long l19 = 0; l19 < 64; l19++) {
+                                            (arena + 296968)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
@@ -2075,9 +2075,9 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                             }
                             for (long long l24 = 0; l24 < 1; l24++) {
                                 for (long long l25 = 0; l25 < 1; l25++) {
-                                    for (long long l26 = 0; l26 < 32; l26++) {
+                                    for (long long l26 = 0; l26 < 64; l26++) {
                                         for (long long l27 = 0; l27 < 128; l27++) {
-                                            (arena + 16384)[l24 * 4096 + l25 * 4096 + l26 * 128 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o15 + l26 < s3 && 0 + l27 < s5) ? dt_load_bf16(in1[(o1 + l24) * args->input_strides[1][0] + (o2 + l25) * args->input_strides[1][1] + (o15 + l26) * args->input_strides[1][2] + (0 + l27) * args->input_strides[1][3]]) : 0e0f;
+                                            (arena + 16384)[l24 * 8192 + l25 * 8192 + l26 * 128 + l27] = (o1 + l24 < s0 && o2 + l25 < s1 && o15 + l26 < s3 && 0 + l27 < s5) ? dt_load_bf16(in1[(o1 + l24) * args->input_strides[1][0] + (o2 + l25) * args->input_strides[1][1] + (o15 + l26) * args->input_strides[1][2] + (0 + l27) * args->input_strides[1][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2085,10 +2085,10 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                             for (long long l28 = 0; l28 < 1; l28++) {
                                 for (long long l29 = 0; l29 < 1; l29++) {
                                     for (long long l30 = 0; l30 < 128; l30++) {
-                                        for (long long l31 = 0; l31 < 32; l31++) {
+                                        for (long long l31 = 0; l31 < 64; l31++) {
                                             float a33 = 0.0f;
-                                            for (long long r32 = 0; r32 < 128; r32++) a33 += (arena + 0)[l28 * 16384 + l29 * 16384 + l30 * 128 + r32 * 1] * (arena + 16384)[l28 * 4096 + l29 * 4096 + l31 * 128 + r32 * 1];
-                                            (arena + 20480)[l28 * 4096 + l29 * 4096 + l30 * 32 + l31] = a33;
+                                            for (long long r32 = 0; r32 < 128; r32++) a33 += (arena + 0)[l28 * 16384 + l29 * 16384 + l30 * 128 + r32 * 1] * (arena + 16384)[l28 * 8192 + l29 * 8192 + l31 * 128 + r32 * 1];
+                                            (arena + 24576)[l28 * 8192 + l29 * 8192 + l30 * 64 + l31] = a33;
                                         }
                                     }
                                 }
@@ -2096,8 +2096,8 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                             for (long long l34 = 0; l34 < 1; l34++) {
                                 for (long long l35 = 0; l35 < 1; l35++) {
                                     for (long long l36 = 0; l36 < 128; l36++) {
-                                        for (long long l37 = 0; l37 < 32; l37++) {
-                                            (arena + 215048)[l34 * 4096 + l35 * 4096 + l36 * 32 + l37] = (arena + 215048)[l34 * 4096 + l35 * 4096 + l36 * 32 + l37] + (arena + 20480)[l34 * 4096 + l35 * 4096 + l36 * 32 + l37];
+                                        for (long long l37 = 0; l37 < 64; l37++) {
+                                            (arena + 296968)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 296968)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 24576)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
                                         }
                                     }
                                 }
@@ -2105,8 +2105,8 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                             for (long long l38 = 0; l38 < 1; l38++) {
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
-                                        for (long long l41 = 0; l41 < 32; l41++) {
-                                            (arena + 24576)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] = (arena + 215048)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41];
+                                        for (long long l41 = 0; l41 < 64; l41++) {
+                                            (arena + 32768)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 296968)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
@@ -2114,8 +2114,8 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                             for (long long l42 = 0; l42 < 1; l42++) {
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
-                                        for (long long l45 = 0; l45 < 32; l45++) {
-                                            (arena + 28674)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] = ((arena + 24576)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] * (arena + 28673)[0]);
+                                        for (long long l45 = 0; l45 < 64; l45++) {
+                                            (arena + 40962)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = ((arena + 32768)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] * (arena + 40961)[0]);
                                         }
                                     }
                                 }
@@ -2123,8 +2123,8 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                             for (long long l46 = 0; l46 < 1; l46++) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
-                                        for (long long l49 = 0; l49 < 32; l49++) {
-                                            (arena + 32770)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] = (o15 + l49 < s3) ? (arena + 28674)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] : (-INFINITY);
+                                        for (long long l49 = 0; l49 < 64; l49++) {
+                                            (arena + 49154)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = (o15 + l49 < s3) ? (arena + 40962)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -2133,86 +2133,86 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                                 for (long long l51 = 0; l51 < 1; l51++) {
                                     for (long long l52 = 0; l52 < 128; l52++) {
                                         float a54 = (-INFINITY);
-                                        for (long long r53 = 0; r53 < 32; r53 += 1) a54 = fmaxf(a54, (arena + 32770)[l50 * 4096 + l51 * 4096 + l52 * 32 + r53 * 1]);
-                                        (arena + 36866)[l50 * 128 + l51 * 128 + l52] = a54;
+                                        for (long long r53 = 0; r53 < 64; r53 += 1) a54 = fmaxf(a54, (arena + 49154)[l50 * 8192 + l51 * 8192 + l52 * 64 + r53 * 1]);
+                                        (arena + 57346)[l50 * 128 + l51 * 128 + l52] = a54;
                                     }
                                 }
                             }
                             for (long long l55 = 0; l55 < 1; l55++) {
                                 for (long long l56 = 0; l56 < 1; l56++) {
                                     for (long long l57 = 0; l57 < 128; l57++) {
-                                        (arena + 181126)[l55 * 128 + l56 * 128 + l57] = (arena + 214920)[l55 * 128 + l56 * 128 + l57];
+                                        (arena + 263046)[l55 * 128 + l56 * 128 + l57] = (arena + 296840)[l55 * 128 + l56 * 128 + l57];
                                     }
                                 }
                             }
                             for (long long l58 = 0; l58 < 1; l58++) {
                                 for (long long l59 = 0; l59 < 1; l59++) {
                                     for (long long l60 = 0; l60 < 128; l60++) {
-                                        (arena + 214920)[l58 * 128 + l59 * 128 + l60] = fmaxf((arena + 214920)[l58 * 128 + l59 * 128 + l60], (arena + 36866)[l58 * 128 + l59 * 128 + l60]);
+                                        (arena + 296840)[l58 * 128 + l59 * 128 + l60] = fmaxf((arena + 296840)[l58 * 128 + l59 * 128 + l60], (arena + 57346)[l58 * 128 + l59 * 128 + l60]);
                                     }
                                 }
                             }
                             for (long long l61 = 0; l61 < 1; l61++) {
                                 for (long long l62 = 0; l62 < 1; l62++) {
                                     for (long long l63 = 0; l63 < 128; l63++) {
-                                        (arena + 181254)[l61 * 128 + l62 * 128 + l63] = (arena + 214920)[l61 * 128 + l62 * 128 + l63];
+                                        (arena + 263174)[l61 * 128 + l62 * 128 + l63] = (arena + 296840)[l61 * 128 + l62 * 128 + l63];
                                     }
                                 }
                             }
                             for (long long l64 = 0; l64 < 1; l64++) {
                                 for (long long l65 = 0; l65 < 1; l65++) {
                                     for (long long l66 = 0; l66 < 128; l66++) {
-                                        (arena + 181384)[l64 * 128 + l65 * 128 + l66] = (((arena + 181254)[l64 * 128 + l65 * 128 + l66]) == ((arena + 181382)[0]) ? 1.0f : 0.0f);
+                                        (arena + 263304)[l64 * 128 + l65 * 128 + l66] = (((arena + 263174)[l64 * 128 + l65 * 128 + l66]) == ((arena + 263302)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l67 = 0; l67 < 1; l67++) {
                                 for (long long l68 = 0; l68 < 1; l68++) {
                                     for (long long l69 = 0; l69 < 128; l69++) {
-                                        (arena + 181512)[l67 * 128 + l68 * 128 + l69] = (arena + 181384)[l67 * 128 + l68 * 128 + l69] != 0.0f ? (arena + 181383)[0] : (arena + 181254)[l67 * 128 + l68 * 128 + l69];
+                                        (arena + 263432)[l67 * 128 + l68 * 128 + l69] = (arena + 263304)[l67 * 128 + l68 * 128 + l69] != 0.0f ? (arena + 263303)[0] : (arena + 263174)[l67 * 128 + l68 * 128 + l69];
                                     }
                                 }
                             }
                             for (long long l70 = 0; l70 < 1; l70++) {
                                 for (long long l71 = 0; l71 < 1; l71++) {
                                     for (long long l72 = 0; l72 < 128; l72++) {
-                                        (arena + 181640)[l70 * 128 + l71 * 128 + l72] = ((arena + 181126)[l70 * 128 + l71 * 128 + l72] - (arena + 181512)[l70 * 128 + l71 * 128 + l72]);
+                                        (arena + 263560)[l70 * 128 + l71 * 128 + l72] = ((arena + 263046)[l70 * 128 + l71 * 128 + l72] - (arena + 263432)[l70 * 128 + l71 * 128 + l72]);
                                     }
                                 }
                             }
                             for (long long l73 = 0; l73 < 1; l73++) {
                                 for (long long l74 = 0; l74 < 1; l74++) {
                                     for (long long l75 = 0; l75 < 128; l75++) {
-                                        (arena + 181768)[l73 * 128 + l74 * 128 + l75] = expf((arena + 181640)[l73 * 128 + l74 * 128 + l75]);
+                                        (arena + 263688)[l73 * 128 + l74 * 128 + l75] = expf((arena + 263560)[l73 * 128 + l74 * 128 + l75]);
                                     }
                                 }
                             }
                             for (long long l76 = 0; l76 < 1; l76++) {
                                 for (long long l77 = 0; l77 < 1; l77++) {
                                     for (long long l78 = 0; l78 < 128; l78++) {
-                                        (arena + 181896)[l76 * 128 + l77 * 128 + l78] = (arena + 219272)[l76 * 128 + l77 * 128 + l78];
+                                        (arena + 263816)[l76 * 128 + l77 * 128 + l78] = (arena + 305288)[l76 * 128 + l77 * 128 + l78];
                                     }
                                 }
                             }
                             for (long long l79 = 0; l79 < 1; l79++) {
                                 for (long long l80 = 0; l80 < 1; l80++) {
                                     for (long long l81 = 0; l81 < 128; l81++) {
-                                        (arena + 182024)[l79 * 128 + l80 * 128 + l81] = ((arena + 181896)[l79 * 128 + l80 * 128 + l81] * (arena + 181768)[l79 * 128 + l80 * 128 + l81]);
+                                        (arena + 263944)[l79 * 128 + l80 * 128 + l81] = ((arena + 263816)[l79 * 128 + l80 * 128 + l81] * (arena + 263688)[l79 * 128 + l80 * 128 + l81]);
                                     }
                                 }
                             }
                             for (long long l82 = 0; l82 < 1; l82++) {
                                 for (long long l83 = 0; l83 < 1; l83++) {
                                     for (long long l84 = 0; l84 < 128; l84++) {
-                                        (arena + 219272)[l82 * 128 + l83 * 128 + l84] = (arena + 182024)[l82 * 128 + l83 * 128 + l84];
+                                        (arena + 305288)[l82 * 128 + l83 * 128 + l84] = (arena + 263944)[l82 * 128 + l83 * 128 + l84];
                                     }
                                 }
                             }
                             for (long long l85 = 0; l85 < 1; l85++) {
                                 for (long long l86 = 0; l86 < 1; l86++) {
                                     for (long long l87 = 0; l87 < 128; l87++) {
-                                        for (long long l88 = 0; l88 < 32; l88++) {
-                                            (arena + 70020)[l85 * 4096 + l86 * 4096 + l87 * 32 + l88] = ((arena + 28674)[l85 * 4096 + l86 * 4096 + l87 * 32 + l88] - (arena + 181512)[l85 * 128 + l86 * 128 + l87]);
+                                        for (long long l88 = 0; l88 < 64; l88++) {
+                                            (arena + 106884)[l85 * 8192 + l86 * 8192 + l87 * 64 + l88] = ((arena + 40962)[l85 * 8192 + l86 * 8192 + l87 * 64 + l88] - (arena + 263432)[l85 * 128 + l86 * 128 + l87]);
                                         }
                                     }
                                 }
@@ -2220,8 +2220,8 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                             for (long long l89 = 0; l89 < 1; l89++) {
                                 for (long long l90 = 0; l90 < 1; l90++) {
                                     for (long long l91 = 0; l91 < 128; l91++) {
-                                        for (long long l92 = 0; l92 < 32; l92++) {
-                                            (arena + 74116)[l89 * 4096 + l90 * 4096 + l91 * 32 + l92] = expf((arena + 70020)[l89 * 4096 + l90 * 4096 + l91 * 32 + l92]);
+                                        for (long long l92 = 0; l92 < 64; l92++) {
+                                            (arena + 115076)[l89 * 8192 + l90 * 8192 + l91 * 64 + l92] = expf((arena + 106884)[l89 * 8192 + l90 * 8192 + l91 * 64 + l92]);
                                         }
                                     }
                                 }
@@ -2229,8 +2229,8 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                             for (long long l93 = 0; l93 < 1; l93++) {
                                 for (long long l94 = 0; l94 < 1; l94++) {
                                     for (long long l95 = 0; l95 < 128; l95++) {
-                                        for (long long l96 = 0; l96 < 32; l96++) {
-                                            (arena + 78212)[l93 * 4096 + l94 * 4096 + l95 * 32 + l96] = (o15 + l96 < s3) ? (arena + 74116)[l93 * 4096 + l94 * 4096 + l95 * 32 + l96] : 0e0f;
+                                        for (long long l96 = 0; l96 < 64; l96++) {
+                                            (arena + 123268)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] = (o15 + l96 < s3) ? (arena + 115076)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] : 0e0f;
                                         }
                                     }
                                 }
@@ -2239,15 +2239,15 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                                 for (long long l98 = 0; l98 < 1; l98++) {
                                     for (long long l99 = 0; l99 < 128; l99++) {
                                         float a101 = 0e0f;
-                                        for (long long r100 = 0; r100 < 32; r100 += 1) a101 = a101 + (arena + 78212)[l97 * 4096 + l98 * 4096 + l99 * 32 + r100 * 1];
-                                        (arena + 82308)[l97 * 128 + l98 * 128 + l99] = a101;
+                                        for (long long r100 = 0; r100 < 64; r100 += 1) a101 = a101 + (arena + 123268)[l97 * 8192 + l98 * 8192 + l99 * 64 + r100 * 1];
+                                        (arena + 131460)[l97 * 128 + l98 * 128 + l99] = a101;
                                     }
                                 }
                             }
                             for (long long l102 = 0; l102 < 1; l102++) {
                                 for (long long l103 = 0; l103 < 1; l103++) {
                                     for (long long l104 = 0; l104 < 128; l104++) {
-                                        (arena + 219272)[l102 * 128 + l103 * 128 + l104] = (arena + 219272)[l102 * 128 + l103 * 128 + l104] + (arena + 82308)[l102 * 128 + l103 * 128 + l104];
+                                        (arena + 305288)[l102 * 128 + l103 * 128 + l104] = (arena + 305288)[l102 * 128 + l103 * 128 + l104] + (arena + 131460)[l102 * 128 + l103 * 128 + l104];
                                     }
                                 }
                             }
@@ -2255,7 +2255,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                                 for (long long l106 = 0; l106 < 1; l106++) {
                                     for (long long l107 = 0; l107 < 128; l107++) {
                                         for (long long l108 = 0; l108 < 128; l108++) {
-                                            (arena + 182152)[l105 * 16384 + l106 * 16384 + l107 * 128 + l108] = (arena + 223624)[l105 * 16384 + l106 * 16384 + l107 * 128 + l108];
+                                            (arena + 264072)[l105 * 16384 + l106 * 16384 + l107 * 128 + l108] = (arena + 313736)[l105 * 16384 + l106 * 16384 + l107 * 128 + l108];
                                         }
                                     }
                                 }
@@ -2264,7 +2264,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                                 for (long long l110 = 0; l110 < 1; l110++) {
                                     for (long long l111 = 0; l111 < 128; l111++) {
                                         for (long long l112 = 0; l112 < 128; l112++) {
-                                            (arena + 198536)[l109 * 16384 + l110 * 16384 + l111 * 128 + l112] = ((arena + 182152)[l109 * 16384 + l110 * 16384 + l111 * 128 + l112] * (arena + 181768)[l109 * 128 + l110 * 128 + l111]);
+                                            (arena + 280456)[l109 * 16384 + l110 * 16384 + l111 * 128 + l112] = ((arena + 264072)[l109 * 16384 + l110 * 16384 + l111 * 128 + l112] * (arena + 263688)[l109 * 128 + l110 * 128 + l111]);
                                         }
                                     }
                                 }
@@ -2273,7 +2273,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                                 for (long long l114 = 0; l114 < 1; l114++) {
                                     for (long long l115 = 0; l115 < 128; l115++) {
                                         for (long long l116 = 0; l116 < 128; l116++) {
-                                            (arena + 223624)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116] = (arena + 198536)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116];
+                                            (arena + 313736)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116] = (arena + 280456)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116];
                                         }
                                     }
                                 }
@@ -2281,8 +2281,8 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                             for (long long l117 = 0; l117 < 1; l117++) {
                                 for (long long l118 = 0; l118 < 1; l118++) {
                                     for (long long l119 = 0; l119 < 128; l119++) {
-                                        for (long long l120 = 0; l120 < 32; l120++) {
-                                            (arena + 127750)[l117 * 4096 + l118 * 4096 + l119 * 32 + l120] = (o1 + l117 < s0 && o2 + l118 < s1 && o15 + l120 < s3 && o4 + l119 < s4) ? dt_load_bf16(in2[(o1 + l117) * args->input_strides[2][0] + (o2 + l118) * args->input_strides[2][1] + (o15 + l120) * args->input_strides[2][2] + (o4 + l119) * args->input_strides[2][3]]) : 0e0f;
+                                        for (long long l120 = 0; l120 < 64; l120++) {
+                                            (arena + 205574)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120] = (o1 + l117 < s0 && o2 + l118 < s1 && o15 + l120 < s3 && o4 + l119 < s4) ? dt_load_bf16(in2[(o1 + l117) * args->input_strides[2][0] + (o2 + l118) * args->input_strides[2][1] + (o15 + l120) * args->input_strides[2][2] + (o4 + l119) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2292,8 +2292,8 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                                     for (long long l123 = 0; l123 < 128; l123++) {
                                         for (long long l124 = 0; l124 < 128; l124++) {
                                             float a126 = 0.0f;
-                                            for (long long r125 = 0; r125 < 32; r125++) a126 += (arena + 78212)[l121 * 4096 + l122 * 4096 + l123 * 32 + r125 * 1] * (arena + 127750)[l121 * 4096 + l122 * 4096 + l124 * 32 + r125 * 1];
-                                            (arena + 131846)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124] = a126;
+                                            for (long long r125 = 0; r125 < 64; r125++) a126 += (arena + 123268)[l121 * 8192 + l122 * 8192 + l123 * 64 + r125 * 1] * (arena + 205574)[l121 * 8192 + l122 * 8192 + l124 * 64 + r125 * 1];
+                                            (arena + 213766)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124] = a126;
                                         }
                                     }
                                 }
@@ -2302,7 +2302,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                                 for (long long l128 = 0; l128 < 1; l128++) {
                                     for (long long l129 = 0; l129 < 128; l129++) {
                                         for (long long l130 = 0; l130 < 128; l130++) {
-                                            (arena + 223624)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] = (arena + 223624)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] + (arena + 131846)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130];
+                                            (arena + 313736)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] = (arena + 313736)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] + (arena + 213766)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130];
                                         }
                                     }
                                 }
@@ -2311,7 +2311,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                         for (long long l131 = 0; l131 < 1; l131++) {
                             for (long long l132 = 0; l132 < 1; l132++) {
                                 for (long long l133 = 0; l133 < 128; l133++) {
-                                    (arena + 82436)[l131 * 128 + l132 * 128 + l133] = (arena + 219272)[l131 * 128 + l132 * 128 + l133];
+                                    (arena + 131588)[l131 * 128 + l132 * 128 + l133] = (arena + 305288)[l131 * 128 + l132 * 128 + l133];
                                 }
                             }
                         }
@@ -2319,7 +2319,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                             for (long long l135 = 0; l135 < 1; l135++) {
                                 for (long long l136 = 0; l136 < 128; l136++) {
                                     for (long long l137 = 0; l137 < 128; l137++) {
-                                        (arena + 148230)[l134 * 16384 + l135 * 16384 + l136 * 128 + l137] = (arena + 223624)[l134 * 16384 + l135 * 16384 + l136 * 128 + l137];
+                                        (arena + 230150)[l134 * 16384 + l135 * 16384 + l136 * 128 + l137] = (arena + 313736)[l134 * 16384 + l135 * 16384 + l136 * 128 + l137];
                                     }
                                 }
                             }
@@ -2328,7 +2328,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                             for (long long l139 = 0; l139 < 1; l139++) {
                                 for (long long l140 = 0; l140 < 128; l140++) {
                                     for (long long l141 = 0; l141 < 128; l141++) {
-                                        (arena + 164742)[l138 * 16384 + l139 * 16384 + l140 * 128 + l141] = ((arena + 148230)[l138 * 16384 + l139 * 16384 + l140 * 128 + l141] / (arena + 82436)[l138 * 128 + l139 * 128 + l140]);
+                                        (arena + 246662)[l138 * 16384 + l139 * 16384 + l140 * 128 + l141] = ((arena + 230150)[l138 * 16384 + l139 * 16384 + l140 * 128 + l141] / (arena + 131588)[l138 * 128 + l139 * 128 + l140]);
                                     }
                                 }
                             }
@@ -2337,7 +2337,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                             for (long long l143 = 0; l143 < 1; l143++) {
                                 for (long long l144 = 0; l144 < 128; l144++) {
                                     for (long long l145 = 0; l145 < 128; l145++) {
-                                        if (o1 + l142 < s0 && o2 + l143 < s1 && o3 + l144 < s2 && o4 + l145 < s4) out[(o1 + l142) * args->output_strides[0] + (o2 + l143) * args->output_strides[1] + (o3 + l144) * args->output_strides[2] + (o4 + l145) * args->output_strides[3]] = dt_store_bf16((arena + 164742)[l142 * 16384 + l143 * 16384 + l144 * 128 + l145]);
+                                        if (o1 + l142 < s0 && o2 + l143 < s1 && o3 + l144 < s2 && o4 + l145 < s4) out[(o1 + l142) * args->output_strides[0] + (o2 + l143) * args->output_strides[1] + (o3 + l144) * args->output_strides[2] + (o4 + l145) * args->output_strides[3]] = dt_store_bf16((arena + 246662)[l142 * 16384 + l143 * 16384 + l144 * 128 + l145]);
                                     }
                                 }
                             }

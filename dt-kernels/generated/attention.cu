@@ -849,15 +849,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                             /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -1000,7 +1000,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 64 / 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
@@ -1013,7 +1013,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                                         fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j * 1) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -1291,15 +1291,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                             /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -1442,7 +1442,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 64 / 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
@@ -1455,7 +1455,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                                         fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j * 1) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -1733,15 +1733,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                             /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -1884,7 +1884,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 64 / 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
@@ -1897,7 +1897,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                                         fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j * 1) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -2175,15 +2175,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                             /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -2326,7 +2326,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 64 / 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
@@ -2339,7 +2339,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                                         fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j * 1) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -2638,15 +2638,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                             /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -2794,7 +2794,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 64 / 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
@@ -2807,7 +2807,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                         fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j * 1) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -3106,15 +3106,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                             /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -3262,7 +3262,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 64 / 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
@@ -3275,7 +3275,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                         fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j * 1) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -3574,15 +3574,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                             /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -3730,7 +3730,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 64 / 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
@@ -3743,7 +3743,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                         fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j * 1) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -4042,15 +4042,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                             /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -4198,7 +4198,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + ((lane & 15) * 72 + (tid >> 5) % 1 * 64 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 64 / 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
@@ -4211,7 +4211,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                         fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 72) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j * 1) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -4255,7 +4255,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
     }
 }
 
-/* kernel attention_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 87040 bytes of shared memory */
+/* kernel attention_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 98304 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -4339,11 +4339,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
@@ -4356,40 +4356,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                     const int l21 = (int)((unsigned)e / 16u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
-                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 128 + ((((l22 * 8) >> 3) ^ (l21 & 7)) << 3) + ((l22 * 8) & 7)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 128 + ((((l22 * 8) >> 3) ^ (l21 & 7)) << 3) + ((l22 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 128 + ((((l22 * 8 + q) >> 3) ^ (l21 & 7)) << 3) + ((l22 * 8 + q) & 7)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
-                        for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 32;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
                             if (o15 < s3) {
                                 /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 2; r++) {
+                                    for (int r = 0; r < 4; r++) {
                                         const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l24 = (int)((unsigned)e / 512u % 1u);
-                                            const int l25 = (int)((unsigned)e / 512u % 1u);
-                                            const int l26 = (int)((unsigned)e / 16u % 32u);
+                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 64u);
                                             const int l27 = (int)((unsigned)e / 1u % 16u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8192 + st * 4096))[l26 * 128 + ((((l27 * 8) >> 3) ^ (l26 & 7)) << 3) + ((l27 * 8) & 7)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8192 + st * 4096))[l26 * 128 + ((((l27 * 8) >> 3) ^ (l26 & 7)) << 3) + ((l27 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8192 + st * 4096))[l26 * 128 + ((((l27 * 8 + q) >> 3) ^ (l26 & 7)) << 3) + ((l27 * 8 + q) & 7)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4399,21 +4399,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                 {
                                     const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 2; r++) {
+                                    for (int r = 0; r < 4; r++) {
                                         const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l29 = (int)((unsigned)e / 512u % 1u);
-                                            const int l30 = (int)((unsigned)e / 512u % 1u);
-                                            const int l31 = (int)((unsigned)e / 16u % 32u);
+                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 64u);
                                             const int l32 = (int)((unsigned)e / 1u % 16u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 16384 + st * 4096))[l31 * 128 + ((((l32 * 8) >> 3) ^ (l31 & 7)) << 3) + ((l32 * 8) & 7)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 16384 + st * 4096))[l31 * 128 + ((((l32 * 8) >> 3) ^ (l31 & 7)) << 3) + ((l32 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 16384 + st * 4096))[l31 * 128 + ((((l32 * 8 + q) >> 3) ^ (l31 & 7)) << 3) + ((l32 * 8 + q) & 7)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4422,9 +4422,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                             }
                             dt_cp_async_commit();
                         }
-                        for (long long o15 = 0; o15 < s3; o15 += 32) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_cp_async_wait<1>();
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<0>();
                             __syncthreads();
                             const long long o33 = o15 + 64;
                             if (o33 < s3) {
@@ -4432,21 +4432,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                 {
                                     const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 2; r++) {
+                                    for (int r = 0; r < 4; r++) {
                                         const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l35 = (int)((unsigned)e / 512u % 1u);
-                                            const int l36 = (int)((unsigned)e / 512u % 1u);
-                                            const int l37 = (int)((unsigned)e / 16u % 32u);
+                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 64u);
                                             const int l38 = (int)((unsigned)e / 1u % 16u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8192 + wr17 * 4096))[l37 * 128 + ((((l38 * 8) >> 3) ^ (l37 & 7)) << 3) + ((l38 * 8) & 7)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8192 + wr17 * 4096))[l37 * 128 + ((((l38 * 8) >> 3) ^ (l37 & 7)) << 3) + ((l38 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8192 + wr17 * 4096))[l37 * 128 + ((((l38 * 8 + q) >> 3) ^ (l37 & 7)) << 3) + ((l38 * 8 + q) & 7)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4456,21 +4456,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                 {
                                     const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 2; r++) {
+                                    for (int r = 0; r < 4; r++) {
                                         const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l40 = (int)((unsigned)e / 512u % 1u);
-                                            const int l41 = (int)((unsigned)e / 512u % 1u);
-                                            const int l42 = (int)((unsigned)e / 16u % 32u);
+                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 64u);
                                             const int l43 = (int)((unsigned)e / 1u % 16u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 16384 + wr17 * 4096))[l42 * 128 + ((((l43 * 8) >> 3) ^ (l42 & 7)) << 3) + ((l43 * 8) & 7)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 16384 + wr17 * 4096))[l42 * 128 + ((((l43 * 8) >> 3) ^ (l42 & 7)) << 3) + ((l43 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 16384 + wr17 * 4096))[l42 * 128 + ((((l43 * 8 + q) >> 3) ^ (l42 & 7)) << 3) + ((l43 * 8 + q) & 7)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4479,47 +4479,49 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                             }
                             dt_cp_async_commit();
                             /* rdot accumulator */
-                            float acc1[16];
+                            float acc1[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
+                            for (int r = 0; r < 32; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v0: loaded by the dot that reads it (staged in shared memory) */
                             /* v1: loaded by the dot that reads it (staged in shared memory) */
-                            /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + ((tid >> 5) / 1 * 16 + (lane & 15)) * 256;
+                                const int fau = (lane >> 4);
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 8192 + rd16 * 4096)) + ((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 256;
+                                const int fbu = ((lane >> 3) & 1);
                                 #pragma unroll
                                 for (int kk = 0; kk < 128; kk += 16) {
-                                    unsigned fa[1][4], fb[4][2];
+                                    unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 16) * 256 + (((fau + ((kk / 16) * 2)) ^ (lane & 7)) << 4));
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8) * 256 + (((fbu + ((kk / 16) * 2)) ^ (lane & 7)) << 4));
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v2: accumulated by the tensor-core dot above */
-                            float v3[16];
+                            float v3[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
+                            for (int r = 0; r < 32; r++) {
                                 v3[r] = acc1[r];
                             }
-                            float v6[16];
+                            float v6[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
+                            for (int r = 0; r < 32; r++) {
                                 v6[r] = (v3[r] * v5[0]);
                             }
-                            float v7[16];
+                            float v7[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int l59 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 32; r++) {
+                                const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
                             }
                             float v8[2];
@@ -4529,7 +4531,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -4586,20 +4588,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                             for (int r = 0; r < 2; r++) {
                                 acc3[r] = v48[r];
                             }
-                            float v18[16];
+                            float v18[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                v18[r] = (v6[r] - v44[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                            for (int r = 0; r < 32; r++) {
+                                v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v19[16];
+                            float v19[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
+                            for (int r = 0; r < 32; r++) {
                                 v19[r] = dt_fast_exp(v18[r]);
                             }
-                            float v20[16];
+                            float v20[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int l101 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 32; r++) {
+                                const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
                             }
                             float v21[2];
@@ -4609,7 +4611,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -4637,23 +4639,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                 acc6[r] = v50[r];
                             }
                             /* v34: loaded by the dot that reads it (staged in shared memory) */
-                            /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 16384 + rd16 * 4096)) + ((lane & 15)) * 256;
+                                const int fbu = (tid >> 5) % 1 * 128 / 8 + (lane >> 4);
                                 #pragma unroll
-                                for (int kk = 0; kk < 32; kk += 16) {
+                                for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
-                                        const int f = (i * 4 + kk / 8) * 4;
+                                        const int f = (i * 8 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
                                         fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
                                         fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
                                         fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((kk / 16) * 16) * 256 + (((fbu + (j * 1)) ^ (lane & 7)) << 4));
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -4662,8 +4665,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                 }
                             }
                             /* acc6 += v35: accumulated by the tensor-core dot above */
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                         }
                         dt_cp_async_wait<0>();
                         __syncthreads();
@@ -4697,7 +4700,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
     }
 }
 
-/* kernel attention_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 87040 bytes of shared memory */
+/* kernel attention_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 98304 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -4781,11 +4784,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
@@ -4798,40 +4801,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                     const int l21 = (int)((unsigned)e / 16u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
-                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 128 + ((((l22 * 8) >> 3) ^ (l21 & 7)) << 3) + ((l22 * 8) & 7)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 128 + ((((l22 * 8) >> 3) ^ (l21 & 7)) << 3) + ((l22 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 128 + ((((l22 * 8 + q) >> 3) ^ (l21 & 7)) << 3) + ((l22 * 8 + q) & 7)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
-                        for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 32;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
                             if (o15 < s3) {
                                 /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 2; r++) {
+                                    for (int r = 0; r < 4; r++) {
                                         const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l24 = (int)((unsigned)e / 512u % 1u);
-                                            const int l25 = (int)((unsigned)e / 512u % 1u);
-                                            const int l26 = (int)((unsigned)e / 16u % 32u);
+                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 64u);
                                             const int l27 = (int)((unsigned)e / 1u % 16u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8192 + st * 4096))[l26 * 128 + ((((l27 * 8) >> 3) ^ (l26 & 7)) << 3) + ((l27 * 8) & 7)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8192 + st * 4096))[l26 * 128 + ((((l27 * 8) >> 3) ^ (l26 & 7)) << 3) + ((l27 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8192 + st * 4096))[l26 * 128 + ((((l27 * 8 + q) >> 3) ^ (l26 & 7)) << 3) + ((l27 * 8 + q) & 7)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4841,21 +4844,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                 {
                                     const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 2; r++) {
+                                    for (int r = 0; r < 4; r++) {
                                         const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l29 = (int)((unsigned)e / 512u % 1u);
-                                            const int l30 = (int)((unsigned)e / 512u % 1u);
-                                            const int l31 = (int)((unsigned)e / 16u % 32u);
+                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 64u);
                                             const int l32 = (int)((unsigned)e / 1u % 16u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 16384 + st * 4096))[l31 * 128 + ((((l32 * 8) >> 3) ^ (l31 & 7)) << 3) + ((l32 * 8) & 7)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 16384 + st * 4096))[l31 * 128 + ((((l32 * 8) >> 3) ^ (l31 & 7)) << 3) + ((l32 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 16384 + st * 4096))[l31 * 128 + ((((l32 * 8 + q) >> 3) ^ (l31 & 7)) << 3) + ((l32 * 8 + q) & 7)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4864,9 +4867,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                             }
                             dt_cp_async_commit();
                         }
-                        for (long long o15 = 0; o15 < s3; o15 += 32) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_cp_async_wait<1>();
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<0>();
                             __syncthreads();
                             const long long o33 = o15 + 64;
                             if (o33 < s3) {
@@ -4874,21 +4877,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                 {
                                     const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 2; r++) {
+                                    for (int r = 0; r < 4; r++) {
                                         const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l35 = (int)((unsigned)e / 512u % 1u);
-                                            const int l36 = (int)((unsigned)e / 512u % 1u);
-                                            const int l37 = (int)((unsigned)e / 16u % 32u);
+                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 64u);
                                             const int l38 = (int)((unsigned)e / 1u % 16u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8192 + wr17 * 4096))[l37 * 128 + ((((l38 * 8) >> 3) ^ (l37 & 7)) << 3) + ((l38 * 8) & 7)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8192 + wr17 * 4096))[l37 * 128 + ((((l38 * 8) >> 3) ^ (l37 & 7)) << 3) + ((l38 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8192 + wr17 * 4096))[l37 * 128 + ((((l38 * 8 + q) >> 3) ^ (l37 & 7)) << 3) + ((l38 * 8 + q) & 7)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4898,21 +4901,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                 {
                                     const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 2; r++) {
+                                    for (int r = 0; r < 4; r++) {
                                         const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l40 = (int)((unsigned)e / 512u % 1u);
-                                            const int l41 = (int)((unsigned)e / 512u % 1u);
-                                            const int l42 = (int)((unsigned)e / 16u % 32u);
+                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 64u);
                                             const int l43 = (int)((unsigned)e / 1u % 16u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 16384 + wr17 * 4096))[l42 * 128 + ((((l43 * 8) >> 3) ^ (l42 & 7)) << 3) + ((l43 * 8) & 7)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 16384 + wr17 * 4096))[l42 * 128 + ((((l43 * 8) >> 3) ^ (l42 & 7)) << 3) + ((l43 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 16384 + wr17 * 4096))[l42 * 128 + ((((l43 * 8 + q) >> 3) ^ (l42 & 7)) << 3) + ((l43 * 8 + q) & 7)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -4921,47 +4924,49 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                             }
                             dt_cp_async_commit();
                             /* rdot accumulator */
-                            float acc1[16];
+                            float acc1[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
+                            for (int r = 0; r < 32; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v0: loaded by the dot that reads it (staged in shared memory) */
                             /* v1: loaded by the dot that reads it (staged in shared memory) */
-                            /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + ((tid >> 5) / 1 * 16 + (lane & 15)) * 256;
+                                const int fau = (lane >> 4);
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 8192 + rd16 * 4096)) + ((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 256;
+                                const int fbu = ((lane >> 3) & 1);
                                 #pragma unroll
                                 for (int kk = 0; kk < 128; kk += 16) {
-                                    unsigned fa[1][4], fb[4][2];
+                                    unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 16) * 256 + (((fau + ((kk / 16) * 2)) ^ (lane & 7)) << 4));
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8) * 256 + (((fbu + ((kk / 16) * 2)) ^ (lane & 7)) << 4));
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v2: accumulated by the tensor-core dot above */
-                            float v3[16];
+                            float v3[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
+                            for (int r = 0; r < 32; r++) {
                                 v3[r] = acc1[r];
                             }
-                            float v6[16];
+                            float v6[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
+                            for (int r = 0; r < 32; r++) {
                                 v6[r] = (v3[r] * v5[0]);
                             }
-                            float v7[16];
+                            float v7[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int l59 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 32; r++) {
+                                const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
                             }
                             float v8[2];
@@ -4971,7 +4976,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -5028,20 +5033,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                             for (int r = 0; r < 2; r++) {
                                 acc3[r] = v48[r];
                             }
-                            float v18[16];
+                            float v18[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                v18[r] = (v6[r] - v44[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                            for (int r = 0; r < 32; r++) {
+                                v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v19[16];
+                            float v19[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
+                            for (int r = 0; r < 32; r++) {
                                 v19[r] = dt_fast_exp(v18[r]);
                             }
-                            float v20[16];
+                            float v20[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int l101 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 32; r++) {
+                                const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
                             }
                             float v21[2];
@@ -5051,7 +5056,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -5079,23 +5084,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                 acc6[r] = v50[r];
                             }
                             /* v34: loaded by the dot that reads it (staged in shared memory) */
-                            /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 16384 + rd16 * 4096)) + ((lane & 15)) * 256;
+                                const int fbu = (tid >> 5) % 1 * 128 / 8 + (lane >> 4);
                                 #pragma unroll
-                                for (int kk = 0; kk < 32; kk += 16) {
+                                for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
-                                        const int f = (i * 4 + kk / 8) * 4;
+                                        const int f = (i * 8 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
                                         fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
                                         fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
                                         fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((kk / 16) * 16) * 256 + (((fbu + (j * 1)) ^ (lane & 7)) << 4));
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -5104,8 +5110,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                 }
                             }
                             /* acc6 += v35: accumulated by the tensor-core dot above */
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                         }
                         dt_cp_async_wait<0>();
                         __syncthreads();
@@ -5139,7 +5145,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
     }
 }
 
-/* kernel attention_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 87040 bytes of shared memory */
+/* kernel attention_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 98304 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -5223,11 +5229,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
@@ -5240,40 +5246,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                     const int l21 = (int)((unsigned)e / 16u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
-                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 128 + ((((l22 * 8) >> 3) ^ (l21 & 7)) << 3) + ((l22 * 8) & 7)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 128 + ((((l22 * 8) >> 3) ^ (l21 & 7)) << 3) + ((l22 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 128 + ((((l22 * 8 + q) >> 3) ^ (l21 & 7)) << 3) + ((l22 * 8 + q) & 7)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
-                        for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 32;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
                             if (o15 < s3) {
                                 /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 2; r++) {
+                                    for (int r = 0; r < 4; r++) {
                                         const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l24 = (int)((unsigned)e / 512u % 1u);
-                                            const int l25 = (int)((unsigned)e / 512u % 1u);
-                                            const int l26 = (int)((unsigned)e / 16u % 32u);
+                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 64u);
                                             const int l27 = (int)((unsigned)e / 1u % 16u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8192 + st * 4096))[l26 * 128 + ((((l27 * 8) >> 3) ^ (l26 & 7)) << 3) + ((l27 * 8) & 7)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8192 + st * 4096))[l26 * 128 + ((((l27 * 8) >> 3) ^ (l26 & 7)) << 3) + ((l27 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8192 + st * 4096))[l26 * 128 + ((((l27 * 8 + q) >> 3) ^ (l26 & 7)) << 3) + ((l27 * 8 + q) & 7)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -5283,21 +5289,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                 {
                                     const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 2; r++) {
+                                    for (int r = 0; r < 4; r++) {
                                         const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l29 = (int)((unsigned)e / 512u % 1u);
-                                            const int l30 = (int)((unsigned)e / 512u % 1u);
-                                            const int l31 = (int)((unsigned)e / 16u % 32u);
+                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 64u);
                                             const int l32 = (int)((unsigned)e / 1u % 16u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 16384 + st * 4096))[l31 * 128 + ((((l32 * 8) >> 3) ^ (l31 & 7)) << 3) + ((l32 * 8) & 7)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 16384 + st * 4096))[l31 * 128 + ((((l32 * 8) >> 3) ^ (l31 & 7)) << 3) + ((l32 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 16384 + st * 4096))[l31 * 128 + ((((l32 * 8 + q) >> 3) ^ (l31 & 7)) << 3) + ((l32 * 8 + q) & 7)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -5306,9 +5312,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                             }
                             dt_cp_async_commit();
                         }
-                        for (long long o15 = 0; o15 < s3; o15 += 32) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_cp_async_wait<1>();
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<0>();
                             __syncthreads();
                             const long long o33 = o15 + 64;
                             if (o33 < s3) {
@@ -5316,21 +5322,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                 {
                                     const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 2; r++) {
+                                    for (int r = 0; r < 4; r++) {
                                         const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l35 = (int)((unsigned)e / 512u % 1u);
-                                            const int l36 = (int)((unsigned)e / 512u % 1u);
-                                            const int l37 = (int)((unsigned)e / 16u % 32u);
+                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 64u);
                                             const int l38 = (int)((unsigned)e / 1u % 16u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8192 + wr17 * 4096))[l37 * 128 + ((((l38 * 8) >> 3) ^ (l37 & 7)) << 3) + ((l38 * 8) & 7)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8192 + wr17 * 4096))[l37 * 128 + ((((l38 * 8) >> 3) ^ (l37 & 7)) << 3) + ((l38 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8192 + wr17 * 4096))[l37 * 128 + ((((l38 * 8 + q) >> 3) ^ (l37 & 7)) << 3) + ((l38 * 8 + q) & 7)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -5340,21 +5346,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                 {
                                     const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 2; r++) {
+                                    for (int r = 0; r < 4; r++) {
                                         const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l40 = (int)((unsigned)e / 512u % 1u);
-                                            const int l41 = (int)((unsigned)e / 512u % 1u);
-                                            const int l42 = (int)((unsigned)e / 16u % 32u);
+                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 64u);
                                             const int l43 = (int)((unsigned)e / 1u % 16u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 16384 + wr17 * 4096))[l42 * 128 + ((((l43 * 8) >> 3) ^ (l42 & 7)) << 3) + ((l43 * 8) & 7)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 16384 + wr17 * 4096))[l42 * 128 + ((((l43 * 8) >> 3) ^ (l42 & 7)) << 3) + ((l43 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 16384 + wr17 * 4096))[l42 * 128 + ((((l43 * 8 + q) >> 3) ^ (l42 & 7)) << 3) + ((l43 * 8 + q) & 7)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -5363,47 +5369,49 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                             }
                             dt_cp_async_commit();
                             /* rdot accumulator */
-                            float acc1[16];
+                            float acc1[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
+                            for (int r = 0; r < 32; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v0: loaded by the dot that reads it (staged in shared memory) */
                             /* v1: loaded by the dot that reads it (staged in shared memory) */
-                            /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + ((tid >> 5) / 1 * 16 + (lane & 15)) * 256;
+                                const int fau = (lane >> 4);
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 8192 + rd16 * 4096)) + ((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 256;
+                                const int fbu = ((lane >> 3) & 1);
                                 #pragma unroll
                                 for (int kk = 0; kk < 128; kk += 16) {
-                                    unsigned fa[1][4], fb[4][2];
+                                    unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 16) * 256 + (((fau + ((kk / 16) * 2)) ^ (lane & 7)) << 4));
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8) * 256 + (((fbu + ((kk / 16) * 2)) ^ (lane & 7)) << 4));
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v2: accumulated by the tensor-core dot above */
-                            float v3[16];
+                            float v3[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
+                            for (int r = 0; r < 32; r++) {
                                 v3[r] = acc1[r];
                             }
-                            float v6[16];
+                            float v6[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
+                            for (int r = 0; r < 32; r++) {
                                 v6[r] = (v3[r] * v5[0]);
                             }
-                            float v7[16];
+                            float v7[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int l59 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 32; r++) {
+                                const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
                             }
                             float v8[2];
@@ -5413,7 +5421,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -5470,20 +5478,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                             for (int r = 0; r < 2; r++) {
                                 acc3[r] = v48[r];
                             }
-                            float v18[16];
+                            float v18[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                v18[r] = (v6[r] - v44[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                            for (int r = 0; r < 32; r++) {
+                                v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v19[16];
+                            float v19[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
+                            for (int r = 0; r < 32; r++) {
                                 v19[r] = dt_fast_exp(v18[r]);
                             }
-                            float v20[16];
+                            float v20[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int l101 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 32; r++) {
+                                const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
                             }
                             float v21[2];
@@ -5493,7 +5501,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -5521,23 +5529,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                 acc6[r] = v50[r];
                             }
                             /* v34: loaded by the dot that reads it (staged in shared memory) */
-                            /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 16384 + rd16 * 4096)) + ((lane & 15)) * 256;
+                                const int fbu = (tid >> 5) % 1 * 128 / 8 + (lane >> 4);
                                 #pragma unroll
-                                for (int kk = 0; kk < 32; kk += 16) {
+                                for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
-                                        const int f = (i * 4 + kk / 8) * 4;
+                                        const int f = (i * 8 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
                                         fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
                                         fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
                                         fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((kk / 16) * 16) * 256 + (((fbu + (j * 1)) ^ (lane & 7)) << 4));
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -5546,8 +5555,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                 }
                             }
                             /* acc6 += v35: accumulated by the tensor-core dot above */
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                         }
                         dt_cp_async_wait<0>();
                         __syncthreads();
@@ -5581,7 +5590,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
     }
 }
 
-/* kernel attention_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 87040 bytes of shared memory */
+/* kernel attention_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 98304 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -5665,11 +5674,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (cp.async) while the dots work on this one; those the steps share, once */
                     {
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec18 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 7) == 0 && (args.input_strides[0][1] & 7) == 0 && (args.input_strides[0][2] & 7) == 0;
@@ -5682,40 +5691,40 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                     const int l21 = (int)((unsigned)e / 16u % 128u);
                                     const int l22 = (int)((unsigned)e / 1u % 16u);
                                     if (vec18 && (unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + 7)) < (unsigned)s5) {
-                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
+                                        dt_cp_async16(&((unsigned short*)(dt_smem + 0))[l21 * 128 + ((((l22 * 8) >> 3) ^ (l21 & 7)) << 3) + ((l22 * 8) & 7)], &in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8)) * (unsigned)args.input_strides[0][3]]);
                                     } else if (!((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8)) < (unsigned)s5)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                        *(uint4*)&((unsigned short*)(dt_smem + 0))[l21 * 128 + ((((l22 * 8) >> 3) ^ (l21 & 7)) << 3) + ((l22 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 0))[l21 * 136 + (l22 * 8 + q)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 0))[l21 * 128 + ((((l22 * 8 + q) >> 3) ^ (l21 & 7)) << 3) + ((l22 * 8 + q) & 7)] = ((unsigned)(o3 + l21) < (unsigned)s2 && (unsigned)(0 + (l22 * 8 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l19) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l20) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l21) * (unsigned)args.input_strides[0][2] + (unsigned)(0 + (l22 * 8 + q)) * (unsigned)args.input_strides[0][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
                             }
                         }
-                        for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 32;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
                             if (o15 < s3) {
                                 /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
                                 {
                                     const bool vec23 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 2; r++) {
+                                    for (int r = 0; r < 4; r++) {
                                         const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l24 = (int)((unsigned)e / 512u % 1u);
-                                            const int l25 = (int)((unsigned)e / 512u % 1u);
-                                            const int l26 = (int)((unsigned)e / 16u % 32u);
+                                            const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l25 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l26 = (int)((unsigned)e / 16u % 64u);
                                             const int l27 = (int)((unsigned)e / 1u % 16u);
                                             if (vec23 && (unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8192 + st * 4096))[l26 * 128 + ((((l27 * 8) >> 3) ^ (l26 & 7)) << 3) + ((l27 * 8) & 7)], &in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8192 + st * 4096))[l26 * 128 + ((((l27 * 8) >> 3) ^ (l26 & 7)) << 3) + ((l27 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 8704 + st * 2176))[l26 * 136 + (l27 * 8 + q)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8192 + st * 4096))[l26 * 128 + ((((l27 * 8 + q) >> 3) ^ (l26 & 7)) << 3) + ((l27 * 8 + q) & 7)] = ((unsigned)(o15 + l26) < (unsigned)s3 && (unsigned)(0 + (l27 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l24) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l26) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l27 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -5725,21 +5734,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                 {
                                     const bool vec28 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 2; r++) {
+                                    for (int r = 0; r < 4; r++) {
                                         const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l29 = (int)((unsigned)e / 512u % 1u);
-                                            const int l30 = (int)((unsigned)e / 512u % 1u);
-                                            const int l31 = (int)((unsigned)e / 16u % 32u);
+                                            const int l29 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l30 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l31 = (int)((unsigned)e / 16u % 64u);
                                             const int l32 = (int)((unsigned)e / 1u % 16u);
                                             if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 16384 + st * 4096))[l31 * 128 + ((((l32 * 8) >> 3) ^ (l31 & 7)) << 3) + ((l32 * 8) & 7)], &in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 16384 + st * 4096))[l31 * 128 + ((((l32 * 8) >> 3) ^ (l31 & 7)) << 3) + ((l32 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 15232 + st * 2176))[l31 * 136 + (l32 * 8 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 16384 + st * 4096))[l31 * 128 + ((((l32 * 8 + q) >> 3) ^ (l31 & 7)) << 3) + ((l32 * 8 + q) & 7)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o4 + (l32 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l29) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l32 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -5748,9 +5757,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                             }
                             dt_cp_async_commit();
                         }
-                        for (long long o15 = 0; o15 < s3; o15 += 32) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_cp_async_wait<1>();
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_cp_async_wait<0>();
                             __syncthreads();
                             const long long o33 = o15 + 64;
                             if (o33 < s3) {
@@ -5758,21 +5767,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                 {
                                     const bool vec34 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 2; r++) {
+                                    for (int r = 0; r < 4; r++) {
                                         const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l35 = (int)((unsigned)e / 512u % 1u);
-                                            const int l36 = (int)((unsigned)e / 512u % 1u);
-                                            const int l37 = (int)((unsigned)e / 16u % 32u);
+                                            const int l35 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l36 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l37 = (int)((unsigned)e / 16u % 64u);
                                             const int l38 = (int)((unsigned)e / 1u % 16u);
                                             if (vec34 && (unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + 7)) < (unsigned)s5) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 8192 + wr17 * 4096))[l37 * 128 + ((((l38 * 8) >> 3) ^ (l37 & 7)) << 3) + ((l38 * 8) & 7)], &in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8)) * (unsigned)args.input_strides[1][3]]);
                                             } else if (!((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8)) < (unsigned)s5)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 8192 + wr17 * 4096))[l37 * 128 + ((((l38 * 8) >> 3) ^ (l37 & 7)) << 3) + ((l38 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 8704 + wr17 * 2176))[l37 * 136 + (l38 * 8 + q)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 8192 + wr17 * 4096))[l37 * 128 + ((((l38 * 8 + q) >> 3) ^ (l37 & 7)) << 3) + ((l38 * 8 + q) & 7)] = ((unsigned)(o33 + l37) < (unsigned)s3 && (unsigned)(0 + (l38 * 8 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l35) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l36) * (unsigned)args.input_strides[1][1] + (unsigned)(o33 + l37) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l38 * 8 + q)) * (unsigned)args.input_strides[1][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -5782,21 +5791,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                 {
                                     const bool vec39 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                                     #pragma unroll
-                                    for (int r = 0; r < 2; r++) {
+                                    for (int r = 0; r < 4; r++) {
                                         const int e = tid + r * 256;
                                         (void)e; {
-                                            const int l40 = (int)((unsigned)e / 512u % 1u);
-                                            const int l41 = (int)((unsigned)e / 512u % 1u);
-                                            const int l42 = (int)((unsigned)e / 16u % 32u);
+                                            const int l40 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l41 = (int)((unsigned)e / 1024u % 1u);
+                                            const int l42 = (int)((unsigned)e / 16u % 64u);
                                             const int l43 = (int)((unsigned)e / 1u % 16u);
                                             if (vec39 && (unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + 7)) < (unsigned)s4) {
-                                                dt_cp_async16(&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                                dt_cp_async16(&((unsigned short*)(dt_smem + 16384 + wr17 * 4096))[l42 * 128 + ((((l43 * 8) >> 3) ^ (l42 & 7)) << 3) + ((l43 * 8) & 7)], &in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8)) * (unsigned)args.input_strides[2][3]]);
                                             } else if (!((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8)) < (unsigned)s4)) {
-                                                *(uint4*)&((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                                *(uint4*)&((unsigned short*)(dt_smem + 16384 + wr17 * 4096))[l42 * 128 + ((((l43 * 8) >> 3) ^ (l42 & 7)) << 3) + ((l43 * 8) & 7)] = make_uint4(0u, 0u, 0u, 0u);
                                             } else {
                                                 #pragma unroll
                                                 for (int q = 0; q < 8; q++) {
-                                                    ((unsigned short*)(dt_smem + 15232 + wr17 * 2176))[l42 * 136 + (l43 * 8 + q)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                                    ((unsigned short*)(dt_smem + 16384 + wr17 * 4096))[l42 * 128 + ((((l43 * 8 + q) >> 3) ^ (l42 & 7)) << 3) + ((l43 * 8 + q) & 7)] = ((unsigned)(o33 + l42) < (unsigned)s3 && (unsigned)(o4 + (l43 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l40) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l41) * (unsigned)args.input_strides[2][1] + (unsigned)(o33 + l42) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l43 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                                 }
                                             }
                                         }
@@ -5805,47 +5814,49 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                             }
                             dt_cp_async_commit();
                             /* rdot accumulator */
-                            float acc1[16];
+                            float acc1[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
+                            for (int r = 0; r < 32; r++) {
                                 acc1[r] = 0e0f;
                             }
                             /* v0: loaded by the dot that reads it (staged in shared memory) */
                             /* v1: loaded by the dot that reads it (staged in shared memory) */
-                            /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + ((tid >> 5) / 1 * 16 + (lane & 15)) * 256;
+                                const int fau = (lane >> 4);
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 8192 + rd16 * 4096)) + ((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 256;
+                                const int fbu = ((lane >> 3) & 1);
                                 #pragma unroll
                                 for (int kk = 0; kk < 128; kk += 16) {
-                                    unsigned fa[1][4], fb[4][2];
+                                    unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 16) * 256 + (((fau + ((kk / 16) * 2)) ^ (lane & 7)) << 4));
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8) * 256 + (((fbu + ((kk / 16) * 2)) ^ (lane & 7)) << 4));
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
-                                        for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                        for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
                                     }
                                 }
                             }
                             /* acc1 += v2: accumulated by the tensor-core dot above */
-                            float v3[16];
+                            float v3[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
+                            for (int r = 0; r < 32; r++) {
                                 v3[r] = acc1[r];
                             }
-                            float v6[16];
+                            float v6[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
+                            for (int r = 0; r < 32; r++) {
                                 v6[r] = (v3[r] * v5[0]);
                             }
-                            float v7[16];
+                            float v7[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int l59 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 32; r++) {
+                                const int l59 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v7[r] = ((unsigned)(o15 + l59) < (unsigned)s3) ? v6[r] : (-INFINITY);
                             }
                             float v8[2];
@@ -5855,7 +5866,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                 #pragma unroll
-                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -5912,20 +5923,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                             for (int r = 0; r < 2; r++) {
                                 acc3[r] = v48[r];
                             }
-                            float v18[16];
+                            float v18[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                v18[r] = (v6[r] - v44[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                            for (int r = 0; r < 32; r++) {
+                                v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                             }
-                            float v19[16];
+                            float v19[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
+                            for (int r = 0; r < 32; r++) {
                                 v19[r] = dt_fast_exp(v18[r]);
                             }
-                            float v20[16];
+                            float v20[32];
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int l101 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                            for (int r = 0; r < 32; r++) {
+                                const int l101 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                 v20[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v19[r] : 0e0f;
                             }
                             float v21[2];
@@ -5935,7 +5946,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                 #pragma unroll
-                                for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                 #pragma unroll
                                 for (int s = 0; s < 2; s++) {
                                     #pragma unroll
@@ -5963,23 +5974,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                 acc6[r] = v50[r];
                             }
                             /* v34: loaded by the dot that reads it (staged in shared memory) */
-                            /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                            /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 16384 + rd16 * 4096)) + ((lane & 15)) * 256;
+                                const int fbu = (tid >> 5) % 1 * 128 / 8 + (lane >> 4);
                                 #pragma unroll
-                                for (int kk = 0; kk < 32; kk += 16) {
+                                for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
-                                        const int f = (i * 4 + kk / 8) * 4;
+                                        const int f = (i * 8 + kk / 8) * 4;
                                         fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
                                         fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
                                         fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
                                         fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((kk / 16) * 16) * 256 + (((fbu + (j * 1)) ^ (lane & 7)) << 4));
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -5988,8 +6000,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                 }
                             }
                             /* acc6 += v35: accumulated by the tensor-core dot above */
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                         }
                         dt_cp_async_wait<0>();
                         __syncthreads();
@@ -6278,15 +6290,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                             /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 128; kk += 16) {
                                     unsigned fa[1][4], fb[4][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 136 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 136 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -6434,7 +6446,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                             /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 32; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
@@ -6447,7 +6459,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                                         fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -6746,15 +6758,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                             /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 128; kk += 16) {
                                     unsigned fa[1][4], fb[4][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 136 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 136 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -6902,7 +6914,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                             /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 32; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
@@ -6915,7 +6927,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                                         fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -7214,15 +7226,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                             /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 128; kk += 16) {
                                     unsigned fa[1][4], fb[4][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 136 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 136 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -7370,7 +7382,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                             /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 32; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
@@ -7383,7 +7395,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                                         fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -7682,15 +7694,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                             /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 128; kk += 16) {
                                     unsigned fa[1][4], fb[4][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 2176 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 136 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 1088 + kk) * 2);
+                                    for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 136 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -7838,7 +7850,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                             /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 32; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
@@ -7851,7 +7863,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                                         fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -8044,15 +8056,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                             /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -8222,7 +8234,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -8235,7 +8247,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                                     fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
                                 }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
@@ -8423,15 +8435,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                             /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -8601,7 +8613,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -8614,7 +8626,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                                     fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
                                 }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
@@ -8802,15 +8814,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                             /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -8980,7 +8992,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -8993,7 +9005,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                                     fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
                                 }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
@@ -9181,15 +9193,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                             /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -9359,7 +9371,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -9372,7 +9384,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                                     fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
                                 }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
@@ -10361,15 +10373,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                             /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -10544,7 +10556,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -10557,7 +10569,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                                     fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
                                 }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
@@ -10766,15 +10778,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                             /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -10949,7 +10961,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -10962,7 +10974,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                                     fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
                                 }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
@@ -11171,15 +11183,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                             /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -11354,7 +11366,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -11367,7 +11379,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                                     fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
                                 }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
@@ -11576,15 +11588,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                             /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 8) * 2;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + ((lane >> 3) & 1) * 8) * 2;
+                                const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[8][2];
                                     #pragma unroll
-                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 1152 + kk) * 2);
+                                    for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 576 + kk) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -11759,7 +11771,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + ((lane & 15) * 136 + (tid >> 5) % 1 * 128 + (lane >> 4) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -11772,7 +11784,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                                     fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
                                 }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll

@@ -2191,7 +2191,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
     }
 }
 
-/* kernel attention_128 for f16: grid block(b:1, h:1, i:128, e:128); 512 threads, 43520 bytes of shared memory */
+/* kernel attention_128 for f16: grid block(b:1, h:1, i:128, e:128); 512 threads, 52224 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2275,12 +2275,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                     for (int r = 0; r < 4; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
-                    for (long long o15 = 0; o15 < s3; o15 += 32) {
+                    /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
+                    for (long long o15 = 0; o15 < s3; o15 += 64) {
                         /* rdot accumulator */
-                        float acc1[8];
+                        float acc1[16];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
+                        for (int r = 0; r < 16; r++) {
                             acc1[r] = 0e0f;
                         }
                         /* v0: loaded by the dot that reads it (staged in shared memory) */
@@ -2314,12 +2314,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                         {
                             const bool vec25 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 1; r++) {
+                            for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l26 = (int)((unsigned)e / 512u % 1u);
-                                    const int l27 = (int)((unsigned)e / 512u % 1u);
-                                    const int l28 = (int)((unsigned)e / 16u % 32u);
+                                    const int l26 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l27 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l28 = (int)((unsigned)e / 16u % 64u);
                                     const int l29 = (int)((unsigned)e / 1u % 16u);
                                     if (vec25 && (unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l28 * 136 + (l29 * 8)], &in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8)) * (unsigned)args.input_strides[1][3]]);
@@ -2335,40 +2335,40 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:128, j:32] over d:128 by 8 x 1 wavefronts of 1 x 2 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, j:64] over d:128 by 8 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
                             const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 8704) + ((tid >> 6) % 1 * 32 + (lane & 15)) * 136 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 8704) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 136 + (lane >> 4) * 4;
                             #pragma unroll
                             for (int kk = 0; kk < 128; kk += 16) {
-                                unsigned fa[1][2], fb[2][2];
+                                unsigned fa[1][2], fb[4][2];
                                 #pragma unroll
                                 for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 2176 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 2176 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                for (int fbi = 0; fbi < 4; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 2176 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_f16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 4; j++) dt_mfma_16x16x16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc1 += v2: accumulated by the tensor-core dot above */
-                        float v3[8];
+                        float v3[16];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
+                        for (int r = 0; r < 16; r++) {
                             v3[r] = acc1[r];
                         }
-                        float v6[8];
+                        float v6[16];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
+                        for (int r = 0; r < 16; r++) {
                             v6[r] = (v3[r] * v5[0]);
                         }
-                        float v7[8];
+                        float v7[16];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int l41 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        for (int r = 0; r < 16; r++) {
+                            const int l41 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v7[r] = ((unsigned)(o15 + l41) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
                         float v8[4];
@@ -2378,7 +2378,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
@@ -2435,20 +2435,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                         for (int r = 0; r < 4; r++) {
                             acc3[r] = v48[r];
                         }
-                        float v18[8];
+                        float v18[16];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            v18[r] = (v6[r] - v44[(r >> 2) / 2 * 4 + (r & 3)]);
+                        for (int r = 0; r < 16; r++) {
+                            v18[r] = (v6[r] - v44[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
-                        float v19[8];
+                        float v19[16];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
+                        for (int r = 0; r < 16; r++) {
                             v19[r] = dt_fast_exp(v18[r]);
                         }
-                        float v20[8];
+                        float v20[16];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int l83 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        for (int r = 0; r < 16; r++) {
+                            const int l83 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v20[r] = ((unsigned)(o15 + l83) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[4];
@@ -2458,7 +2458,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
@@ -2488,21 +2488,21 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                         /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int l101 = (tid >> 6) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l102 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l101 * 40 + l102] = dt_f32_to_f16(v20[r]);
+                        for (int r = 0; r < 16; r++) {
+                            const int l101 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l102 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l101 * 72 + l102] = dt_f32_to_f16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec103 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 1; r++) {
+                            for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l104 = (int)((unsigned)e / 512u % 1u);
-                                    const int l105 = (int)((unsigned)e / 512u % 1u);
-                                    const int l106 = (int)((unsigned)e / 16u % 32u);
+                                    const int l104 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l105 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l106 = (int)((unsigned)e / 16u % 64u);
                                     const int l107 = (int)((unsigned)e / 1u % 16u);
                                     if (vec103 && (unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + 7)) < (unsigned)s4) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l106 * 136 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
@@ -2518,16 +2518,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:128, e:128] over j:32 by 8 x 1 wavefronts of 1 x 8 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, e:128] over j:64 by 8 x 1 wavefronts of 1 x 8 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
                             const unsigned short* fb0 = (const unsigned short*)(dt_smem + 8704) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 1 * 128 + (lane & 15);
                             #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
+                            for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][2], fb[8][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
                                 for (int fbi = 0; fbi < 8; fbi++) {
                                     const unsigned short* q = fb0 + fbi * 16 + kk * 136;
@@ -2572,7 +2572,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
     }
 }
 
-/* kernel attention_128 for bf16: grid block(b:1, h:1, i:128, e:128); 512 threads, 43520 bytes of shared memory */
+/* kernel attention_128 for bf16: grid block(b:1, h:1, i:128, e:128); 512 threads, 52224 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -2656,12 +2656,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                     for (int r = 0; r < 4; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_128.tensorize(j:32) num_stages(3) + rsum attention_128.tensorize(j:32) num_stages(3) + rdot attention_128.tensorize(j:32) num_stages(3), online */
-                    for (long long o15 = 0; o15 < s3; o15 += 32) {
+                    /* rmax attention_128.tensorize(j:64) num_stages(2) + rsum attention_128.tensorize(j:64) num_stages(2) + rdot attention_128.tensorize(j:64) num_stages(2), online */
+                    for (long long o15 = 0; o15 < s3; o15 += 64) {
                         /* rdot accumulator */
-                        float acc1[8];
+                        float acc1[16];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
+                        for (int r = 0; r < 16; r++) {
                             acc1[r] = 0e0f;
                         }
                         /* v0: loaded by the dot that reads it (staged in shared memory) */
@@ -2695,12 +2695,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                         {
                             const bool vec25 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 7) == 0 && (args.input_strides[1][1] & 7) == 0 && (args.input_strides[1][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 1; r++) {
+                            for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l26 = (int)((unsigned)e / 512u % 1u);
-                                    const int l27 = (int)((unsigned)e / 512u % 1u);
-                                    const int l28 = (int)((unsigned)e / 16u % 32u);
+                                    const int l26 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l27 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l28 = (int)((unsigned)e / 16u % 64u);
                                     const int l29 = (int)((unsigned)e / 1u % 16u);
                                     if (vec25 && (unsigned)(o15 + l28) < (unsigned)s3 && (unsigned)(0 + (l29 * 8 + 7)) < (unsigned)s5) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l28 * 136 + (l29 * 8)], &in1[(unsigned)(o1 + l26) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l27) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l28) * (unsigned)args.input_strides[1][2] + (unsigned)(0 + (l29 * 8)) * (unsigned)args.input_strides[1][3]]);
@@ -2716,40 +2716,40 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:128, j:32] over d:128 by 8 x 1 wavefronts of 1 x 2 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, j:64] over d:128 by 8 x 1 wavefronts of 1 x 4 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
                             const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 136 + (lane >> 4) * 4;
-                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 8704) + ((tid >> 6) % 1 * 32 + (lane & 15)) * 136 + (lane >> 4) * 4;
+                            const unsigned short* fb0 = (const unsigned short*)(dt_smem + 8704) + ((tid >> 6) % 1 * 64 + (lane & 15)) * 136 + (lane >> 4) * 4;
                             #pragma unroll
                             for (int kk = 0; kk < 128; kk += 16) {
-                                unsigned fa[1][2], fb[2][2];
+                                unsigned fa[1][2], fb[4][2];
                                 #pragma unroll
                                 for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 2176 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
-                                for (int fbi = 0; fbi < 2; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 2176 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
+                                for (int fbi = 0; fbi < 4; fbi++) { const uint2 w = *(const uint2*)(fb0 + fbi * 2176 + kk * 1); fb[fbi][0] = w.x; fb[fbi][1] = w.y; }
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
-                                    for (int j = 0; j < 2; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 2 + j) * 4], fa[i], fb[j]);
+                                    for (int j = 0; j < 4; j++) dt_mfma_16x16x16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
                                 }
                             }
                         }
                         /* acc1 += v2: accumulated by the tensor-core dot above */
-                        float v3[8];
+                        float v3[16];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
+                        for (int r = 0; r < 16; r++) {
                             v3[r] = acc1[r];
                         }
-                        float v6[8];
+                        float v6[16];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
+                        for (int r = 0; r < 16; r++) {
                             v6[r] = (v3[r] * v5[0]);
                         }
-                        float v7[8];
+                        float v7[16];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int l41 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        for (int r = 0; r < 16; r++) {
+                            const int l41 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v7[r] = ((unsigned)(o15 + l41) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
                         float v8[4];
@@ -2759,7 +2759,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
@@ -2816,20 +2816,20 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                         for (int r = 0; r < 4; r++) {
                             acc3[r] = v48[r];
                         }
-                        float v18[8];
+                        float v18[16];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            v18[r] = (v6[r] - v44[(r >> 2) / 2 * 4 + (r & 3)]);
+                        for (int r = 0; r < 16; r++) {
+                            v18[r] = (v6[r] - v44[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
-                        float v19[8];
+                        float v19[16];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
+                        for (int r = 0; r < 16; r++) {
                             v19[r] = dt_fast_exp(v18[r]);
                         }
-                        float v20[8];
+                        float v20[16];
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int l83 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                        for (int r = 0; r < 16; r++) {
+                            const int l83 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
                             v20[r] = ((unsigned)(o15 + l83) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[4];
@@ -2839,7 +2839,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = 0e0f;
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = p[s] + v20[r]; }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
@@ -2869,21 +2869,21 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                         /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int l101 = (tid >> 6) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l102 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l101 * 40 + l102] = dt_f32_to_bf16(v20[r]);
+                        for (int r = 0; r < 16; r++) {
+                            const int l101 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l102 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l101 * 72 + l102] = dt_f32_to_bf16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
                             const bool vec103 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
-                            for (int r = 0; r < 1; r++) {
+                            for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l104 = (int)((unsigned)e / 512u % 1u);
-                                    const int l105 = (int)((unsigned)e / 512u % 1u);
-                                    const int l106 = (int)((unsigned)e / 16u % 32u);
+                                    const int l104 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l105 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l106 = (int)((unsigned)e / 16u % 64u);
                                     const int l107 = (int)((unsigned)e / 1u % 16u);
                                     if (vec103 && (unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + 7)) < (unsigned)s4) {
                                         dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l106 * 136 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
@@ -2899,16 +2899,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                             }
                         }
                         __syncthreads();
-                        /* rdot on matrix cores: [i:128, e:128] over j:32 by 8 x 1 wavefronts of 1 x 8 m16n16k16 fragments */
+                        /* rdot on matrix cores: [i:128, e:128] over j:64 by 8 x 1 wavefronts of 1 x 8 m16n16k16 fragments */
                         {
                             const int lane = tid & 63;
-                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 40 + (lane >> 4) * 4;
+                            const unsigned short* fa0 = (const unsigned short*)(dt_smem + 0) + ((tid >> 6) / 1 * 16 + (lane & 15)) * 72 + (lane >> 4) * 4;
                             const unsigned short* fb0 = (const unsigned short*)(dt_smem + 8704) + ((lane >> 4) * 4) * 136 + (tid >> 6) % 1 * 128 + (lane & 15);
                             #pragma unroll
-                            for (int kk = 0; kk < 32; kk += 16) {
+                            for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][2], fb[8][2];
                                 #pragma unroll
-                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 640 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
+                                for (int fai = 0; fai < 1; fai++) { const uint2 w = *(const uint2*)(fa0 + fai * 1152 + kk * 1); fa[fai][0] = w.x; fa[fai][1] = w.y; }
                                 #pragma unroll
                                 for (int fbi = 0; fbi < 8; fbi++) {
                                     const unsigned short* q = fb0 + fbi * 16 + kk * 136;

@@ -1547,15 +1547,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(DT_GRID_CONSTANT con
                     /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
                     {
                         const int lane = tid & 31;
-                        const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
-                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                        const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + ((lane >> 4)) * 8) * 2;
+                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 64 / 8 + (lane >> 4)) * 8) * 2;
                         #pragma unroll
                         for (int kk = 0; kk < 32; kk += 16) {
                             unsigned fa[4][4], fb[8][2];
                             #pragma unroll
-                            for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                            for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 40 + ((kk / 16) * 2) * 8) * 2);
                             #pragma unroll
-                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
                             #pragma unroll
                             for (int i = 0; i < 4; i++) {
                                 #pragma unroll
@@ -1731,15 +1731,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16_whole(DT_GRID_CONSTA
                     /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
                     {
                         const int lane = tid & 31;
-                        const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
-                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                        const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + ((lane >> 4)) * 8) * 2;
+                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 64 / 8 + (lane >> 4)) * 8) * 2;
                         #pragma unroll
                         for (int kk = 0; kk < 32; kk += 16) {
                             unsigned fa[4][4], fb[8][2];
                             #pragma unroll
-                            for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                            for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 40 + ((kk / 16) * 2) * 8) * 2);
                             #pragma unroll
-                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
                             #pragma unroll
                             for (int i = 0; i < 4; i++) {
                                 #pragma unroll
@@ -1917,15 +1917,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(DT_GRID_CONSTANT co
                     /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
                     {
                         const int lane = tid & 31;
-                        const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
-                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                        const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + ((lane >> 4)) * 8) * 2;
+                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 64 / 8 + (lane >> 4)) * 8) * 2;
                         #pragma unroll
                         for (int kk = 0; kk < 32; kk += 16) {
                             unsigned fa[4][4], fb[8][2];
                             #pragma unroll
-                            for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                            for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 40 + ((kk / 16) * 2) * 8) * 2);
                             #pragma unroll
-                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
                             #pragma unroll
                             for (int i = 0; i < 4; i++) {
                                 #pragma unroll
@@ -2101,15 +2101,15 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
                     /* rdot on tensor cores: [x:128, y:128] over k:32 by 2 x 2 warps of 4 x 8 m16n8k16 fragments */
                     {
                         const int lane = tid & 31;
-                        const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + (lane >> 4) * 8) * 2;
-                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + ((lane & 15) * 136 + (tid >> 5) % 2 * 64 + (lane >> 4) * 8) * 2;
+                        const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + ((lane >> 4)) * 8) * 2;
+                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 64 / 8 + (lane >> 4)) * 8) * 2;
                         #pragma unroll
                         for (int kk = 0; kk < 32; kk += 16) {
                             unsigned fa[4][4], fb[8][2];
                             #pragma unroll
-                            for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + (i * 640 + kk) * 2);
+                            for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 40 + ((kk / 16) * 2) * 8) * 2);
                             #pragma unroll
-                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (j * 8 + kk * 136) * 2);
+                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
                             #pragma unroll
                             for (int i = 0; i < 4; i++) {
                                 #pragma unroll
@@ -2136,386 +2136,6 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
                 const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
                 if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(unsigned*)(out + a) = dt_pack2_bf16(v3[r], v3[r + 1]);
                 else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_bf16(v3[r]);
-            }
-        }
-    }
-}
-
-/* kernel mm_16_f32 for f32: grid block(x:16, y:64) map(x:x1/8, y, x1); 64 threads, 44032 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64) dt_mm_16_f32_f32(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
-    extern __shared__ float dt_smem[];
-    (void)dt_smem;
-    const int tid = (int)threadIdx.x;
-    const long long s0 = args.sizes[0]; /* size of x */
-    const long long s1 = args.sizes[1]; /* size of y */
-    const long long s2 = args.sizes[2]; /* size of k */
-    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
-    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
-    float* __restrict__ out = (float*)args.output; /* mm_16_f32 */
-    const long long pid = (long long)blockIdx.x;
-    unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 16), 8));
-    const long long g0 = rest % n0; rest /= n0;
-    const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
-    const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
-    /* block(x:16) mm_16_f32.tensorize(x:16) */
-    for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
-        /* block(y:64) mm_16_f32.tensorize(y:64) */
-        for (long long o2 = b1 * 64; o2 < dt_min_ll(b1 * 64 + 64, s1); o2 += 64) {
-            /* rdot accumulator */
-            float acc0[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                acc0[r] = 0e0f;
-            }
-            /* rdot mm_16_f32.tensorize(k:32) num_stages(4) */
-            /* num_stages(4): the operands of the next 3 steps are copied (cp.async) while the dots work on this one */
-            {
-                __syncthreads();
-                int rd6 = 0, wr7 = 3;
-                for (int st = 0; st < 3; st++) {
-                    const long long o5 = (long long)st * 32;
-                    if (o5 < s2) {
-                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 2; r++) {
-                                const int e = tid + r * 64;
-                                (void)e; {
-                                    const int l9 = (int)((unsigned)e / 8u % 16u);
-                                    const int l10 = (int)((unsigned)e / 1u % 8u);
-                                    if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + 3)) < (unsigned)s2) {
-                                        dt_cp_async16(&((float*)((dt_smem + 0) + st * 576))[l9 * 36 + (l10 * 4)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4)) < (unsigned)s2)) {
-                                        *(uint4*)&((float*)((dt_smem + 0) + st * 576))[l9 * 36 + (l10 * 4)] = make_uint4(0u, 0u, 0u, 0u);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + st * 576))[l9 * 36 + (l10 * 4 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) {
-                                const int e = tid + r * 64;
-                                (void)e; {
-                                    const int l12 = (int)((unsigned)e / 16u % 32u);
-                                    const int l13 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + 3)) < (unsigned)s1) {
-                                        dt_cp_async16(&((float*)((dt_smem + 2304) + st * 2176))[l12 * 68 + (l13 * 4)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4)) < (unsigned)s1)) {
-                                        *(uint4*)&((float*)((dt_smem + 2304) + st * 2176))[l12 * 68 + (l13 * 4)] = make_uint4(0u, 0u, 0u, 0u);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 2304) + st * 2176))[l12 * 68 + (l13 * 4 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    dt_cp_async_commit();
-                }
-                for (long long o5 = 0; o5 < s2; o5 += 32) {
-                    /* wait for the copies of this step (buffer rd6), then start those 3 steps ahead (buffer wr7) */
-                    dt_cp_async_wait<2>();
-                    __syncthreads();
-                    const long long o14 = o5 + 96;
-                    if (o14 < s2) {
-                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 2; r++) {
-                                const int e = tid + r * 64;
-                                (void)e; {
-                                    const int l16 = (int)((unsigned)e / 8u % 16u);
-                                    const int l17 = (int)((unsigned)e / 1u % 8u);
-                                    if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + 3)) < (unsigned)s2) {
-                                        dt_cp_async16(&((float*)((dt_smem + 0) + wr7 * 576))[l16 * 36 + (l17 * 4)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4)) < (unsigned)s2)) {
-                                        *(uint4*)&((float*)((dt_smem + 0) + wr7 * 576))[l16 * 36 + (l17 * 4)] = make_uint4(0u, 0u, 0u, 0u);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + wr7 * 576))[l16 * 36 + (l17 * 4 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) {
-                                const int e = tid + r * 64;
-                                (void)e; {
-                                    const int l19 = (int)((unsigned)e / 16u % 32u);
-                                    const int l20 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + 3)) < (unsigned)s1) {
-                                        dt_cp_async16(&((float*)((dt_smem + 2304) + wr7 * 2176))[l19 * 68 + (l20 * 4)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4)) < (unsigned)s1)) {
-                                        *(uint4*)&((float*)((dt_smem + 2304) + wr7 * 2176))[l19 * 68 + (l20 * 4)] = make_uint4(0u, 0u, 0u, 0u);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 2304) + wr7 * 2176))[l19 * 68 + (l20 * 4 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    dt_cp_async_commit();
-                    /* v0: loaded by the dot that reads it (staged in shared memory) */
-                    /* v1: loaded by the dot that reads it (staged in shared memory) */
-                    /* rdot on CUDA cores (fmaf): [x:16, y:64] over k:32 by 1 x 2 warps of 1 x 1 m16n32k4 fragments */
-                    {
-                        const int lane = tid & 31;
-                        const float* fa0 = (const float*)(((dt_smem + 0) + rd6 * 576) + ((tid >> 5) / 2 * 16 + (lane >> 3)) * 36);
-                        const float* fb0 = (const float*)(((dt_smem + 2304) + rd6 * 2176) + (tid >> 5) % 2 * 32 + (lane & 7) * 4);
-                        #pragma unroll
-                        for (int kk = 0; kk < 32; kk += 4) {
-                            float fa[1][16], fb[1][16];
-                            #pragma unroll
-                            for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 36 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
-                            #pragma unroll
-                            for (int j = 0; j < 1; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 68 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
-                            #pragma unroll
-                            for (int kq = 0; kq < 4; kq++)
-                            #pragma unroll
-                            for (int i = 0; i < 1; i++)
-                            #pragma unroll
-                            for (int j = 0; j < 1; j++)
-                            #pragma unroll
-                            for (int q = 0; q < 4; q++)
-                            #pragma unroll
-                            for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
-                        }
-                    }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
-                    rd6 = rd6 + 1 == 4 ? 0 : rd6 + 1;
-                    wr7 = wr7 + 1 == 4 ? 0 : wr7 + 1;
-                }
-                dt_cp_async_wait<0>();
-                __syncthreads();
-            }
-            float v3[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                v3[r] = acc0[r];
-            }
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int l23 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                const int l24 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1) out[(unsigned)(o1 + l23) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l24) * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r]);
-            }
-        }
-    }
-}
-
-/* kernel mm_16_f32 for f32: grid block(x:16, y:64) map(x:x1/8, y, x1); 64 threads, 44032 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(64) dt_mm_16_f32_f32_whole(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
-    extern __shared__ float dt_smem[];
-    (void)dt_smem;
-    const int tid = (int)threadIdx.x;
-    const long long s0 = args.sizes[0]; /* size of x */
-    const long long s1 = args.sizes[1]; /* size of y */
-    const long long s2 = args.sizes[2]; /* size of k */
-    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
-    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
-    float* __restrict__ out = (float*)args.output; /* mm_16_f32 */
-    const long long pid = (long long)blockIdx.x;
-    unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 16), 8));
-    const long long g0 = rest % n0; rest /= n0;
-    const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
-    const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
-    /* block(x:16) mm_16_f32.tensorize(x:16) */
-    for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
-        /* block(y:64) mm_16_f32.tensorize(y:64) */
-        for (long long o2 = b1 * 64; o2 < dt_min_ll(b1 * 64 + 64, s1); o2 += 64) {
-            /* rdot accumulator */
-            float acc0[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                acc0[r] = 0e0f;
-            }
-            /* rdot mm_16_f32.tensorize(k:32) num_stages(4) */
-            /* num_stages(4): the operands of the next 3 steps are copied (cp.async) while the dots work on this one */
-            {
-                __syncthreads();
-                int rd6 = 0, wr7 = 3;
-                for (int st = 0; st < 3; st++) {
-                    const long long o5 = (long long)st * 32;
-                    if (o5 < s2) {
-                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 2; r++) {
-                                const int e = tid + r * 64;
-                                (void)e; {
-                                    const int l9 = (int)((unsigned)e / 8u % 16u);
-                                    const int l10 = (int)((unsigned)e / 1u % 8u);
-                                    if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + 3)) < (unsigned)s2) {
-                                        dt_cp_async16(&((float*)((dt_smem + 0) + st * 576))[l9 * 36 + (l10 * 4)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4)) < (unsigned)s2)) {
-                                        *(uint4*)&((float*)((dt_smem + 0) + st * 576))[l9 * 36 + (l10 * 4)] = make_uint4(0u, 0u, 0u, 0u);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + st * 576))[l9 * 36 + (l10 * 4 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) {
-                                const int e = tid + r * 64;
-                                (void)e; {
-                                    const int l12 = (int)((unsigned)e / 16u % 32u);
-                                    const int l13 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + 3)) < (unsigned)s1) {
-                                        dt_cp_async16(&((float*)((dt_smem + 2304) + st * 2176))[l12 * 68 + (l13 * 4)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4)) < (unsigned)s1)) {
-                                        *(uint4*)&((float*)((dt_smem + 2304) + st * 2176))[l12 * 68 + (l13 * 4)] = make_uint4(0u, 0u, 0u, 0u);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 2304) + st * 2176))[l12 * 68 + (l13 * 4 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    dt_cp_async_commit();
-                }
-                for (long long o5 = 0; o5 < s2; o5 += 32) {
-                    /* wait for the copies of this step (buffer rd6), then start those 3 steps ahead (buffer wr7) */
-                    dt_cp_async_wait<2>();
-                    __syncthreads();
-                    const long long o14 = o5 + 96;
-                    if (o14 < s2) {
-                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 2; r++) {
-                                const int e = tid + r * 64;
-                                (void)e; {
-                                    const int l16 = (int)((unsigned)e / 8u % 16u);
-                                    const int l17 = (int)((unsigned)e / 1u % 8u);
-                                    if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + 3)) < (unsigned)s2) {
-                                        dt_cp_async16(&((float*)((dt_smem + 0) + wr7 * 576))[l16 * 36 + (l17 * 4)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4)) < (unsigned)s2)) {
-                                        *(uint4*)&((float*)((dt_smem + 0) + wr7 * 576))[l16 * 36 + (l17 * 4)] = make_uint4(0u, 0u, 0u, 0u);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + wr7 * 576))[l16 * 36 + (l17 * 4 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
-                        {
-                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
-                            #pragma unroll
-                            for (int r = 0; r < 8; r++) {
-                                const int e = tid + r * 64;
-                                (void)e; {
-                                    const int l19 = (int)((unsigned)e / 16u % 32u);
-                                    const int l20 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + 3)) < (unsigned)s1) {
-                                        dt_cp_async16(&((float*)((dt_smem + 2304) + wr7 * 2176))[l19 * 68 + (l20 * 4)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4)) < (unsigned)s1)) {
-                                        *(uint4*)&((float*)((dt_smem + 2304) + wr7 * 2176))[l19 * 68 + (l20 * 4)] = make_uint4(0u, 0u, 0u, 0u);
-                                    } else {
-                                        #pragma unroll
-                                        for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 2304) + wr7 * 2176))[l19 * 68 + (l20 * 4 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    dt_cp_async_commit();
-                    /* v0: loaded by the dot that reads it (staged in shared memory) */
-                    /* v1: loaded by the dot that reads it (staged in shared memory) */
-                    /* rdot on CUDA cores (fmaf): [x:16, y:64] over k:32 by 1 x 2 warps of 1 x 1 m16n32k4 fragments */
-                    {
-                        const int lane = tid & 31;
-                        const float* fa0 = (const float*)(((dt_smem + 0) + rd6 * 576) + ((tid >> 5) / 2 * 16 + (lane >> 3)) * 36);
-                        const float* fb0 = (const float*)(((dt_smem + 2304) + rd6 * 2176) + (tid >> 5) % 2 * 32 + (lane & 7) * 4);
-                        #pragma unroll
-                        for (int kk = 0; kk < 32; kk += 4) {
-                            float fa[1][16], fb[1][16];
-                            #pragma unroll
-                            for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 36 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
-                            #pragma unroll
-                            for (int j = 0; j < 1; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 68 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
-                            #pragma unroll
-                            for (int kq = 0; kq < 4; kq++)
-                            #pragma unroll
-                            for (int i = 0; i < 1; i++)
-                            #pragma unroll
-                            for (int j = 0; j < 1; j++)
-                            #pragma unroll
-                            for (int q = 0; q < 4; q++)
-                            #pragma unroll
-                            for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
-                        }
-                    }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
-                    rd6 = rd6 + 1 == 4 ? 0 : rd6 + 1;
-                    wr7 = wr7 + 1 == 4 ? 0 : wr7 + 1;
-                }
-                dt_cp_async_wait<0>();
-                __syncthreads();
-            }
-            float v3[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                v3[r] = acc0[r];
-            }
-            /* the fragments two adjacent columns at a time */
-            #pragma unroll
-            for (int r = 0; r < 16; r += 2) {
-                const int lr = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(float2*)(out + a) = make_float2(v3[r], v3[r + 1]);
-                else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
             }
         }
     }

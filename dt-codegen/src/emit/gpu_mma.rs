@@ -284,7 +284,6 @@ impl Emitter<'_> {
         let t = d.tile;
         let (fm, fn_) = t.frags();
         let suffix = self.dtype.name();
-        let (pa, pb) = (d.pitch(0), d.pitch(1));
         let (wrow, wcol) = (format!("(tid >> 5) / {} * {}", t.wn, t.rows / t.wm), format!("(tid >> 5) % {} * {}", t.wn, t.cols / t.wn));
         self.line("{");
         self.depth += 1;
@@ -293,32 +292,47 @@ impl Emitter<'_> {
         // which fills fragment registers in the order a0a1 (rows 0-7, k 0-7), a2a3 (rows 8-15),
         // a4a5 (k 8-15), a6a7 of A, and b0b1 (k 0-7), b2b3 (k 8-15) of two n8 fragments of B.
         // The .x2 form for a last odd B fragment uses the addresses of lanes 0-15 only.
-        // `f?0` is the lane's address at fragment 0 and k 0; `(fstride, kstride)` the element
-        // steps to the next fragment and along k.
-        let (fa0, a_steps, a_trans) = if d.trans(0) {
-            (format!("((lane & 7) + (lane >> 4) * 8) * {pa} + {wrow} + ((lane >> 3) & 1) * 8"), (16, pa), "_trans")
-        } else {
-            (format!("({wrow} + (lane & 15)) * {pa} + (lane >> 4) * 8"), (16 * pa, 1), "")
-        };
-        let (fb0, b_steps, b_trans) = if d.trans(1) {
-            (format!("(lane & 15) * {pb} + {wcol} + (lane >> 4) * 8"), (8, pb), "_trans")
-        } else {
-            (format!("({wcol} + (lane & 7) + (lane >> 4) * 8) * {pb} + ((lane >> 3) & 1) * 8"), (8 * pb, 1), "")
-        };
-        if !d.a_in_fragments {
-            let sa = self.buffer(d, 0, buf);
-            self.line(&format!("const unsigned fa0 = dt_smem_u32({sa}) + ({fa0}) * 2;"));
-        }
-        let sb = self.buffer(d, 1, buf);
-        self.line(&format!("const unsigned fb0 = dt_smem_u32({sb}) + ({fb0}) * 2;"));
-        let step = |f: &str, (fs, ks): (u32, u32)| {
-            let k = if ks == 1 { "kk".to_string() } else { format!("kk * {ks}") };
-            if f.is_empty() {
-                format!("{k} * 2")
-            } else {
-                format!("({f} * {fs} + {k}) * 2")
+        // Each operand's walk: the lane's staged line and 16-byte unit at fragment 0 and k 0,
+        // and the lines and units one fragment and one k16 step add. The eight lines of one
+        // matrix are consecutive from a multiple of 8, so a line's place among them is `lane & 7`
+        // (what a swizzled operand's units are XORed with).
+        let walk = |i: usize| -> ((String, String), (u32, u32), (u32, u32)) {
+            match (i, d.trans(i)) {
+                (0, true) => (("(lane & 7) + (lane >> 4) * 8".to_string(), format!("{wrow} / 8 + ((lane >> 3) & 1)")), (0, 2), (16, 0)),
+                (0, false) => ((format!("{wrow} + (lane & 15)"), "(lane >> 4)".to_string()), (16, 0), (0, 2)),
+                (_, true) => (("(lane & 15)".to_string(), format!("{wcol} / 8 + (lane >> 4)")), (0, 1), (16, 0)),
+                (_, false) => ((format!("{wcol} + (lane & 7) + (lane >> 4) * 8"), "((lane >> 3) & 1)".to_string()), (8, 0), (0, 2)),
             }
         };
+        let mut address = Vec::new();
+        for (i, name) in ["fa", "fb"].into_iter().enumerate() {
+            if i == 0 && d.a_in_fragments {
+                address.push(String::new());
+                continue;
+            }
+            let ((line0, unit0), (fl, fu), (kl, ku)) = walk(i);
+            let (pitch, smem) = (d.pitch(i), self.buffer(d, i, buf));
+            // `F` and `K` stand for the fragment index and the k16 step (kk / 16).
+            let sum = |terms: [(&str, u32); 2]| {
+                let t: Vec<String> = terms.iter().filter(|(_, n)| *n > 0).map(|(x, n)| format!("{x} * {n}")).collect();
+                if t.is_empty() {
+                    "0".to_string()
+                } else {
+                    format!("({})", t.join(" + "))
+                }
+            };
+            let (lines, units) = (sum([("F", fl), ("K", kl)]), sum([("F", fu), ("K", ku)]));
+            if d.swizzled(i) {
+                self.line(&format!("const unsigned {name}0 = dt_smem_u32({smem}) + ({line0}) * {};", pitch * 2));
+                self.line(&format!("const int {name}u = {unit0};"));
+                address.push(format!("{name}0 + {lines} * {} + ((({name}u + {units}) ^ (lane & 7)) << 4)", pitch * 2));
+            } else {
+                self.line(&format!("const unsigned {name}0 = dt_smem_u32({smem}) + (({line0}) * {pitch} + ({unit0}) * 8) * 2;"));
+                address.push(format!("{name}0 + ({lines} * {pitch} + {units} * 8) * 2"));
+            }
+        }
+        let at = |i: usize, f: &str| address[i].replace('F', f).replace('K', "(kk / 16)");
+        let (a_trans, b_trans) = (if d.trans(0) { "_trans" } else { "" }, if d.trans(1) { "_trans" } else { "" });
         self.line("#pragma unroll");
         self.line(&format!("for (int kk = 0; kk < {}; kk += 16) {{", d.depth));
         self.depth += 1;
@@ -328,21 +342,20 @@ impl Emitter<'_> {
             self.a_from_fragments(d, fm);
         } else {
             self.line(&format!(
-                "for (int i = 0; i < {fm}; i++) dt_ldmatrix_x4{a_trans}(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + {});",
-                step("i", a_steps)
+                "for (int i = 0; i < {fm}; i++) dt_ldmatrix_x4{a_trans}(fa[i][0], fa[i][1], fa[i][2], fa[i][3], {});",
+                at(0, "i")
             ));
         }
         if fn_ >= 2 {
             self.line("#pragma unroll");
             self.line(&format!(
-                "for (int j = 0; j + 1 < {fn_}; j += 2) dt_ldmatrix_x4{b_trans}(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + {});",
-                step("j", b_steps)
+                "for (int j = 0; j + 1 < {fn_}; j += 2) dt_ldmatrix_x4{b_trans}(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], {});",
+                at(1, "j")
             ));
         }
         if fn_ % 2 == 1 {
             let j = fn_ - 1;
-            let at = if j == 0 { step("", b_steps) } else { step(&j.to_string(), b_steps) };
-            self.line(&format!("dt_ldmatrix_x2{b_trans}(fb[{j}][0], fb[{j}][1], fb0 + {at});"));
+            self.line(&format!("dt_ldmatrix_x2{b_trans}(fb[{j}][0], fb[{j}][1], {});", at(1, &j.to_string())));
         }
         self.fragment_products(&format!("dt_mma_m16n8k16_{suffix}"), acc, fm, fn_);
         self.depth -= 1;
@@ -517,12 +530,14 @@ impl Emitter<'_> {
     /// Pipelined (`buf` given), into that buffer and with `cp.async`.
     fn stage(&mut self, d: &MmaDot, i: usize, buf: Option<&str>) {
         let v = if i == 0 { d.a } else { d.b };
-        let (rows, k, pitch) = (d.rows(i).0, d.k, d.pitch(i));
+        let (rows, k, pitch, swizzled) = (d.rows(i).0, d.k, d.pitch(i), d.swizzled(i));
         let at = move |l: &Lanes| {
-            if d.trans(i) {
-                format!("{} * {pitch} + {}", l.lane(k), l.lane(rows))
+            let (line, col) = if d.trans(i) { (l.lane(k), l.lane(rows)) } else { (l.lane(rows), l.lane(k)) };
+            if swizzled {
+                // 16-byte unit `col / 8` of the line at unit `col / 8 ^ line % 8`.
+                format!("{line} * {pitch} + ((({col} >> 3) ^ ({line} & 7)) << 3) + ({col} & 7)")
             } else {
-                format!("{} * {pitch} + {}", l.lane(rows), l.lane(k))
+                format!("{line} * {pitch} + {col}")
             }
         };
         let shape = self.k.value(v).shape.clone();

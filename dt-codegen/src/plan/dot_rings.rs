@@ -11,6 +11,7 @@
 //! more and no nested loop, whose every load is made by a tensor-core dot of the loop, each such
 //! dot copying both its operands or reading `a` from fragments ([`MmaDot::a_in_fragments`]). A
 //! loop around a single dot that is all it does is the plain pipeline's (`layouts::pipeline`).
+//! The operands' lines are padded where the rings fit so, else swizzled ([`MmaDot::swizzle`]):
 //! S is lowered until the rings fit in [`RING_BYTES`]; a loop whose rings do not fit with two
 //! stages runs unpipelined.
 
@@ -54,17 +55,26 @@ pub(crate) fn plan_rings(stmts: &[Stmt], p: &mut Plan) {
             continue;
         }
         let held = |d: &MmaDot, i: usize| d.direct[i].as_ref().is_some_and(|load| !load.axes.contains(&l.dim));
-        let words = |stages: u32| -> usize {
+        let words = |stages: u32, swizzle: bool| -> usize {
             dots.iter()
                 .filter_map(|v| p.dot(*v))
-                .flat_map(|d| (0..2).filter(|i| d.direct[*i].is_some()).map(move |i| (d, i)))
-                .map(|(d, i)| d.buffer_words(i) * if held(d, i) { 1 } else { stages as usize })
+                .map(|d| {
+                    let d = swizzled(d, swizzle);
+                    (0..2)
+                        .filter(|i| d.direct[*i].is_some())
+                        .map(|i| d.buffer_words(i) * if held(&d, i) { 1 } else { stages as usize })
+                        .sum::<usize>()
+                })
                 .sum()
         };
-        let Some(stages) = (2..=l.stages).rev().find(|s| (p.ring_words + words(*s)) * 4 <= RING_BYTES) else { continue };
+        // The most stages that fit, padded where that fits, else swizzled.
+        let fits = |stages: u32, swizzle: bool| (p.ring_words + words(stages, swizzle)) * 4 <= RING_BYTES;
+        let choice = (2..=l.stages).rev().find_map(|s| [false, true].into_iter().find(|sw| fits(s, *sw)).map(|sw| (s, sw)));
+        let Some((stages, swizzle)) = choice else { continue };
         for v in dots {
             let start = p.ring_words;
             let Some((_, d)) = p.dots.iter_mut().find(|(x, _)| *x == v) else { continue };
+            *d = swizzled(d, swizzle);
             let mut ring = RingBuffers { at: [None, None], held: [false, false], stages };
             let mut next = start;
             for i in 0..2 {
@@ -79,4 +89,13 @@ pub(crate) fn plan_rings(stmts: &[Stmt], p: &mut Plan) {
             p.ring_words = next;
         }
     }
+}
+
+/// `d` with every operand that can be swizzled swizzled, when `swizzle`.
+fn swizzled(d: &MmaDot, swizzle: bool) -> MmaDot {
+    let mut d = d.clone();
+    for i in 0..2 {
+        d.swizzle[i] = swizzle && d.can_swizzle(i);
+    }
+    d
 }

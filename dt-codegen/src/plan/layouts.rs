@@ -260,6 +260,14 @@ pub(crate) struct MmaDot {
     /// (`super::dot_rings`): its operands' buffers there. `None`: staged where it stands (in
     /// slots 0 and 1), or pipelined alone (`stages`).
     pub ring: Option<RingBuffers>,
+    /// For `a` and `b`: whether the operand's lines are swizzled rather than padded. 16-byte
+    /// unit `u` of line `l` is stored at unit `u ^ (l % 8)`, so that the eight consecutive lines
+    /// an `ldmatrix` reads at one unit fall in distinct banks without padding, and the lines
+    /// take no more shared memory than their elements. Each fragment's XORed unit then takes a
+    /// register where a padded address is a constant offset (attention at d = 64 spilled when
+    /// swizzled), so `super::dot_rings` swizzles only the rings that do not fit padded
+    /// (attention's Q, K and V at d = 128 in steps of 64 keys).
+    pub swizzle: [bool; 2],
 }
 
 /// The buffers of a dot's operands in the rings of its loop (`super::dot_rings`): for operand
@@ -298,12 +306,35 @@ impl MmaDot {
         self.direct[i].as_ref().is_some_and(|l| l.axes.last() == Some(&self.rows(i).0))
     }
 
-    /// Elements per staged line of operand `i`: the line's length plus padding that makes the
-    /// pitch an odd number of 16-byte units, so that the eight lines an `ldmatrix` reads at once
-    /// (the four an `Fma` warp reads) fall in distinct banks, and every line starts 16-byte
-    /// aligned, as `ldmatrix` and 16-byte loads need.
+    /// Elements per line of operand `i` as staged.
+    fn line_len(&self, i: usize) -> u32 {
+        if self.trans(i) {
+            self.rows(i).1
+        } else {
+            self.depth
+        }
+    }
+
+    /// Whether operand `i`'s lines are swizzled rather than padded (see [`MmaDot::swizzle`]).
+    pub fn swizzled(&self, i: usize) -> bool {
+        self.swizzle[i]
+    }
+
+    /// Whether operand `i` can be swizzled: an `mma.sync` operand whose lines are whole
+    /// multiples of 128 bytes (64 elements), the eight units that an XOR with `line % 8` permutes.
+    pub fn can_swizzle(&self, i: usize) -> bool {
+        self.tile.isa == MatrixIsa::MmaSync && self.line_len(i).is_multiple_of(64)
+    }
+
+    /// Elements per staged line of operand `i`: a swizzled line's length, or the length plus
+    /// padding that makes the pitch an odd number of 16-byte units, so that the eight lines an
+    /// `ldmatrix` reads at once (the four an `Fma` warp reads) fall in distinct banks; every line
+    /// starts 16-byte aligned, as `ldmatrix` and 16-byte loads need.
     pub fn pitch(&self, i: usize) -> u32 {
-        let len = if self.trans(i) { self.rows(i).1 } else { self.depth };
+        let len = self.line_len(i);
+        if self.swizzled(i) {
+            return len;
+        }
         let unit = 16 / self.tile.isa.operand_bytes();
         if (len / unit).is_multiple_of(2) {
             len + unit
@@ -435,6 +466,7 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
                         wgmma: true,
                         a_in_fragments: false,
                         ring: None,
+                        swizzle: [false, false],
                     };
                     p.values[id.0 as usize] = RegLayout::Mma(tile);
                     p.dots.push((*id, d));
@@ -757,6 +789,7 @@ fn geometry(k: &Kernel, isa: MatrixIsa, warps: u32, id: ValueId, a: ValueId, b: 
         wgmma: false,
         a_in_fragments: false,
         ring: None,
+        swizzle: [false, false],
     })
 }
 
@@ -885,7 +918,8 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
                 Some(r) => format!(", a ring of {} buffers (cp.async, num_stages)", r.stages),
                 None => String::new(),
             };
-            let _ = writeln!(out, "    {name}      %{}: {from}, staged {lines}, lines of {} elements{ring}", v.0, d.pitch(i));
+            let swizzled = if d.swizzled(i) { " (swizzled)" } else { "" };
+            let _ = writeln!(out, "    {name}      %{}: {from}, staged {lines}, lines of {} elements{swizzled}{ring}", v.0, d.pitch(i));
         }
         if d.stages > 1 {
             let _ = writeln!(out, "    pipeline  {} buffers per operand, cp.async (num_stages)", d.stages);

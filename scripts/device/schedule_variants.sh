@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Times schedule variants of one size class of a library spec on the GPU machine, from the xtask
+# binary carried in .gpu/: each variant is a copy of the specs with some of the class's schedule
+# statements replaced, benched from its own directory (the bench compiles the specs of its
+# working directory), one after the other in one run.
+# Usage (from the repository root):
+#   OP=matmul SPEC=matmul CLASS=mm_128_f32 DTYPE=f32 VARIANTS='NAME|PRIM(ARGS); PRIM(ARGS)...
+#   NAME|...' [BASELINE=cublas] [EDIT='sed expression'] scripts/device/schedule_variants.sh SHAPE...
+# Each variant line names the variant and lists statements `PRIM(ARGS)` (block, tensorize,
+# num_warps, num_stages, ...): the class's statement of that primitive becomes `CLASS.PRIM(ARGS);`
+# (CLASS may list several classes, separated by spaces, to change them alike).
+# EDIT is applied to the spec of every variant too (to bound another class out of the way).
+# The rows go to stdout and each variant's JSON to $OUT.
+set -uo pipefail
+R=$PWD
+OUT=${OUT:-out}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+: "${OP:?}" "${SPEC:?}" "${CLASS:?}" "${DTYPE:?}" "${VARIANTS:?}"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+shape_args=()
+for s in "$@"; do shape_args+=(--shape "$s"); done
+while IFS="|" read -r name statements; do
+  [ -n "$name" ] || continue
+  dir=/tmp/schedule_variants/${CLASS// /+}/$name
+  rm -rf "$dir" && mkdir -p "$dir/dt-kernels" && cp -r "$R/bench" "$dir/" && cp -r "$R/dt-kernels/specs" "$dir/dt-kernels/"
+  spec=$dir/dt-kernels/specs/$SPEC.dt
+  IFS=";" read -ra stmts <<<"$statements"
+  for st in "${stmts[@]}"; do
+    st=$(echo "$st" | sed 's/^ *//; s/ *$//')
+    [ -n "$st" ] || continue
+    prim=${st%%(*}
+    for class in $CLASS; do
+      grep -q "^$class\.$prim(" "$spec" || { echo "$name: $class has no $prim statement"; continue 3; }
+      sed -i "s/^$class\.$prim(.*/$class.$st;/" "$spec"
+    done
+  done
+  [ -z "${EDIT:-}" ] || sed -i "$EDIT" "$spec"
+  echo "=== $CLASS $name: $(for class in $CLASS; do grep "^$class\." "$spec" | grep -v compile; done | tr '\n' ' ')"
+  (cd "$dir" && timeout "${T_VARIANT:-90}" "$R/.gpu/xtask" bench --op "$OP" --dtype "$DTYPE" --baseline "${BASELINE:-none}" --budget 0.5 "${shape_args[@]}" \
+    --json "$OUT/${CLASS// /+}_$name.json" 2>&1 | grep -E "^\| $OP|rror")
+done <<<"$VARIANTS"
