@@ -9569,7 +9569,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
                                 }
                             }
                             __syncthreads();
-                            /* rdot on CUDA cores (fmaf): [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 2 m16n32k4 fragments */
+                            /* rdot on the vector units (fmaf): [i:64, j:64] over d:64 by 4 x 1 groups of 32 lanes of 1 x 2 m16n32k4 fragments */
                             {
                                 const int lane = tid & 31;
                                 const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 68);
@@ -9758,7 +9758,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
                             }
                         }
                         __syncthreads();
-                        /* rdot on CUDA cores (fmaf): [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 4 m16n32k4 fragments */
+                        /* rdot on the vector units (fmaf): [i:64, e:128] over j:64 by 4 x 1 groups of 32 lanes of 1 x 4 m16n32k4 fragments */
                         {
                             const int lane = tid & 31;
                             const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 68);
@@ -9959,7 +9959,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID
                                 }
                             }
                             __syncthreads();
-                            /* rdot on CUDA cores (fmaf): [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 2 m16n32k4 fragments */
+                            /* rdot on the vector units (fmaf): [i:64, j:64] over d:64 by 4 x 1 groups of 32 lanes of 1 x 2 m16n32k4 fragments */
                             {
                                 const int lane = tid & 31;
                                 const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 68);
@@ -10148,7 +10148,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID
                             }
                         }
                         __syncthreads();
-                        /* rdot on CUDA cores (fmaf): [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 4 m16n32k4 fragments */
+                        /* rdot on the vector units (fmaf): [i:64, e:128] over j:64 by 4 x 1 groups of 32 lanes of 1 x 4 m16n32k4 fragments */
                         {
                             const int lane = tid & 31;
                             const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 68);
@@ -11990,7 +11990,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                                 }
                             }
                             __syncthreads();
-                            /* rdot on CUDA cores (fmaf): [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 2 m16n32k4 fragments */
+                            /* rdot on the vector units (fmaf): [i:64, j:64] over d:64 by 4 x 1 groups of 32 lanes of 1 x 2 m16n32k4 fragments */
                             {
                                 const int lane = tid & 31;
                                 const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 68);
@@ -12184,7 +12184,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                             }
                         }
                         __syncthreads();
-                        /* rdot on CUDA cores (fmaf): [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 4 m16n32k4 fragments */
+                        /* rdot on the vector units (fmaf): [i:64, e:128] over j:64 by 4 x 1 groups of 32 lanes of 1 x 4 m16n32k4 fragments */
                         {
                             const int lane = tid & 31;
                             const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 68);
@@ -12406,7 +12406,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                                 }
                             }
                             __syncthreads();
-                            /* rdot on CUDA cores (fmaf): [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 2 m16n32k4 fragments */
+                            /* rdot on the vector units (fmaf): [i:64, j:64] over d:64 by 4 x 1 groups of 32 lanes of 1 x 2 m16n32k4 fragments */
                             {
                                 const int lane = tid & 31;
                                 const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 68);
@@ -12600,7 +12600,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                             }
                         }
                         __syncthreads();
-                        /* rdot on CUDA cores (fmaf): [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 4 m16n32k4 fragments */
+                        /* rdot on the vector units (fmaf): [i:64, e:128] over j:64 by 4 x 1 groups of 32 lanes of 1 x 4 m16n32k4 fragments */
                         {
                             const int lane = tid & 31;
                             const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 68);

@@ -4535,7 +4535,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
     }
 }
 
-/* kernel attention for f32: grid block(b:1, h:1, i:64, e:128); 256 threads, 49152 bytes of shared memory */
+/* kernel attention for f32: grid block(b:1, h:1, i:64, e:128); 256 threads, 51200 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -4605,10 +4605,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                     float acc6[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc6[r] = 0e0f;
-                        }
+                        acc6[r] = 0e0f;
                     }
                     /* rsum identity */
                     float acc3[1];
@@ -4634,137 +4631,130 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                         float acc1[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc1[r] = 0e0f;
-                            }
+                            acc1[r] = 0e0f;
                         }
                         /* rdot attention.tensorize(d:64) */
                         for (long long o20 = 0; o20 < s5; o20 += 64) {
-                            float v0[16];
-                            #pragma unroll
-                            for (int c = 0; c < 4; c++) {
-                                const int e = (c * 256 + tid) * 4;
-                                const int l21 = (int)((unsigned)e / 4096u % 1u);
-                                const int l22 = (int)((unsigned)e / 4096u % 1u);
-                                const int l23 = (int)((unsigned)e / 64u % 64u);
-                                const int l24 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + l24) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in0 + a);
-                                    v0[c * 4 + 0] = __uint_as_float(q.x);
-                                    v0[c * 4 + 1] = __uint_as_float(q.y);
-                                    v0[c * 4 + 2] = __uint_as_float(q.z);
-                                    v0[c * 4 + 3] = __uint_as_float(q.w);
-                                } else {
-                                    v0[c * 4 + 0] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + l24) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v0[c * 4 + 1] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v0[c * 4 + 2] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v0[c * 4 + 3] = ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + (l24 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
+                            __syncthreads();
+                            /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec21 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 3) == 0 && (args.input_strides[0][1] & 3) == 0 && (args.input_strides[0][2] & 3) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    const int e = tid + r * 256;
+                                    (void)e; {
+                                        const int l22 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l23 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l24 = (int)((unsigned)e / 16u % 64u);
+                                        const int l25 = (int)((unsigned)e / 1u % 16u);
+                                        if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 4 + 3)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((float*)(dt_smem + 0))[l24 * 68 + (l25 * 4)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 4)) * (unsigned)args.input_strides[0][3]]);
+                                        } else if (!((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 4)) < (unsigned)s5)) {
+                                            *(uint4*)&((float*)(dt_smem + 0))[l24 * 68 + (l25 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 4; q++) {
+                                                ((float*)(dt_smem + 0))[l24 * 68 + (l25 * 4 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 4 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 4 + q)) * (unsigned)args.input_strides[0][3]] : 0.0f;
+                                            }
+                                        }
+                                    }
                                 }
                             }
-                            float v1[16];
-                            #pragma unroll
-                            for (int c = 0; c < 4; c++) {
-                                const int e = (c * 256 + tid) * 4;
-                                const int l25 = (int)((unsigned)e / 4096u % 1u);
-                                const int l26 = (int)((unsigned)e / 4096u % 1u);
-                                const int l27 = (int)((unsigned)e / 64u % 64u);
-                                const int l28 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l27) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + l28) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in1 + a);
-                                    v1[c * 4 + 0] = __uint_as_float(q.x);
-                                    v1[c * 4 + 1] = __uint_as_float(q.y);
-                                    v1[c * 4 + 2] = __uint_as_float(q.z);
-                                    v1[c * 4 + 3] = __uint_as_float(q.w);
-                                } else {
-                                    v1[c * 4 + 0] = ((unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + l28) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v1[c * 4 + 1] = ((unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v1[c * 4 + 2] = ((unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v1[c * 4 + 3] = ((unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + (l28 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                            /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec26 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 3) == 0 && (args.input_strides[1][1] & 3) == 0 && (args.input_strides[1][2] & 3) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    const int e = tid + r * 256;
+                                    (void)e; {
+                                        const int l27 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l28 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l29 = (int)((unsigned)e / 16u % 64u);
+                                        const int l30 = (int)((unsigned)e / 1u % 16u);
+                                        if (vec26 && (unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 4 + 3)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l29 * 68 + (l30 * 4)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 4)) * (unsigned)args.input_strides[1][3]]);
+                                        } else if (!((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 4)) < (unsigned)s5)) {
+                                            *(uint4*)&((float*)(dt_smem + 4352))[l29 * 68 + (l30 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 4; q++) {
+                                                ((float*)(dt_smem + 4352))[l29 * 68 + (l30 * 4 + q)] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 4 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 4 + q)) * (unsigned)args.input_strides[1][3]] : 0.0f;
+                                            }
+                                        }
+                                    }
                                 }
                             }
                             __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
-                            __syncthreads();
-                            float v2[16];
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                                (void)e; {
-                                    const int l29 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l30 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l31 = (int)((unsigned)e / 64u % 64u);
-                                    const int l32 = (int)((unsigned)e / 1u % 64u);
-                                    float a33 = 0.0f;
-                                    for (int q = 0; q < 64; q++) a33 = fmaf((dt_smem + 0)[l29 * 4096 + l30 * 4096 + l31 * 64 + q * 1], (dt_smem + 4096)[l29 * 4096 + l30 * 4096 + l32 * 64 + q * 1], a33);
-                                    v2[r] = a33;
+                            /* rdot on the vector units (fmaf): [i:64, j:64] over d:64 by 4 x 2 groups of 32 lanes of 1 x 1 m16n32k4 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 2 * 16 + (lane >> 3)) * 68);
+                                const float* fb0 = (const float*)((dt_smem + 4352) + ((tid >> 5) % 2 * 32 + (lane & 7) * 4) * 68);
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 4) {
+                                    float fa[1][16], fb[1][16];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 68 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                                    #pragma unroll
+                                    for (int j = 0; j < 1; j++) for (int c = 0; c < 4; c++) { const float4 w = *(const float4*)(fb0 + (j * 32 + c) * 68 + kk); fb[j][c] = w.x; fb[j][c + 4] = w.y; fb[j][c + 8] = w.z; fb[j][c + 12] = w.w; }
+                                    #pragma unroll
+                                    for (int kq = 0; kq < 4; kq++)
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++)
+                                    #pragma unroll
+                                    for (int j = 0; j < 1; j++)
+                                    #pragma unroll
+                                    for (int q = 0; q < 4; q++)
+                                    #pragma unroll
+                                    for (int c = 0; c < 4; c++) acc1[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc1[(i * 1 + j) * 16 + q * 4 + c]);
                                 }
                             }
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                                (void)e; {
-                                    acc1[r] = acc1[r] + v2[r];
-                                }
-                            }
+                            /* acc1 += v2: accumulated by the tensor-core dot above */
                         }
                         float v3[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v3[r] = acc1[r];
-                            }
+                            v3[r] = acc1[r];
                         }
                         float v6[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v6[r] = (v3[r] * v5[0]);
-                            }
+                            v6[r] = (v3[r] * v5[0]);
                         }
                         float v7[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l49 = (int)((unsigned)e / 1u % 64u);
-                                v7[r] = ((unsigned)(o15 + l49) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                            }
+                            const int l42 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v7[r]; }
-                        __syncthreads();
                         float v8[1];
-                        /* cooperative reduction: 4 threads per result */
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 2 warps per row; the warps along the columns meet in shared memory */
                         {
-                            const int j = tid / 4;
-                            const int q = tid % 4;
-                            float p = (-INFINITY);
-                            if (j < 64) {
-                                const int l50 = (j / 64) % 1;
-                                const int l51 = (j / 64) % 1;
-                                const int l52 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + i * 1]);
+                            float p[4];
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 4) / 1 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 8; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 8));
                             }
-                            for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            __syncthreads();
+                            if ((tid & 7) == 0) {
+                                #pragma unroll
+                                for (int s = 0; s < 4; s++) (dt_smem + 4352)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 16 + (s >> 2) * 16 + ((tid & 31) >> 3) + (s & 3) * 4] = p[s];
+                            }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                v8[r] = (dt_smem + 4096)[e];
+                                const int l45 = (int)((unsigned)e / 1u % 64u);
+                                v8[r] = fmaxf((dt_smem + 4352)[0 + l45], (dt_smem + 4352)[64 + l45]);
                             }
                         }
                         float v39[1];
@@ -4852,56 +4842,48 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                         float v18[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l86 = (int)((unsigned)e / 4096u % 1u);
-                                const int l87 = (int)((unsigned)e / 4096u % 1u);
-                                const int l88 = (int)((unsigned)e / 64u % 64u);
-                                v18[r] = (v6[r] - (dt_smem + 0)[l86 * 64 + l87 * 64 + l88]);
-                            }
+                            const int l76 = 0;
+                            const int l77 = 0;
+                            const int l78 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            v18[r] = (v6[r] - (dt_smem + 0)[l76 * 64 + l77 * 64 + l78]);
                         }
                         float v19[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v19[r] = expf(v18[r]);
-                            }
+                            v19[r] = expf(v18[r]);
                         }
                         float v20[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l97 = (int)((unsigned)e / 1u % 64u);
-                                v20[r] = ((unsigned)(o15 + l97) < (unsigned)s3) ? v19[r] : 0e0f;
-                            }
+                            const int l87 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v20[r]; }
-                        __syncthreads();
                         float v21[1];
-                        /* cooperative reduction: 4 threads per result */
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 2 warps per row; the warps along the columns meet in shared memory */
                         {
-                            const int j = tid / 4;
-                            const int q = tid % 4;
-                            float p = 0e0f;
-                            if (j < 64) {
-                                const int l98 = (j / 64) % 1;
-                                const int l99 = (j / 64) % 1;
-                                const int l100 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l98 * 4096 + l99 * 4096 + l100 * 64 + i * 1];
+                            float p[4];
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 4) / 1 * 4 + ((r >> 2) & 3); p[s] = p[s] + v20[r]; }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 8; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 8);
                             }
-                            for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            __syncthreads();
+                            if ((tid & 7) == 0) {
+                                #pragma unroll
+                                for (int s = 0; s < 4; s++) (dt_smem + 4352)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 16 + (s >> 2) * 16 + ((tid & 31) >> 3) + (s & 3) * 4] = p[s];
+                            }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                v21[r] = (dt_smem + 4096)[e];
+                                const int l90 = (int)((unsigned)e / 1u % 64u);
+                                v21[r] = (dt_smem + 4352)[0 + l90] + (dt_smem + 4352)[64 + l90];
                             }
                         }
                         #pragma unroll
@@ -4914,10 +4896,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                         float v49[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v49[r] = acc6[r];
-                            }
+                            v49[r] = acc6[r];
                         }
                         __syncthreads();
                         #pragma unroll
@@ -4926,62 +4905,73 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                         float v50[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l111 = (int)((unsigned)e / 8192u % 1u);
-                                const int l112 = (int)((unsigned)e / 8192u % 1u);
-                                const int l113 = (int)((unsigned)e / 128u % 64u);
-                                v50[r] = (v49[r] * (dt_smem + 0)[l111 * 64 + l112 * 64 + l113]);
-                            }
+                            const int l98 = 0;
+                            const int l99 = 0;
+                            const int l100 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            v50[r] = (v49[r] * (dt_smem + 0)[l98 * 64 + l99 * 64 + l100]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc6[r] = v50[r];
-                            }
+                            acc6[r] = v50[r];
                         }
-                        float v34[32];
+                        /* v34: loaded by the dot that reads it (staged in shared memory) */
+                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l119 = (int)((unsigned)e / 8192u % 1u);
-                                const int l120 = (int)((unsigned)e / 8192u % 1u);
-                                const int l121 = (int)((unsigned)e / 64u % 128u);
-                                const int l122 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + l121) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l122) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + l121) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                        for (int r = 0; r < 16; r++) {
+                            const int l108 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l109 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            ((float*)(dt_smem + 0))[l108 * 68 + l109] = (v20[r]);
+                        }
+                        /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 8; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l111 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l112 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l113 = (int)((unsigned)e / 32u % 64u);
+                                    const int l114 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4 + 3)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 4)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4)) < (unsigned)s4)) {
+                                        *(uint4*)&((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v20[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v34[r]; }
-                        __syncthreads();
-                        float v35[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l123 = (int)((unsigned)e / 8192u % 1u);
-                                const int l124 = (int)((unsigned)e / 8192u % 1u);
-                                const int l125 = (int)((unsigned)e / 128u % 64u);
-                                const int l126 = (int)((unsigned)e / 1u % 128u);
-                                float a127 = 0.0f;
-                                for (int q = 0; q < 64; q++) a127 = fmaf((dt_smem + 0)[l123 * 4096 + l124 * 4096 + l125 * 64 + q * 1], (dt_smem + 4096)[l123 * 8192 + l124 * 8192 + l126 * 64 + q * 1], a127);
-                                v35[r] = a127;
+                        /* rdot on the vector units (fmaf): [i:64, e:128] over j:64 by 2 x 4 groups of 32 lanes of 2 x 1 m16n32k4 fragments */
+                        {
+                            const int lane = tid & 31;
+                            const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 4 * 32 + (lane >> 3)) * 68);
+                            const float* fb0 = (const float*)((dt_smem + 4352) + (tid >> 5) % 4 * 32 + (lane & 7) * 4);
+                            #pragma unroll
+                            for (int kk = 0; kk < 64; kk += 4) {
+                                float fa[2][16], fb[1][16];
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 68 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                                #pragma unroll
+                                for (int j = 0; j < 1; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 132 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
+                                #pragma unroll
+                                for (int kq = 0; kq < 4; kq++)
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++)
+                                #pragma unroll
+                                for (int j = 0; j < 1; j++)
+                                #pragma unroll
+                                for (int q = 0; q < 4; q++)
+                                #pragma unroll
+                                for (int c = 0; c < 4; c++) acc6[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc6[(i * 1 + j) * 16 + q * 4 + c]);
                             }
                         }
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc6[r] = acc6[r] + v35[r];
-                            }
-                        }
+                        /* acc6 += v35: accumulated by the tensor-core dot above */
                     }
                     float v22[1];
                     #pragma unroll
@@ -4994,10 +4984,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                     float v36[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v36[r] = acc6[r];
-                        }
+                        v36[r] = acc6[r];
                     }
                     __syncthreads();
                     #pragma unroll
@@ -5006,30 +4993,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                     float v38[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l139 = (int)((unsigned)e / 8192u % 1u);
-                            const int l140 = (int)((unsigned)e / 8192u % 1u);
-                            const int l141 = (int)((unsigned)e / 128u % 64u);
-                            v38[r] = (v36[r] / (dt_smem + 0)[l139 * 64 + l140 * 64 + l141]);
-                        }
+                        const int l122 = 0;
+                        const int l123 = 0;
+                        const int l124 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                        v38[r] = (v36[r] / (dt_smem + 0)[l122 * 64 + l123 * 64 + l124]);
                     }
                     #pragma unroll
-                    for (int c = 0; c < 8; c++) {
-                        const int e = (c * 256 + tid) * 4;
-                        const int l143 = (int)((unsigned)e / 8192u % 1u);
-                        const int l144 = (int)((unsigned)e / 8192u % 1u);
-                        const int l145 = (int)((unsigned)e / 128u % 64u);
-                        const int l146 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l143) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l144) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l145) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l146) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + (l146 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
-                            *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
-                        } else {
-                            if ((unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + l146) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 0]);
-                            if ((unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + (l146 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 1]);
-                            if ((unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + (l146 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 2]);
-                            if ((unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + (l146 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[c * 4 + 3]);
-                        }
+                    for (int r = 0; r < 32; r++) {
+                        const int l126 = 0;
+                        const int l127 = 0;
+                        const int l128 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                        const int l129 = (tid >> 5) % 4 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                        if ((unsigned)(o3 + l128) < (unsigned)s2 && (unsigned)(o4 + l129) < (unsigned)s4) out[(unsigned)(o1 + l126) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l127) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l128) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l129) * (unsigned)args.output_strides[3]] = dt_store_f32(v38[r]);
                     }
                 }
             }
@@ -5037,7 +5012,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
     }
 }
 
-/* kernel attention for f32: grid block(b:1, h:1, i:64, e:128); 256 threads, 49152 bytes of shared memory */
+/* kernel attention for f32: grid block(b:1, h:1, i:64, e:128); 256 threads, 51200 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -5107,10 +5082,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                     float acc6[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc6[r] = 0e0f;
-                        }
+                        acc6[r] = 0e0f;
                     }
                     /* rsum identity */
                     float acc3[1];
@@ -5136,137 +5108,130 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                         float acc1[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc1[r] = 0e0f;
-                            }
+                            acc1[r] = 0e0f;
                         }
                         /* rdot attention.tensorize(d:64) */
                         for (long long o20 = 0; o20 < s5; o20 += 64) {
-                            float v0[16];
-                            #pragma unroll
-                            for (int c = 0; c < 4; c++) {
-                                const int e = (c * 256 + tid) * 4;
-                                const int l21 = (int)((unsigned)e / 4096u % 1u);
-                                const int l22 = (int)((unsigned)e / 4096u % 1u);
-                                const int l23 = (int)((unsigned)e / 64u % 64u);
-                                const int l24 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l21) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l22) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l23) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + l24) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)(o3 + l23) < (unsigned)s2 && (unsigned)(o20 + l24) < (unsigned)s5) {
-                                    const uint4 q = *(const uint4*)(in0 + a);
-                                    v0[c * 4 + 0] = __uint_as_float(q.x);
-                                    v0[c * 4 + 1] = __uint_as_float(q.y);
-                                    v0[c * 4 + 2] = __uint_as_float(q.z);
-                                    v0[c * 4 + 3] = __uint_as_float(q.w);
-                                } else {
-                                    v0[c * 4 + 0] = 0e0f;
-                                    v0[c * 4 + 1] = 0e0f;
-                                    v0[c * 4 + 2] = 0e0f;
-                                    v0[c * 4 + 3] = 0e0f;
+                            /* v0: loaded by the dot that reads it (staged in shared memory) */
+                            /* v1: loaded by the dot that reads it (staged in shared memory) */
+                            __syncthreads();
+                            /* v0: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec21 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 3) == 0 && (args.input_strides[0][1] & 3) == 0 && (args.input_strides[0][2] & 3) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    const int e = tid + r * 256;
+                                    (void)e; {
+                                        const int l22 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l23 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l24 = (int)((unsigned)e / 16u % 64u);
+                                        const int l25 = (int)((unsigned)e / 1u % 16u);
+                                        if (vec21 && (unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 4 + 3)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((float*)(dt_smem + 0))[l24 * 68 + (l25 * 4)], &in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 4)) * (unsigned)args.input_strides[0][3]]);
+                                        } else if (!((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 4)) < (unsigned)s5)) {
+                                            *(uint4*)&((float*)(dt_smem + 0))[l24 * 68 + (l25 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 4; q++) {
+                                                ((float*)(dt_smem + 0))[l24 * 68 + (l25 * 4 + q)] = ((unsigned)(o3 + l24) < (unsigned)s2 && (unsigned)(o20 + (l25 * 4 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l22) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l23) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l24) * (unsigned)args.input_strides[0][2] + (unsigned)(o20 + (l25 * 4 + q)) * (unsigned)args.input_strides[0][3]] : 0.0f;
+                                            }
+                                        }
+                                    }
                                 }
                             }
-                            float v1[16];
-                            #pragma unroll
-                            for (int c = 0; c < 4; c++) {
-                                const int e = (c * 256 + tid) * 4;
-                                const int l25 = (int)((unsigned)e / 4096u % 1u);
-                                const int l26 = (int)((unsigned)e / 4096u % 1u);
-                                const int l27 = (int)((unsigned)e / 64u % 64u);
-                                const int l28 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l26) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l27) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + l28) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)(o15 + l27) < (unsigned)s3 && (unsigned)(o20 + l28) < (unsigned)s5) {
-                                    const uint4 q = *(const uint4*)(in1 + a);
-                                    v1[c * 4 + 0] = __uint_as_float(q.x);
-                                    v1[c * 4 + 1] = __uint_as_float(q.y);
-                                    v1[c * 4 + 2] = __uint_as_float(q.z);
-                                    v1[c * 4 + 3] = __uint_as_float(q.w);
-                                } else {
-                                    v1[c * 4 + 0] = 0e0f;
-                                    v1[c * 4 + 1] = 0e0f;
-                                    v1[c * 4 + 2] = 0e0f;
-                                    v1[c * 4 + 3] = 0e0f;
+                            /* v1: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec26 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 3) == 0 && (args.input_strides[1][1] & 3) == 0 && (args.input_strides[1][2] & 3) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    const int e = tid + r * 256;
+                                    (void)e; {
+                                        const int l27 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l28 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l29 = (int)((unsigned)e / 16u % 64u);
+                                        const int l30 = (int)((unsigned)e / 1u % 16u);
+                                        if (vec26 && (unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 4 + 3)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l29 * 68 + (l30 * 4)], &in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 4)) * (unsigned)args.input_strides[1][3]]);
+                                        } else if (!((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 4)) < (unsigned)s5)) {
+                                            *(uint4*)&((float*)(dt_smem + 4352))[l29 * 68 + (l30 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 4; q++) {
+                                                ((float*)(dt_smem + 4352))[l29 * 68 + (l30 * 4 + q)] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o20 + (l30 * 4 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o20 + (l30 * 4 + q)) * (unsigned)args.input_strides[1][3]] : 0.0f;
+                                            }
+                                        }
+                                    }
                                 }
                             }
                             __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v1[r]; }
-                            __syncthreads();
-                            float v2[16];
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                                (void)e; {
-                                    const int l29 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l30 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l31 = (int)((unsigned)e / 64u % 64u);
-                                    const int l32 = (int)((unsigned)e / 1u % 64u);
-                                    float a33 = 0.0f;
-                                    for (int q = 0; q < 64; q++) a33 = fmaf((dt_smem + 0)[l29 * 4096 + l30 * 4096 + l31 * 64 + q * 1], (dt_smem + 4096)[l29 * 4096 + l30 * 4096 + l32 * 64 + q * 1], a33);
-                                    v2[r] = a33;
+                            /* rdot on the vector units (fmaf): [i:64, j:64] over d:64 by 4 x 2 groups of 32 lanes of 1 x 1 m16n32k4 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 2 * 16 + (lane >> 3)) * 68);
+                                const float* fb0 = (const float*)((dt_smem + 4352) + ((tid >> 5) % 2 * 32 + (lane & 7) * 4) * 68);
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 4) {
+                                    float fa[1][16], fb[1][16];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 68 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                                    #pragma unroll
+                                    for (int j = 0; j < 1; j++) for (int c = 0; c < 4; c++) { const float4 w = *(const float4*)(fb0 + (j * 32 + c) * 68 + kk); fb[j][c] = w.x; fb[j][c + 4] = w.y; fb[j][c + 8] = w.z; fb[j][c + 12] = w.w; }
+                                    #pragma unroll
+                                    for (int kq = 0; kq < 4; kq++)
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++)
+                                    #pragma unroll
+                                    for (int j = 0; j < 1; j++)
+                                    #pragma unroll
+                                    for (int q = 0; q < 4; q++)
+                                    #pragma unroll
+                                    for (int c = 0; c < 4; c++) acc1[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc1[(i * 1 + j) * 16 + q * 4 + c]);
                                 }
                             }
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                                (void)e; {
-                                    acc1[r] = acc1[r] + v2[r];
-                                }
-                            }
+                            /* acc1 += v2: accumulated by the tensor-core dot above */
                         }
                         float v3[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v3[r] = acc1[r];
-                            }
+                            v3[r] = acc1[r];
                         }
                         float v6[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v6[r] = (v3[r] * v5[0]);
-                            }
+                            v6[r] = (v3[r] * v5[0]);
                         }
                         float v7[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l49 = (int)((unsigned)e / 1u % 64u);
-                                v7[r] = ((unsigned)(o15 + l49) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                            }
+                            const int l42 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v7[r]; }
-                        __syncthreads();
                         float v8[1];
-                        /* cooperative reduction: 4 threads per result */
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 2 warps per row; the warps along the columns meet in shared memory */
                         {
-                            const int j = tid / 4;
-                            const int q = tid % 4;
-                            float p = (-INFINITY);
-                            if (j < 64) {
-                                const int l50 = (j / 64) % 1;
-                                const int l51 = (j / 64) % 1;
-                                const int l52 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l50 * 4096 + l51 * 4096 + l52 * 64 + i * 1]);
+                            float p[4];
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 4) / 1 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 8; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 8));
                             }
-                            for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            __syncthreads();
+                            if ((tid & 7) == 0) {
+                                #pragma unroll
+                                for (int s = 0; s < 4; s++) (dt_smem + 4352)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 16 + (s >> 2) * 16 + ((tid & 31) >> 3) + (s & 3) * 4] = p[s];
+                            }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                v8[r] = (dt_smem + 4096)[e];
+                                const int l45 = (int)((unsigned)e / 1u % 64u);
+                                v8[r] = fmaxf((dt_smem + 4352)[0 + l45], (dt_smem + 4352)[64 + l45]);
                             }
                         }
                         float v39[1];
@@ -5354,56 +5319,48 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                         float v18[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l86 = (int)((unsigned)e / 4096u % 1u);
-                                const int l87 = (int)((unsigned)e / 4096u % 1u);
-                                const int l88 = (int)((unsigned)e / 64u % 64u);
-                                v18[r] = (v6[r] - (dt_smem + 0)[l86 * 64 + l87 * 64 + l88]);
-                            }
+                            const int l76 = 0;
+                            const int l77 = 0;
+                            const int l78 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            v18[r] = (v6[r] - (dt_smem + 0)[l76 * 64 + l77 * 64 + l78]);
                         }
                         float v19[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v19[r] = expf(v18[r]);
-                            }
+                            v19[r] = expf(v18[r]);
                         }
                         float v20[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l97 = (int)((unsigned)e / 1u % 64u);
-                                v20[r] = ((unsigned)(o15 + l97) < (unsigned)s3) ? v19[r] : 0e0f;
-                            }
+                            const int l87 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v20[r]; }
-                        __syncthreads();
                         float v21[1];
-                        /* cooperative reduction: 4 threads per result */
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 2 warps per row; the warps along the columns meet in shared memory */
                         {
-                            const int j = tid / 4;
-                            const int q = tid % 4;
-                            float p = 0e0f;
-                            if (j < 64) {
-                                const int l98 = (j / 64) % 1;
-                                const int l99 = (j / 64) % 1;
-                                const int l100 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l98 * 4096 + l99 * 4096 + l100 * 64 + i * 1];
+                            float p[4];
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 4) / 1 * 4 + ((r >> 2) & 3); p[s] = p[s] + v20[r]; }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 8; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 8);
                             }
-                            for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            __syncthreads();
+                            if ((tid & 7) == 0) {
+                                #pragma unroll
+                                for (int s = 0; s < 4; s++) (dt_smem + 4352)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 16 + (s >> 2) * 16 + ((tid & 31) >> 3) + (s & 3) * 4] = p[s];
+                            }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                v21[r] = (dt_smem + 4096)[e];
+                                const int l90 = (int)((unsigned)e / 1u % 64u);
+                                v21[r] = (dt_smem + 4352)[0 + l90] + (dt_smem + 4352)[64 + l90];
                             }
                         }
                         #pragma unroll
@@ -5416,10 +5373,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                         float v49[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v49[r] = acc6[r];
-                            }
+                            v49[r] = acc6[r];
                         }
                         __syncthreads();
                         #pragma unroll
@@ -5428,62 +5382,73 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                         float v50[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l111 = (int)((unsigned)e / 8192u % 1u);
-                                const int l112 = (int)((unsigned)e / 8192u % 1u);
-                                const int l113 = (int)((unsigned)e / 128u % 64u);
-                                v50[r] = (v49[r] * (dt_smem + 0)[l111 * 64 + l112 * 64 + l113]);
-                            }
+                            const int l98 = 0;
+                            const int l99 = 0;
+                            const int l100 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            v50[r] = (v49[r] * (dt_smem + 0)[l98 * 64 + l99 * 64 + l100]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc6[r] = v50[r];
-                            }
+                            acc6[r] = v50[r];
                         }
-                        float v34[32];
+                        /* v34: loaded by the dot that reads it (staged in shared memory) */
+                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l119 = (int)((unsigned)e / 8192u % 1u);
-                                const int l120 = (int)((unsigned)e / 8192u % 1u);
-                                const int l121 = (int)((unsigned)e / 64u % 128u);
-                                const int l122 = (int)((unsigned)e / 1u % 64u);
-                                v34[r] = ((unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + l121) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l119) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l120) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l122) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + l121) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                        for (int r = 0; r < 16; r++) {
+                            const int l108 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l109 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            ((float*)(dt_smem + 0))[l108 * 68 + l109] = (v20[r]);
+                        }
+                        /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 8; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l111 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l112 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l113 = (int)((unsigned)e / 32u % 64u);
+                                    const int l114 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4 + 3)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 4)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4)) < (unsigned)s4)) {
+                                        *(uint4*)&((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v20[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v34[r]; }
-                        __syncthreads();
-                        float v35[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l123 = (int)((unsigned)e / 8192u % 1u);
-                                const int l124 = (int)((unsigned)e / 8192u % 1u);
-                                const int l125 = (int)((unsigned)e / 128u % 64u);
-                                const int l126 = (int)((unsigned)e / 1u % 128u);
-                                float a127 = 0.0f;
-                                for (int q = 0; q < 64; q++) a127 = fmaf((dt_smem + 0)[l123 * 4096 + l124 * 4096 + l125 * 64 + q * 1], (dt_smem + 4096)[l123 * 8192 + l124 * 8192 + l126 * 64 + q * 1], a127);
-                                v35[r] = a127;
+                        /* rdot on the vector units (fmaf): [i:64, e:128] over j:64 by 2 x 4 groups of 32 lanes of 2 x 1 m16n32k4 fragments */
+                        {
+                            const int lane = tid & 31;
+                            const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 4 * 32 + (lane >> 3)) * 68);
+                            const float* fb0 = (const float*)((dt_smem + 4352) + (tid >> 5) % 4 * 32 + (lane & 7) * 4);
+                            #pragma unroll
+                            for (int kk = 0; kk < 64; kk += 4) {
+                                float fa[2][16], fb[1][16];
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 68 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                                #pragma unroll
+                                for (int j = 0; j < 1; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 132 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
+                                #pragma unroll
+                                for (int kq = 0; kq < 4; kq++)
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++)
+                                #pragma unroll
+                                for (int j = 0; j < 1; j++)
+                                #pragma unroll
+                                for (int q = 0; q < 4; q++)
+                                #pragma unroll
+                                for (int c = 0; c < 4; c++) acc6[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc6[(i * 1 + j) * 16 + q * 4 + c]);
                             }
                         }
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc6[r] = acc6[r] + v35[r];
-                            }
-                        }
+                        /* acc6 += v35: accumulated by the tensor-core dot above */
                     }
                     float v22[1];
                     #pragma unroll
@@ -5496,10 +5461,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                     float v36[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v36[r] = acc6[r];
-                        }
+                        v36[r] = acc6[r];
                     }
                     __syncthreads();
                     #pragma unroll
@@ -5508,23 +5470,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                     float v38[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l139 = (int)((unsigned)e / 8192u % 1u);
-                            const int l140 = (int)((unsigned)e / 8192u % 1u);
-                            const int l141 = (int)((unsigned)e / 128u % 64u);
-                            v38[r] = (v36[r] / (dt_smem + 0)[l139 * 64 + l140 * 64 + l141]);
-                        }
+                        const int l122 = 0;
+                        const int l123 = 0;
+                        const int l124 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                        v38[r] = (v36[r] / (dt_smem + 0)[l122 * 64 + l123 * 64 + l124]);
                     }
+                    /* the fragments two adjacent columns at a time */
                     #pragma unroll
-                    for (int c = 0; c < 8; c++) {
-                        const int e = (c * 256 + tid) * 4;
-                        const int l143 = (int)((unsigned)e / 8192u % 1u);
-                        const int l144 = (int)((unsigned)e / 8192u % 1u);
-                        const int l145 = (int)((unsigned)e / 128u % 64u);
-                        const int l146 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l143) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l144) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l145) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l146) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + l145) < (unsigned)s2 && (unsigned)(o4 + l146) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(__float_as_uint(v38[c * 4 + 0]), __float_as_uint(v38[c * 4 + 1]), __float_as_uint(v38[c * 4 + 2]), __float_as_uint(v38[c * 4 + 3]));
+                    for (int r = 0; r < 32; r += 2) {
+                        const int lr = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 4 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(float2*)(out + a) = make_float2(v38[r], v38[r + 1]);
+                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f32(v38[r]);
                     }
                 }
             }
@@ -6352,7 +6309,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
     }
 }
 
-/* kernel attention_causal for f32: grid block(b:1, h:1, i:64, e:128); 256 threads, 49152 bytes of shared memory */
+/* kernel attention_causal for f32: grid block(b:1, h:1, i:64, e:128); 256 threads, 51200 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -6434,10 +6391,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                     float acc6[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc6[r] = 0e0f;
-                        }
+                        acc6[r] = 0e0f;
                     }
                     /* rsum identity */
                     float acc3[1];
@@ -6464,156 +6418,143 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                         float v2[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l16 = (int)((unsigned)e / 64u % 64u);
-                                const int l17 = (int)((unsigned)e / 1u % 64u);
-                                v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
-                            }
+                            const int l16 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l17 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
                         }
                         /* rdot accumulator */
                         float acc1[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc1[r] = 0e0f;
-                            }
+                            acc1[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:64) */
                         for (long long o22 = 0; o22 < s5; o22 += 64) {
-                            float v3[16];
-                            #pragma unroll
-                            for (int c = 0; c < 4; c++) {
-                                const int e = (c * 256 + tid) * 4;
-                                const int l23 = (int)((unsigned)e / 4096u % 1u);
-                                const int l24 = (int)((unsigned)e / 4096u % 1u);
-                                const int l25 = (int)((unsigned)e / 64u % 64u);
-                                const int l26 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l25) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + l26) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)args.input_strides[0][3] == 1 && (unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + (l26 + 3)) < (unsigned)s5 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in0 + a);
-                                    v3[c * 4 + 0] = __uint_as_float(q.x);
-                                    v3[c * 4 + 1] = __uint_as_float(q.y);
-                                    v3[c * 4 + 2] = __uint_as_float(q.z);
-                                    v3[c * 4 + 3] = __uint_as_float(q.w);
-                                } else {
-                                    v3[c * 4 + 0] = ((unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + l26) < (unsigned)s5) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v3[c * 4 + 1] = ((unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + (l26 + 1)) < (unsigned)s5) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v3[c * 4 + 2] = ((unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + (l26 + 2)) < (unsigned)s5) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][3]]) : 0e0f;
-                                    v3[c * 4 + 3] = ((unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + (l26 + 3)) < (unsigned)s5) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][3]]) : 0e0f;
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
+                            __syncthreads();
+                            /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec23 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 3) == 0 && (args.input_strides[0][1] & 3) == 0 && (args.input_strides[0][2] & 3) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    const int e = tid + r * 256;
+                                    (void)e; {
+                                        const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l25 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l26 = (int)((unsigned)e / 16u % 64u);
+                                        const int l27 = (int)((unsigned)e / 1u % 16u);
+                                        if (vec23 && (unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 4 + 3)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((float*)(dt_smem + 0))[l26 * 68 + (l27 * 4)], &in0[(unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l26) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + (l27 * 4)) * (unsigned)args.input_strides[0][3]]);
+                                        } else if (!((unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 4)) < (unsigned)s5)) {
+                                            *(uint4*)&((float*)(dt_smem + 0))[l26 * 68 + (l27 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 4; q++) {
+                                                ((float*)(dt_smem + 0))[l26 * 68 + (l27 * 4 + q)] = ((unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 4 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l26) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + (l27 * 4 + q)) * (unsigned)args.input_strides[0][3]] : 0.0f;
+                                            }
+                                        }
+                                    }
                                 }
                             }
-                            float v4[16];
-                            #pragma unroll
-                            for (int c = 0; c < 4; c++) {
-                                const int e = (c * 256 + tid) * 4;
-                                const int l27 = (int)((unsigned)e / 4096u % 1u);
-                                const int l28 = (int)((unsigned)e / 4096u % 1u);
-                                const int l29 = (int)((unsigned)e / 64u % 64u);
-                                const int l30 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + l30) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)args.input_strides[1][3] == 1 && (unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + (l30 + 3)) < (unsigned)s5 && ((unsigned long long)(in1 + a) & 15) == 0) {
-                                    const uint4 q = *(const uint4*)(in1 + a);
-                                    v4[c * 4 + 0] = __uint_as_float(q.x);
-                                    v4[c * 4 + 1] = __uint_as_float(q.y);
-                                    v4[c * 4 + 2] = __uint_as_float(q.z);
-                                    v4[c * 4 + 3] = __uint_as_float(q.w);
-                                } else {
-                                    v4[c * 4 + 0] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + l30) < (unsigned)s5) ? dt_load_f32(in1[a + 0 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v4[c * 4 + 1] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + (l30 + 1)) < (unsigned)s5) ? dt_load_f32(in1[a + 1 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v4[c * 4 + 2] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + (l30 + 2)) < (unsigned)s5) ? dt_load_f32(in1[a + 2 * (unsigned)args.input_strides[1][3]]) : 0e0f;
-                                    v4[c * 4 + 3] = ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + (l30 + 3)) < (unsigned)s5) ? dt_load_f32(in1[a + 3 * (unsigned)args.input_strides[1][3]]) : 0e0f;
+                            /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec28 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 3) == 0 && (args.input_strides[1][1] & 3) == 0 && (args.input_strides[1][2] & 3) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    const int e = tid + r * 256;
+                                    (void)e; {
+                                        const int l29 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l30 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l31 = (int)((unsigned)e / 16u % 64u);
+                                        const int l32 = (int)((unsigned)e / 1u % 16u);
+                                        if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 4 + 3)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l31 * 68 + (l32 * 4)], &in1[(unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + (l32 * 4)) * (unsigned)args.input_strides[1][3]]);
+                                        } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 4)) < (unsigned)s5)) {
+                                            *(uint4*)&((float*)(dt_smem + 4352))[l31 * 68 + (l32 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 4; q++) {
+                                                ((float*)(dt_smem + 4352))[l31 * 68 + (l32 * 4 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 4 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + (l32 * 4 + q)) * (unsigned)args.input_strides[1][3]] : 0.0f;
+                                            }
+                                        }
+                                    }
                                 }
                             }
                             __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v3[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v4[r]; }
-                            __syncthreads();
-                            float v5[16];
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                                (void)e; {
-                                    const int l31 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l32 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l33 = (int)((unsigned)e / 64u % 64u);
-                                    const int l34 = (int)((unsigned)e / 1u % 64u);
-                                    float a35 = 0.0f;
-                                    for (int q = 0; q < 64; q++) a35 = fmaf((dt_smem + 0)[l31 * 4096 + l32 * 4096 + l33 * 64 + q * 1], (dt_smem + 4096)[l31 * 4096 + l32 * 4096 + l34 * 64 + q * 1], a35);
-                                    v5[r] = a35;
+                            /* rdot on the vector units (fmaf): [i:64, j:64] over d:64 by 4 x 2 groups of 32 lanes of 1 x 1 m16n32k4 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 2 * 16 + (lane >> 3)) * 68);
+                                const float* fb0 = (const float*)((dt_smem + 4352) + ((tid >> 5) % 2 * 32 + (lane & 7) * 4) * 68);
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 4) {
+                                    float fa[1][16], fb[1][16];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 68 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                                    #pragma unroll
+                                    for (int j = 0; j < 1; j++) for (int c = 0; c < 4; c++) { const float4 w = *(const float4*)(fb0 + (j * 32 + c) * 68 + kk); fb[j][c] = w.x; fb[j][c + 4] = w.y; fb[j][c + 8] = w.z; fb[j][c + 12] = w.w; }
+                                    #pragma unroll
+                                    for (int kq = 0; kq < 4; kq++)
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++)
+                                    #pragma unroll
+                                    for (int j = 0; j < 1; j++)
+                                    #pragma unroll
+                                    for (int q = 0; q < 4; q++)
+                                    #pragma unroll
+                                    for (int c = 0; c < 4; c++) acc1[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc1[(i * 1 + j) * 16 + q * 4 + c]);
                                 }
                             }
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                                (void)e; {
-                                    acc1[r] = acc1[r] + v5[r];
-                                }
-                            }
+                            /* acc1 += v5: accumulated by the tensor-core dot above */
                         }
                         float v6[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v6[r] = acc1[r];
-                            }
+                            v6[r] = acc1[r];
                         }
                         float v9[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v9[r] = (v6[r] * v8[0]);
-                            }
+                            v9[r] = (v6[r] * v8[0]);
                         }
                         float v12[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
-                            }
+                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
                         float v13[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l55 = (int)((unsigned)e / 1u % 64u);
-                                v13[r] = ((unsigned)(o15 + l55) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                            }
+                            const int l48 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v13[r]; }
-                        __syncthreads();
                         float v14[1];
-                        /* cooperative reduction: 4 threads per result */
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 2 warps per row; the warps along the columns meet in shared memory */
                         {
-                            const int j = tid / 4;
-                            const int q = tid % 4;
-                            float p = (-INFINITY);
-                            if (j < 64) {
-                                const int l56 = (j / 64) % 1;
-                                const int l57 = (j / 64) % 1;
-                                const int l58 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l56 * 4096 + l57 * 4096 + l58 * 64 + i * 1]);
+                            float p[4];
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 4) / 1 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 8; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 8));
                             }
-                            for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            __syncthreads();
+                            if ((tid & 7) == 0) {
+                                #pragma unroll
+                                for (int s = 0; s < 4; s++) (dt_smem + 4352)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 16 + (s >> 2) * 16 + ((tid & 31) >> 3) + (s & 3) * 4] = p[s];
+                            }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                v14[r] = (dt_smem + 4096)[e];
+                                const int l51 = (int)((unsigned)e / 1u % 64u);
+                                v14[r] = fmaxf((dt_smem + 4352)[0 + l51], (dt_smem + 4352)[64 + l51]);
                             }
                         }
                         float v57[1];
@@ -6701,56 +6642,48 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                         float v30[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l92 = (int)((unsigned)e / 4096u % 1u);
-                                const int l93 = (int)((unsigned)e / 4096u % 1u);
-                                const int l94 = (int)((unsigned)e / 64u % 64u);
-                                v30[r] = (v12[r] - (dt_smem + 0)[l92 * 64 + l93 * 64 + l94]);
-                            }
+                            const int l82 = 0;
+                            const int l83 = 0;
+                            const int l84 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            v30[r] = (v12[r] - (dt_smem + 0)[l82 * 64 + l83 * 64 + l84]);
                         }
                         float v31[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v31[r] = expf(v30[r]);
-                            }
+                            v31[r] = expf(v30[r]);
                         }
                         float v32[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l103 = (int)((unsigned)e / 1u % 64u);
-                                v32[r] = ((unsigned)(o15 + l103) < (unsigned)s3) ? v31[r] : 0e0f;
-                            }
+                            const int l93 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            v32[r] = ((unsigned)(o15 + l93) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v32[r]; }
-                        __syncthreads();
                         float v33[1];
-                        /* cooperative reduction: 4 threads per result */
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 2 warps per row; the warps along the columns meet in shared memory */
                         {
-                            const int j = tid / 4;
-                            const int q = tid % 4;
-                            float p = 0e0f;
-                            if (j < 64) {
-                                const int l104 = (j / 64) % 1;
-                                const int l105 = (j / 64) % 1;
-                                const int l106 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l104 * 4096 + l105 * 4096 + l106 * 64 + i * 1];
+                            float p[4];
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 4) / 1 * 4 + ((r >> 2) & 3); p[s] = p[s] + v32[r]; }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 8; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 8);
                             }
-                            for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            __syncthreads();
+                            if ((tid & 7) == 0) {
+                                #pragma unroll
+                                for (int s = 0; s < 4; s++) (dt_smem + 4352)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 16 + (s >> 2) * 16 + ((tid & 31) >> 3) + (s & 3) * 4] = p[s];
+                            }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                v33[r] = (dt_smem + 4096)[e];
+                                const int l96 = (int)((unsigned)e / 1u % 64u);
+                                v33[r] = (dt_smem + 4352)[0 + l96] + (dt_smem + 4352)[64 + l96];
                             }
                         }
                         #pragma unroll
@@ -6763,10 +6696,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                         float v67[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v67[r] = acc6[r];
-                            }
+                            v67[r] = acc6[r];
                         }
                         __syncthreads();
                         #pragma unroll
@@ -6775,62 +6705,73 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                         float v68[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l117 = (int)((unsigned)e / 8192u % 1u);
-                                const int l118 = (int)((unsigned)e / 8192u % 1u);
-                                const int l119 = (int)((unsigned)e / 128u % 64u);
-                                v68[r] = (v67[r] * (dt_smem + 0)[l117 * 64 + l118 * 64 + l119]);
-                            }
+                            const int l104 = 0;
+                            const int l105 = 0;
+                            const int l106 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            v68[r] = (v67[r] * (dt_smem + 0)[l104 * 64 + l105 * 64 + l106]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc6[r] = v68[r];
-                            }
+                            acc6[r] = v68[r];
                         }
-                        float v52[32];
+                        /* v52: loaded by the dot that reads it (staged in shared memory) */
+                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l125 = (int)((unsigned)e / 8192u % 1u);
-                                const int l126 = (int)((unsigned)e / 8192u % 1u);
-                                const int l127 = (int)((unsigned)e / 64u % 128u);
-                                const int l128 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + l127) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l125) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l126) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l128) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + l127) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                        for (int r = 0; r < 16; r++) {
+                            const int l114 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l115 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            ((float*)(dt_smem + 0))[l114 * 68 + l115] = (v32[r]);
+                        }
+                        /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec116 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 8; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l117 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l118 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l119 = (int)((unsigned)e / 32u % 64u);
+                                    const int l120 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec116 && (unsigned)(o15 + l119) < (unsigned)s3 && (unsigned)(o4 + (l120 * 4 + 3)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l119 * 132 + (l120 * 4)], &in2[(unsigned)(o1 + l117) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l118) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l119) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l120 * 4)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l119) < (unsigned)s3 && (unsigned)(o4 + (l120 * 4)) < (unsigned)s4)) {
+                                        *(uint4*)&((float*)(dt_smem + 4352))[l119 * 132 + (l120 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)(dt_smem + 4352))[l119 * 132 + (l120 * 4 + q)] = ((unsigned)(o15 + l119) < (unsigned)s3 && (unsigned)(o4 + (l120 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l117) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l118) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l119) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l120 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v32[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v52[r]; }
-                        __syncthreads();
-                        float v53[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l129 = (int)((unsigned)e / 8192u % 1u);
-                                const int l130 = (int)((unsigned)e / 8192u % 1u);
-                                const int l131 = (int)((unsigned)e / 128u % 64u);
-                                const int l132 = (int)((unsigned)e / 1u % 128u);
-                                float a133 = 0.0f;
-                                for (int q = 0; q < 64; q++) a133 = fmaf((dt_smem + 0)[l129 * 4096 + l130 * 4096 + l131 * 64 + q * 1], (dt_smem + 4096)[l129 * 8192 + l130 * 8192 + l132 * 64 + q * 1], a133);
-                                v53[r] = a133;
+                        /* rdot on the vector units (fmaf): [i:64, e:128] over j:64 by 2 x 4 groups of 32 lanes of 2 x 1 m16n32k4 fragments */
+                        {
+                            const int lane = tid & 31;
+                            const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 4 * 32 + (lane >> 3)) * 68);
+                            const float* fb0 = (const float*)((dt_smem + 4352) + (tid >> 5) % 4 * 32 + (lane & 7) * 4);
+                            #pragma unroll
+                            for (int kk = 0; kk < 64; kk += 4) {
+                                float fa[2][16], fb[1][16];
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 68 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                                #pragma unroll
+                                for (int j = 0; j < 1; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 132 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
+                                #pragma unroll
+                                for (int kq = 0; kq < 4; kq++)
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++)
+                                #pragma unroll
+                                for (int j = 0; j < 1; j++)
+                                #pragma unroll
+                                for (int q = 0; q < 4; q++)
+                                #pragma unroll
+                                for (int c = 0; c < 4; c++) acc6[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc6[(i * 1 + j) * 16 + q * 4 + c]);
                             }
                         }
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc6[r] = acc6[r] + v53[r];
-                            }
-                        }
+                        /* acc6 += v53: accumulated by the tensor-core dot above */
                     }
                     float v34[1];
                     #pragma unroll
@@ -6843,10 +6784,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                     float v54[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v54[r] = acc6[r];
-                        }
+                        v54[r] = acc6[r];
                     }
                     __syncthreads();
                     #pragma unroll
@@ -6855,30 +6793,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                     float v56[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l145 = (int)((unsigned)e / 8192u % 1u);
-                            const int l146 = (int)((unsigned)e / 8192u % 1u);
-                            const int l147 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = (v54[r] / (dt_smem + 0)[l145 * 64 + l146 * 64 + l147]);
-                        }
+                        const int l128 = 0;
+                        const int l129 = 0;
+                        const int l130 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                        v56[r] = (v54[r] / (dt_smem + 0)[l128 * 64 + l129 * 64 + l130]);
                     }
                     #pragma unroll
-                    for (int c = 0; c < 8; c++) {
-                        const int e = (c * 256 + tid) * 4;
-                        const int l149 = (int)((unsigned)e / 8192u % 1u);
-                        const int l150 = (int)((unsigned)e / 8192u % 1u);
-                        const int l151 = (int)((unsigned)e / 128u % 64u);
-                        const int l152 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l150) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l151) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l152) * (unsigned)args.output_strides[3];
-                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + (l152 + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) {
-                            *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
-                        } else {
-                            if ((unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + l152) < (unsigned)s4) out[a + 0 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 0]);
-                            if ((unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + (l152 + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 1]);
-                            if ((unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + (l152 + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 2]);
-                            if ((unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + (l152 + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[c * 4 + 3]);
-                        }
+                    for (int r = 0; r < 32; r++) {
+                        const int l132 = 0;
+                        const int l133 = 0;
+                        const int l134 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                        const int l135 = (tid >> 5) % 4 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                        if ((unsigned)(o3 + l134) < (unsigned)s2 && (unsigned)(o4 + l135) < (unsigned)s4) out[(unsigned)(o1 + l132) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l133) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l134) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l135) * (unsigned)args.output_strides[3]] = dt_store_f32(v56[r]);
                     }
                 }
             }
@@ -6886,7 +6812,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
     }
 }
 
-/* kernel attention_causal for f32: grid block(b:1, h:1, i:64, e:128); 256 threads, 49152 bytes of shared memory */
+/* kernel attention_causal for f32: grid block(b:1, h:1, i:64, e:128); 256 threads, 51200 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(DT_GRID_CONSTANT const dt_args_t<3, 4, 6, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -6968,10 +6894,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                     float acc6[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            acc6[r] = 0e0f;
-                        }
+                        acc6[r] = 0e0f;
                     }
                     /* rsum identity */
                     float acc3[1];
@@ -6998,156 +6921,143 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                         float v2[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l16 = (int)((unsigned)e / 64u % 64u);
-                                const int l17 = (int)((unsigned)e / 1u % 64u);
-                                v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
-                            }
+                            const int l16 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l17 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            v2[r] = (((float)(o15 + l17)) <= ((float)(o3 + l16)) ? 1.0f : 0.0f);
                         }
                         /* rdot accumulator */
                         float acc1[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc1[r] = 0e0f;
-                            }
+                            acc1[r] = 0e0f;
                         }
                         /* rdot attention_causal.tensorize(d:64) */
                         for (long long o22 = 0; o22 < s5; o22 += 64) {
-                            float v3[16];
-                            #pragma unroll
-                            for (int c = 0; c < 4; c++) {
-                                const int e = (c * 256 + tid) * 4;
-                                const int l23 = (int)((unsigned)e / 4096u % 1u);
-                                const int l24 = (int)((unsigned)e / 4096u % 1u);
-                                const int l25 = (int)((unsigned)e / 64u % 64u);
-                                const int l26 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l24) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l25) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + l26) * (unsigned)args.input_strides[0][3];
-                                if ((unsigned)(o3 + l25) < (unsigned)s2 && (unsigned)(o22 + l26) < (unsigned)s5) {
-                                    const uint4 q = *(const uint4*)(in0 + a);
-                                    v3[c * 4 + 0] = __uint_as_float(q.x);
-                                    v3[c * 4 + 1] = __uint_as_float(q.y);
-                                    v3[c * 4 + 2] = __uint_as_float(q.z);
-                                    v3[c * 4 + 3] = __uint_as_float(q.w);
-                                } else {
-                                    v3[c * 4 + 0] = 0e0f;
-                                    v3[c * 4 + 1] = 0e0f;
-                                    v3[c * 4 + 2] = 0e0f;
-                                    v3[c * 4 + 3] = 0e0f;
+                            /* v3: loaded by the dot that reads it (staged in shared memory) */
+                            /* v4: loaded by the dot that reads it (staged in shared memory) */
+                            __syncthreads();
+                            /* v3: Q copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec23 = (args.inputs[0] & 15) == 0 && args.input_strides[0][3] == 1 && (args.input_strides[0][0] & 3) == 0 && (args.input_strides[0][1] & 3) == 0 && (args.input_strides[0][2] & 3) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    const int e = tid + r * 256;
+                                    (void)e; {
+                                        const int l24 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l25 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l26 = (int)((unsigned)e / 16u % 64u);
+                                        const int l27 = (int)((unsigned)e / 1u % 16u);
+                                        if (vec23 && (unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 4 + 3)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((float*)(dt_smem + 0))[l26 * 68 + (l27 * 4)], &in0[(unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l26) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + (l27 * 4)) * (unsigned)args.input_strides[0][3]]);
+                                        } else if (!((unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 4)) < (unsigned)s5)) {
+                                            *(uint4*)&((float*)(dt_smem + 0))[l26 * 68 + (l27 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 4; q++) {
+                                                ((float*)(dt_smem + 0))[l26 * 68 + (l27 * 4 + q)] = ((unsigned)(o3 + l26) < (unsigned)s2 && (unsigned)(o22 + (l27 * 4 + q)) < (unsigned)s5) ? in0[(unsigned)(o1 + l24) * (unsigned)args.input_strides[0][0] + (unsigned)(o2 + l25) * (unsigned)args.input_strides[0][1] + (unsigned)(o3 + l26) * (unsigned)args.input_strides[0][2] + (unsigned)(o22 + (l27 * 4 + q)) * (unsigned)args.input_strides[0][3]] : 0.0f;
+                                            }
+                                        }
+                                    }
                                 }
                             }
-                            float v4[16];
-                            #pragma unroll
-                            for (int c = 0; c < 4; c++) {
-                                const int e = (c * 256 + tid) * 4;
-                                const int l27 = (int)((unsigned)e / 4096u % 1u);
-                                const int l28 = (int)((unsigned)e / 4096u % 1u);
-                                const int l29 = (int)((unsigned)e / 64u % 64u);
-                                const int l30 = (int)((unsigned)e / 1u % 64u);
-                                const unsigned a = (unsigned)(o1 + l27) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l28) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l29) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + l30) * (unsigned)args.input_strides[1][3];
-                                if ((unsigned)(o15 + l29) < (unsigned)s3 && (unsigned)(o22 + l30) < (unsigned)s5) {
-                                    const uint4 q = *(const uint4*)(in1 + a);
-                                    v4[c * 4 + 0] = __uint_as_float(q.x);
-                                    v4[c * 4 + 1] = __uint_as_float(q.y);
-                                    v4[c * 4 + 2] = __uint_as_float(q.z);
-                                    v4[c * 4 + 3] = __uint_as_float(q.w);
-                                } else {
-                                    v4[c * 4 + 0] = 0e0f;
-                                    v4[c * 4 + 1] = 0e0f;
-                                    v4[c * 4 + 2] = 0e0f;
-                                    v4[c * 4 + 3] = 0e0f;
+                            /* v4: K copied as it is, along its last axis, 16 bytes at a time where it can be */
+                            {
+                                const bool vec28 = (args.inputs[1] & 15) == 0 && args.input_strides[1][3] == 1 && (args.input_strides[1][0] & 3) == 0 && (args.input_strides[1][1] & 3) == 0 && (args.input_strides[1][2] & 3) == 0;
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    const int e = tid + r * 256;
+                                    (void)e; {
+                                        const int l29 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l30 = (int)((unsigned)e / 1024u % 1u);
+                                        const int l31 = (int)((unsigned)e / 16u % 64u);
+                                        const int l32 = (int)((unsigned)e / 1u % 16u);
+                                        if (vec28 && (unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 4 + 3)) < (unsigned)s5) {
+                                            dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l31 * 68 + (l32 * 4)], &in1[(unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + (l32 * 4)) * (unsigned)args.input_strides[1][3]]);
+                                        } else if (!((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 4)) < (unsigned)s5)) {
+                                            *(uint4*)&((float*)(dt_smem + 4352))[l31 * 68 + (l32 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                        } else {
+                                            #pragma unroll
+                                            for (int q = 0; q < 4; q++) {
+                                                ((float*)(dt_smem + 4352))[l31 * 68 + (l32 * 4 + q)] = ((unsigned)(o15 + l31) < (unsigned)s3 && (unsigned)(o22 + (l32 * 4 + q)) < (unsigned)s5) ? in1[(unsigned)(o1 + l29) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l30) * (unsigned)args.input_strides[1][1] + (unsigned)(o15 + l31) * (unsigned)args.input_strides[1][2] + (unsigned)(o22 + (l32 * 4 + q)) * (unsigned)args.input_strides[1][3]] : 0.0f;
+                                            }
+                                        }
+                                    }
                                 }
                             }
                             __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v3[r]; }
-                            __syncthreads();
-                            __syncthreads();
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v4[r]; }
-                            __syncthreads();
-                            float v5[16];
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                                (void)e; {
-                                    const int l31 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l32 = (int)((unsigned)e / 4096u % 1u);
-                                    const int l33 = (int)((unsigned)e / 64u % 64u);
-                                    const int l34 = (int)((unsigned)e / 1u % 64u);
-                                    float a35 = 0.0f;
-                                    for (int q = 0; q < 64; q++) a35 = fmaf((dt_smem + 0)[l31 * 4096 + l32 * 4096 + l33 * 64 + q * 1], (dt_smem + 4096)[l31 * 4096 + l32 * 4096 + l34 * 64 + q * 1], a35);
-                                    v5[r] = a35;
+                            /* rdot on the vector units (fmaf): [i:64, j:64] over d:64 by 4 x 2 groups of 32 lanes of 1 x 1 m16n32k4 fragments */
+                            {
+                                const int lane = tid & 31;
+                                const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 2 * 16 + (lane >> 3)) * 68);
+                                const float* fb0 = (const float*)((dt_smem + 4352) + ((tid >> 5) % 2 * 32 + (lane & 7) * 4) * 68);
+                                #pragma unroll
+                                for (int kk = 0; kk < 64; kk += 4) {
+                                    float fa[1][16], fb[1][16];
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 68 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                                    #pragma unroll
+                                    for (int j = 0; j < 1; j++) for (int c = 0; c < 4; c++) { const float4 w = *(const float4*)(fb0 + (j * 32 + c) * 68 + kk); fb[j][c] = w.x; fb[j][c + 4] = w.y; fb[j][c + 8] = w.z; fb[j][c + 12] = w.w; }
+                                    #pragma unroll
+                                    for (int kq = 0; kq < 4; kq++)
+                                    #pragma unroll
+                                    for (int i = 0; i < 1; i++)
+                                    #pragma unroll
+                                    for (int j = 0; j < 1; j++)
+                                    #pragma unroll
+                                    for (int q = 0; q < 4; q++)
+                                    #pragma unroll
+                                    for (int c = 0; c < 4; c++) acc1[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc1[(i * 1 + j) * 16 + q * 4 + c]);
                                 }
                             }
-                            #pragma unroll
-                            for (int r = 0; r < 16; r++) {
-                                const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                                (void)e; {
-                                    acc1[r] = acc1[r] + v5[r];
-                                }
-                            }
+                            /* acc1 += v5: accumulated by the tensor-core dot above */
                         }
                         float v6[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v6[r] = acc1[r];
-                            }
+                            v6[r] = acc1[r];
                         }
                         float v9[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v9[r] = (v6[r] * v8[0]);
-                            }
+                            v9[r] = (v6[r] * v8[0]);
                         }
                         float v12[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
-                            }
+                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
                         float v13[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l55 = (int)((unsigned)e / 1u % 64u);
-                                v13[r] = ((unsigned)(o15 + l55) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                            }
+                            const int l48 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v13[r]; }
-                        __syncthreads();
                         float v14[1];
-                        /* cooperative reduction: 4 threads per result */
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 2 warps per row; the warps along the columns meet in shared memory */
                         {
-                            const int j = tid / 4;
-                            const int q = tid % 4;
-                            float p = (-INFINITY);
-                            if (j < 64) {
-                                const int l56 = (j / 64) % 1;
-                                const int l57 = (j / 64) % 1;
-                                const int l58 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 4) p = fmaxf(p, (dt_smem + 0)[l56 * 4096 + l57 * 4096 + l58 * 64 + i * 1]);
+                            float p[4];
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 4) / 1 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 8; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 8));
                             }
-                            for (int m = 2; m > 0; m >>= 1) p = fmaxf(p, dt_shfl_xor(p, m, 4));
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            __syncthreads();
+                            if ((tid & 7) == 0) {
+                                #pragma unroll
+                                for (int s = 0; s < 4; s++) (dt_smem + 4352)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 16 + (s >> 2) * 16 + ((tid & 31) >> 3) + (s & 3) * 4] = p[s];
+                            }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                v14[r] = (dt_smem + 4096)[e];
+                                const int l51 = (int)((unsigned)e / 1u % 64u);
+                                v14[r] = fmaxf((dt_smem + 4352)[0 + l51], (dt_smem + 4352)[64 + l51]);
                             }
                         }
                         float v57[1];
@@ -7235,56 +7145,48 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                         float v30[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l92 = (int)((unsigned)e / 4096u % 1u);
-                                const int l93 = (int)((unsigned)e / 4096u % 1u);
-                                const int l94 = (int)((unsigned)e / 64u % 64u);
-                                v30[r] = (v12[r] - (dt_smem + 0)[l92 * 64 + l93 * 64 + l94]);
-                            }
+                            const int l82 = 0;
+                            const int l83 = 0;
+                            const int l84 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            v30[r] = (v12[r] - (dt_smem + 0)[l82 * 64 + l83 * 64 + l84]);
                         }
                         float v31[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v31[r] = expf(v30[r]);
-                            }
+                            v31[r] = expf(v30[r]);
                         }
                         float v32[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l103 = (int)((unsigned)e / 1u % 64u);
-                                v32[r] = ((unsigned)(o15 + l103) < (unsigned)s3) ? v31[r] : 0e0f;
-                            }
+                            const int l93 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            v32[r] = ((unsigned)(o15 + l93) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v32[r]; }
-                        __syncthreads();
                         float v33[1];
-                        /* cooperative reduction: 4 threads per result */
+                        /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 2 warps per row; the warps along the columns meet in shared memory */
                         {
-                            const int j = tid / 4;
-                            const int q = tid % 4;
-                            float p = 0e0f;
-                            if (j < 64) {
-                                const int l104 = (j / 64) % 1;
-                                const int l105 = (j / 64) % 1;
-                                const int l106 = (j / 1) % 64;
-                                for (int i = q; i < 64; i += 4) p = p + (dt_smem + 0)[l104 * 4096 + l105 * 4096 + l106 * 64 + i * 1];
+                            float p[4];
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                            #pragma unroll
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 4) / 1 * 4 + ((r >> 2) & 3); p[s] = p[s] + v32[r]; }
+                            #pragma unroll
+                            for (int s = 0; s < 4; s++) {
+                                #pragma unroll
+                                for (int m = 1; m < 8; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 8);
                             }
-                            for (int m = 2; m > 0; m >>= 1) p = p + dt_shfl_xor(p, m, 4);
-                            if (q == 0 && j < 64) (dt_smem + 4096)[j] = p;
+                            __syncthreads();
+                            if ((tid & 7) == 0) {
+                                #pragma unroll
+                                for (int s = 0; s < 4; s++) (dt_smem + 4352)[(tid >> 5) % 2 * 64 + (tid >> 5) / 2 * 16 + (s >> 2) * 16 + ((tid & 31) >> 3) + (s & 3) * 4] = p[s];
+                            }
                         }
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                v33[r] = (dt_smem + 4096)[e];
+                                const int l96 = (int)((unsigned)e / 1u % 64u);
+                                v33[r] = (dt_smem + 4352)[0 + l96] + (dt_smem + 4352)[64 + l96];
                             }
                         }
                         #pragma unroll
@@ -7297,10 +7199,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                         float v67[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                v67[r] = acc6[r];
-                            }
+                            v67[r] = acc6[r];
                         }
                         __syncthreads();
                         #pragma unroll
@@ -7309,62 +7208,73 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                         float v68[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l117 = (int)((unsigned)e / 8192u % 1u);
-                                const int l118 = (int)((unsigned)e / 8192u % 1u);
-                                const int l119 = (int)((unsigned)e / 128u % 64u);
-                                v68[r] = (v67[r] * (dt_smem + 0)[l117 * 64 + l118 * 64 + l119]);
-                            }
+                            const int l104 = 0;
+                            const int l105 = 0;
+                            const int l106 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            v68[r] = (v67[r] * (dt_smem + 0)[l104 * 64 + l105 * 64 + l106]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc6[r] = v68[r];
-                            }
+                            acc6[r] = v68[r];
                         }
-                        float v52[32];
+                        /* v52: loaded by the dot that reads it (staged in shared memory) */
+                        __syncthreads();
                         #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l125 = (int)((unsigned)e / 8192u % 1u);
-                                const int l126 = (int)((unsigned)e / 8192u % 1u);
-                                const int l127 = (int)((unsigned)e / 64u % 128u);
-                                const int l128 = (int)((unsigned)e / 1u % 64u);
-                                v52[r] = ((unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + l127) < (unsigned)s4) ? dt_load_f32(in2[(unsigned)(o1 + l125) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l126) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l128) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + l127) * (unsigned)args.input_strides[2][3]]) : 0e0f;
+                        for (int r = 0; r < 16; r++) {
+                            const int l114 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l115 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            ((float*)(dt_smem + 0))[l114 * 68 + l115] = (v32[r]);
+                        }
+                        /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec116 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 8; r++) {
+                                const int e = tid + r * 256;
+                                (void)e; {
+                                    const int l117 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l118 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l119 = (int)((unsigned)e / 32u % 64u);
+                                    const int l120 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec116 && (unsigned)(o15 + l119) < (unsigned)s3 && (unsigned)(o4 + (l120 * 4 + 3)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l119 * 132 + (l120 * 4)], &in2[(unsigned)(o1 + l117) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l118) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l119) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l120 * 4)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l119) < (unsigned)s3 && (unsigned)(o4 + (l120 * 4)) < (unsigned)s4)) {
+                                        *(uint4*)&((float*)(dt_smem + 4352))[l119 * 132 + (l120 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)(dt_smem + 4352))[l119 * 132 + (l120 * 4 + q)] = ((unsigned)(o15 + l119) < (unsigned)s3 && (unsigned)(o4 + (l120 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l117) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l118) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l119) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l120 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
+                                        }
+                                    }
+                                }
                             }
                         }
                         __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v32[r]; }
-                        __syncthreads();
-                        __syncthreads();
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) { const int e = ((r / 4) * 256 + tid) * 4 + r % 4; (dt_smem + 4096)[e] = v52[r]; }
-                        __syncthreads();
-                        float v53[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                const int l129 = (int)((unsigned)e / 8192u % 1u);
-                                const int l130 = (int)((unsigned)e / 8192u % 1u);
-                                const int l131 = (int)((unsigned)e / 128u % 64u);
-                                const int l132 = (int)((unsigned)e / 1u % 128u);
-                                float a133 = 0.0f;
-                                for (int q = 0; q < 64; q++) a133 = fmaf((dt_smem + 0)[l129 * 4096 + l130 * 4096 + l131 * 64 + q * 1], (dt_smem + 4096)[l129 * 8192 + l130 * 8192 + l132 * 64 + q * 1], a133);
-                                v53[r] = a133;
+                        /* rdot on the vector units (fmaf): [i:64, e:128] over j:64 by 2 x 4 groups of 32 lanes of 2 x 1 m16n32k4 fragments */
+                        {
+                            const int lane = tid & 31;
+                            const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 4 * 32 + (lane >> 3)) * 68);
+                            const float* fb0 = (const float*)((dt_smem + 4352) + (tid >> 5) % 4 * 32 + (lane & 7) * 4);
+                            #pragma unroll
+                            for (int kk = 0; kk < 64; kk += 4) {
+                                float fa[2][16], fb[1][16];
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 68 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                                #pragma unroll
+                                for (int j = 0; j < 1; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 132 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
+                                #pragma unroll
+                                for (int kq = 0; kq < 4; kq++)
+                                #pragma unroll
+                                for (int i = 0; i < 2; i++)
+                                #pragma unroll
+                                for (int j = 0; j < 1; j++)
+                                #pragma unroll
+                                for (int q = 0; q < 4; q++)
+                                #pragma unroll
+                                for (int c = 0; c < 4; c++) acc6[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc6[(i * 1 + j) * 16 + q * 4 + c]);
                             }
                         }
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                            (void)e; {
-                                acc6[r] = acc6[r] + v53[r];
-                            }
-                        }
+                        /* acc6 += v53: accumulated by the tensor-core dot above */
                     }
                     float v34[1];
                     #pragma unroll
@@ -7377,10 +7287,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                     float v54[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            v54[r] = acc6[r];
-                        }
+                        v54[r] = acc6[r];
                     }
                     __syncthreads();
                     #pragma unroll
@@ -7389,23 +7296,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                     float v56[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int e = ((r / 4) * 256 + tid) * 4 + r % 4;
-                        (void)e; {
-                            const int l145 = (int)((unsigned)e / 8192u % 1u);
-                            const int l146 = (int)((unsigned)e / 8192u % 1u);
-                            const int l147 = (int)((unsigned)e / 128u % 64u);
-                            v56[r] = (v54[r] / (dt_smem + 0)[l145 * 64 + l146 * 64 + l147]);
-                        }
+                        const int l128 = 0;
+                        const int l129 = 0;
+                        const int l130 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                        v56[r] = (v54[r] / (dt_smem + 0)[l128 * 64 + l129 * 64 + l130]);
                     }
+                    /* the fragments two adjacent columns at a time */
                     #pragma unroll
-                    for (int c = 0; c < 8; c++) {
-                        const int e = (c * 256 + tid) * 4;
-                        const int l149 = (int)((unsigned)e / 8192u % 1u);
-                        const int l150 = (int)((unsigned)e / 8192u % 1u);
-                        const int l151 = (int)((unsigned)e / 128u % 64u);
-                        const int l152 = (int)((unsigned)e / 1u % 128u);
-                        const unsigned a = (unsigned)(o1 + l149) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l150) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l151) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l152) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + l151) < (unsigned)s2 && (unsigned)(o4 + l152) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(__float_as_uint(v56[c * 4 + 0]), __float_as_uint(v56[c * 4 + 1]), __float_as_uint(v56[c * 4 + 2]), __float_as_uint(v56[c * 4 + 3]));
+                    for (int r = 0; r < 32; r += 2) {
+                        const int lr = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 4 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(float2*)(out + a) = make_float2(v56[r], v56[r + 1]);
+                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f32(v56[r]);
                     }
                 }
             }

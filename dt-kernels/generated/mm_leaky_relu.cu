@@ -2566,7 +2566,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_1k_f32_f32(DT_GRID_CONS
                     dt_cp_async_commit();
                     /* v0: loaded by the dot that reads it (staged in shared memory) */
                     /* v1: loaded by the dot that reads it (staged in shared memory) */
-                    /* rdot on CUDA cores (fmaf): [x:64, y:64] over k:16 by 2 x 2 warps of 2 x 1 m16n32k4 fragments */
+                    /* rdot on the vector units (fmaf): [x:64, y:64] over k:16 by 2 x 2 groups of 32 lanes of 2 x 1 m16n32k4 fragments */
                     {
                         const int lane = tid & 31;
                         const float* fa0 = (const float*)(((dt_smem + 0) + rd6 * 1280) + ((tid >> 5) / 2 * 32 + (lane >> 3)) * 20);
@@ -2782,7 +2782,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_1k_f32_f32_whole(DT_GRI
                     dt_cp_async_commit();
                     /* v0: loaded by the dot that reads it (staged in shared memory) */
                     /* v1: loaded by the dot that reads it (staged in shared memory) */
-                    /* rdot on CUDA cores (fmaf): [x:64, y:64] over k:16 by 2 x 2 warps of 2 x 1 m16n32k4 fragments */
+                    /* rdot on the vector units (fmaf): [x:64, y:64] over k:16 by 2 x 2 groups of 32 lanes of 2 x 1 m16n32k4 fragments */
                     {
                         const int lane = tid & 31;
                         const float* fa0 = (const float*)(((dt_smem + 0) + rd6 * 1280) + ((tid >> 5) / 2 * 32 + (lane >> 3)) * 20);
@@ -3000,7 +3000,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_128_f32_f32(DT_GRID_CON
                     dt_cp_async_commit();
                     /* v0: loaded by the dot that reads it (staged in shared memory) */
                     /* v1: loaded by the dot that reads it (staged in shared memory) */
-                    /* rdot on CUDA cores (fmaf): [x:128, y:128] over k:16 by 4 x 2 warps of 2 x 2 m16n32k4 fragments */
+                    /* rdot on the vector units (fmaf): [x:128, y:128] over k:16 by 4 x 2 groups of 32 lanes of 2 x 2 m16n32k4 fragments */
                     {
                         const int lane = tid & 31;
                         const float* fa0 = (const float*)(((dt_smem + 0) + rd6 * 2560) + ((tid >> 5) / 2 * 32 + (lane >> 3)) * 20);
@@ -3216,7 +3216,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_128_f32_f32_whole(DT_GR
                     dt_cp_async_commit();
                     /* v0: loaded by the dot that reads it (staged in shared memory) */
                     /* v1: loaded by the dot that reads it (staged in shared memory) */
-                    /* rdot on CUDA cores (fmaf): [x:128, y:128] over k:16 by 4 x 2 warps of 2 x 2 m16n32k4 fragments */
+                    /* rdot on the vector units (fmaf): [x:128, y:128] over k:16 by 4 x 2 groups of 32 lanes of 2 x 2 m16n32k4 fragments */
                     {
                         const int lane = tid & 31;
                         const float* fa0 = (const float*)(((dt_smem + 0) + rd6 * 2560) + ((tid >> 5) / 2 * 32 + (lane >> 3)) * 20);

@@ -29,10 +29,11 @@
 //! both) and an exchange of the operands by shuffles within the wavefront elsewhere, which
 //! computes the same result.
 //!
-//! f32 dots on CUDA take the same path on the CUDA cores ([`MatrixIsa::Fma`]): operands staged as
-//! f32 in lines of an odd number of 16-byte units, each lane holding a 4 x 4 block of each 16 x
-//! 32 fragment and reading its rows of A and columns of B 16 bytes at a time, `fmaf` in k order.
-//! The result is that of a plain loop: no operand is rounded.
+//! f32 dots take the same path on the CUDA cores (AMD's vector units, [`MatrixIsa::Fma`]):
+//! operands staged as f32 in lines of an odd number of 16-byte units, each lane holding a 4 x 4
+//! block of each 16 x 32 fragment (32-lane groups, half a wavefront on AMD) and reading its rows
+//! of A and columns of B 16 bytes at a time, `fmaf` in k order. The result is that of a plain
+//! loop: no operand is rounded.
 //!
 //! `num_stages(S)` with S >= 2 pipelines a reduction loop that does nothing but such a dot of
 //! two operands it loads itself (a plain matmul's k loop), on CUDA: each operand gets S
@@ -175,7 +176,7 @@ impl Emitter<'_> {
         let (unit, warps) = match t.isa {
             MatrixIsa::MmaSync => ("tensor cores", "warps"),
             MatrixIsa::Mfma => ("matrix cores", "wavefronts"),
-            MatrixIsa::Fma => ("CUDA cores (fmaf)", "warps"),
+            MatrixIsa::Fma => ("the vector units (fmaf)", "groups of 32 lanes"),
         };
         self.line(&format!(
             "/* rdot on {unit}: [{}:{}, {}:{}] over {}:{} by {} x {} {warps} of {fm} x {fn_} m{fr}n{fc}k{} fragments */",

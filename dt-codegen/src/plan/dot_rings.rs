@@ -15,7 +15,7 @@
 //! S is lowered until the rings fit in [`RING_BYTES`]; a loop whose rings do not fit with two
 //! stages runs unpipelined.
 
-use super::layouts::{MatrixIsa, MmaDot, Plan, RingBuffers};
+use super::layouts::{MmaDot, Plan, RingBuffers};
 use dt_core::kir::*;
 
 /// Most shared memory the rings of one kernel may take: what leaves room for the slots within
@@ -43,11 +43,7 @@ pub(crate) fn plan_rings(stmts: &[Stmt], p: &mut Plan) {
             .collect();
         let fed = |v: &ValueId| {
             p.dot(*v).is_some_and(|d| {
-                d.tile.isa != MatrixIsa::Mfma
-                    && !d.wgmma
-                    && d.stages == 1
-                    && d.direct[1].is_some()
-                    && (d.direct[0].is_some() || d.a_in_fragments)
+                p.async_copies && !d.wgmma && d.stages == 1 && d.direct[1].is_some() && (d.direct[0].is_some() || d.a_in_fragments)
             })
         };
         let loads_fed = l.body.iter().all(|s| !matches!(s, Stmt::Let { value, op: Op::Load { .. } } if !p.direct_load(*value)));

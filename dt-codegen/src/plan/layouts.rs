@@ -44,8 +44,8 @@ pub(crate) enum MatrixIsa {
     /// `q = r % 4`. Its operands: lane `l` holds `A[l % 16][(l / 16) * 4 + q]` and
     /// `B[(l / 16) * 4 + q][l % 16]`.
     Mfma,
-    /// f32 on the CUDA cores: fused multiply-adds over f32 operands staged in shared memory, in
-    /// fragments of 16 x 32 per 32-lane warp. Lane `l` holds rows `l / 8 + 4 q` for `q` in 0..4
+    /// f32 on the CUDA cores (the vector ALUs on AMD): fused multiply-adds over f32 operands
+    /// staged in shared memory, in fragments of 16 x 32 per 32 lanes (half a wavefront on AMD). Lane `l` holds rows `l / 8 + 4 q` for `q` in 0..4
     /// and columns `(l % 8) * 4 + c` for `c` in 0..4; register `r` holds fragment `r / 16`,
     /// `q = (r / 4) % 4`, `c = r % 4`. The lanes reading at once (a quarter warp) share their
     /// rows and read 128 consecutive bytes of a [K][cols] operand line, and the four quarters'
@@ -55,14 +55,12 @@ pub(crate) enum MatrixIsa {
 
 impl MatrixIsa {
     /// The ISA of a dialect's dots over `dtype` operands: the tensor cores (matrix cores) for
-    /// f16 and bf16, fused multiply-adds for f32 on CUDA; none elsewhere (HIP's f32 dots run
-    /// element-wise).
+    /// f16 and bf16, fused multiply-adds for f32.
     pub fn of(dialect: Dialect, dtype: DType) -> Option<MatrixIsa> {
         match (dialect, dtype) {
             (Dialect::Cuda, DType::F16 | DType::BF16) => Some(MatrixIsa::MmaSync),
             (Dialect::Hip, DType::F16 | DType::BF16) => Some(MatrixIsa::Mfma),
-            (Dialect::Cuda, DType::F32) => Some(MatrixIsa::Fma),
-            _ => None,
+            (_, DType::F32) => Some(MatrixIsa::Fma),
         }
     }
 
@@ -364,6 +362,9 @@ pub(crate) struct Plan {
     pub dots: Vec<(ValueId, MmaDot)>,
     /// Shared memory (4-byte words) of the rings of `super::dot_rings`, after the slots.
     pub ring_words: usize,
+    /// Whether the dialect copies to shared memory asynchronously (`cp.async`, CUDA): the
+    /// pipelines and rings of `num_stages` need it.
+    pub async_copies: bool,
 }
 
 impl Plan {
@@ -442,12 +443,17 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
         vars: vec![RegLayout::Blocked; k.vars.len()],
         dots: Vec::new(),
         ring_words: 0,
+        async_copies: dialect == Dialect::Cuda,
     };
     let mut lets = Vec::new();
     let mut updates = Vec::new();
     collect(&k.body, &mut lets, &mut updates);
     let def = |v: ValueId| lets.iter().find(|(x, _)| *x == v).map(|(_, op)| *op);
     if let Some(isa) = MatrixIsa::of(dialect, dtype) {
+        // The warps (wavefronts) of the ISA's lanes: `Fma` fragments are laid over 32-lane
+        // groups on either dialect.
+        let threads = dialect.warps(k.num_warps) * dialect.warp_size();
+        let warps = threads >> isa.lane_bits();
         for (id, op) in &lets {
             if let Op::Dot { a, b, dim } = op {
                 if let Some(w) = ws.filter(|w| w.dot == *id) {
@@ -473,7 +479,7 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
                     continue;
                 }
                 if stageable(dtype, *a, &def) && stageable(dtype, *b, &def) {
-                    if let Some(d) = geometry(k, isa, dialect.warps(k.num_warps), *id, *a, *b, *dim, whole_rows) {
+                    if let Some(d) = geometry(k, isa, warps, *id, *a, *b, *dim, whole_rows) {
                         p.values[id.0 as usize] = RegLayout::Mma(d.tile);
                         p.dots.push((*id, d));
                     }
@@ -592,6 +598,7 @@ fn fragments_fit(d: &MmaDot, layout: RegLayout) -> bool {
 /// Gives every dot that is all its `num_stages` loop does (see the module docs) that many
 /// buffers per operand, as many as fit in shared memory.
 fn pipeline(stmts: &[Stmt], p: &mut Plan) {
+    let async_copies = p.async_copies;
     for s in stmts {
         let Stmt::Loop(l) = s else { continue };
         pipeline(&l.body, p);
@@ -612,9 +619,7 @@ fn pipeline(stmts: &[Stmt], p: &mut Plan) {
             Stmt::Update { var, value, .. } => *value == dot && d.into == Some(*var),
             _ => false,
         });
-        // Asynchronous copies are CUDA's (`mma.sync` and `Fma` dots).
-        let copies_async = d.tile.isa != MatrixIsa::Mfma;
-        if !copies_async || !only_the_dot || d.direct.iter().any(Option::is_none) || d.k != l.dim || d.depth != l.step {
+        if !async_copies || !only_the_dot || d.direct.iter().any(Option::is_none) || d.k != l.dim || d.depth != l.step {
             continue;
         }
         let words = d.buffer_words(0) + d.buffer_words(1);
