@@ -46,8 +46,8 @@ fn dtc_check_reports_a_located_error_and_exits_1() {
     assert!(err.contains("^"), "{err}");
 }
 
-/// A clustered kernel has CUDA C only: asked for C or HIP C, dtc says why and exits 1; the
-/// interpreter runs it.
+/// A clustered kernel has CUDA C only: asked for C or HIP C (by name, or in a file of nothing
+/// else), dtc says why and exits 1; the interpreter runs it.
 #[test]
 fn dtc_refuses_clustered_kernels_for_the_cpu_and_hip() {
     let spec = "dt-codegen/tests/cluster/row_stats_cluster.dt";
@@ -59,6 +59,29 @@ fn dtc_refuses_clustered_kernels_for_the_cpu_and_hip() {
     }
     let out = dtc().args(["emit", "--target", "cuda", spec]).output().expect("dtc runs");
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("DT_CLUSTER(8)"));
+}
+
+/// A library spec with clustered classes emits for the CPU and HIP as the library's files do:
+/// its other kernels, each one left out named on stderr; the clustered kernel by name is refused.
+#[test]
+fn dtc_emits_a_spec_for_the_cpu_and_hip_without_its_clustered_kernels() {
+    let spec = "dt-kernels/specs/softmax.dt";
+    for (target, generated) in [("c", "softmax.c"), ("hip", "softmax.hip")] {
+        let out = dtc().args(["emit", "--target", target, spec]).output().expect("dtc runs");
+        let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "--target {target}: {err}");
+        assert!(err.contains("note: kernel `softmax_256k` is clustered (CUDA sm_90 only): left out of the"), "{err}");
+        let library = std::fs::read_to_string(workspace().join("dt-kernels/generated").join(generated)).expect("generated file");
+        let symbols = |t: &str| {
+            t.lines().filter(|l| l.contains("dt_softmax")).filter_map(|l| l.split('(').next()).map(str::to_string).collect::<Vec<_>>()
+        };
+        assert!(symbols(&library).len() > 10, "--target {target}: {:?}", symbols(&library));
+        assert_eq!(symbols(&text), symbols(&library), "--target {target}: the kernels of the library's file");
+        assert!(!text.contains("dt_softmax_256k_f32"), "--target {target}");
+    }
+    let out = dtc().args(["emit", "--target", "hip", "--kernel", "softmax_256k", spec]).output().expect("dtc runs");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("kernel `softmax_256k` is clustered"));
 }
 
 #[test]

@@ -261,6 +261,17 @@ fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>
     for k in kernels_to_emit(&p, kernel, file)? {
         kernels.push(dt_core::lower::lower(&p, k).map_err(|e| format!("{}: error: {e}", file.display()))?);
     }
+    // A whole file for the CPU or HIP goes without the kernels only CUDA sm_90 runs, as the
+    // library's files do (it runs another size class there); one kernel asked for by name, or a
+    // file of nothing else, is refused with the reason.
+    if kernel.is_none() && matches!(target, Target::C | Target::Hip) && kernels.iter().any(|k| !k.needs_sm90()) {
+        let name = if matches!(target, Target::C) { "C" } else { "HIP" };
+        for k in kernels.iter().filter(|k| k.needs_sm90()) {
+            let why = if k.warp_specialize { "warp-specialized" } else { "clustered" };
+            eprintln!("{}: note: kernel `{}` is {why} (CUDA sm_90 only): left out of the {name} file", file.display(), k.name);
+        }
+        kernels.retain(|k| !k.needs_sm90());
+    }
     let text = match target {
         Target::Kir => kernels.iter().map(dt_core::kir::print).collect::<Vec<_>>().join("\n"),
         Target::GpuPlan => kernels
