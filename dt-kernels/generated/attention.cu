@@ -865,7 +865,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                                     }
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                             float v3[64];
                             #pragma unroll
                             for (int r = 0; r < 64; r++) {
@@ -1000,7 +1000,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 64 / 8 + (lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
@@ -1013,7 +1013,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                                         fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j * 1) * 8) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -1021,7 +1021,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                                     }
                                 }
                             }
-                            /* acc6 += v35: accumulated by the tensor-core dot above */
+                            /* acc6 += v35: accumulated by the dot above */
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
@@ -1307,7 +1307,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                                     }
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                             float v3[64];
                             #pragma unroll
                             for (int r = 0; r < 64; r++) {
@@ -1442,7 +1442,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 64 / 8 + (lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
@@ -1455,7 +1455,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                                         fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j * 1) * 8) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -1463,7 +1463,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                                     }
                                 }
                             }
-                            /* acc6 += v35: accumulated by the tensor-core dot above */
+                            /* acc6 += v35: accumulated by the dot above */
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
@@ -1749,7 +1749,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                                     }
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                             float v3[64];
                             #pragma unroll
                             for (int r = 0; r < 64; r++) {
@@ -1884,7 +1884,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 64 / 8 + (lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
@@ -1897,7 +1897,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                                         fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j * 1) * 8) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -1905,7 +1905,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                                     }
                                 }
                             }
-                            /* acc6 += v35: accumulated by the tensor-core dot above */
+                            /* acc6 += v35: accumulated by the dot above */
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
@@ -2191,7 +2191,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                                     }
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                             float v3[64];
                             #pragma unroll
                             for (int r = 0; r < 64; r++) {
@@ -2326,7 +2326,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 64 / 8 + (lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
@@ -2339,7 +2339,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                                         fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j * 1) * 8) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -2347,7 +2347,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                                     }
                                 }
                             }
-                            /* acc6 += v35: accumulated by the tensor-core dot above */
+                            /* acc6 += v35: accumulated by the dot above */
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
@@ -2654,7 +2654,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                     }
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                             float v6[64];
                             #pragma unroll
                             for (int r = 0; r < 64; r++) {
@@ -2794,7 +2794,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 64 / 8 + (lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
@@ -2807,7 +2807,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                         fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j * 1) * 8) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -2815,7 +2815,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                     }
                                 }
                             }
-                            /* acc6 += v53: accumulated by the tensor-core dot above */
+                            /* acc6 += v53: accumulated by the dot above */
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
@@ -3122,7 +3122,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                     }
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                             float v6[64];
                             #pragma unroll
                             for (int r = 0; r < 64; r++) {
@@ -3262,7 +3262,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 64 / 8 + (lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
@@ -3275,7 +3275,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                         fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j * 1) * 8) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -3283,7 +3283,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                     }
                                 }
                             }
-                            /* acc6 += v53: accumulated by the tensor-core dot above */
+                            /* acc6 += v53: accumulated by the dot above */
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
@@ -3590,7 +3590,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                     }
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                             float v6[64];
                             #pragma unroll
                             for (int r = 0; r < 64; r++) {
@@ -3730,7 +3730,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 64 / 8 + (lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
@@ -3743,7 +3743,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                         fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j * 1) * 8) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -3751,7 +3751,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                     }
                                 }
                             }
-                            /* acc6 += v53: accumulated by the tensor-core dot above */
+                            /* acc6 += v53: accumulated by the dot above */
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
@@ -4058,7 +4058,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                     }
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                             float v6[64];
                             #pragma unroll
                             for (int r = 0; r < 64; r++) {
@@ -4198,7 +4198,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                             /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 64 / 8 + (lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[2][4], fb[8][2];
@@ -4211,7 +4211,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                         fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j * 1) * 8) * 2);
+                                    for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 2; i++) {
                                         #pragma unroll
@@ -4219,7 +4219,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                     }
                                 }
                             }
-                            /* acc6 += v53: accumulated by the tensor-core dot above */
+                            /* acc6 += v53: accumulated by the dot above */
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
@@ -4507,7 +4507,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                     }
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                             float v3[32];
                             #pragma unroll
                             for (int r = 0; r < 32; r++) {
@@ -4643,7 +4643,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                             {
                                 const int lane = tid & 31;
                                 const unsigned fb0 = dt_smem_u32((dt_smem + 16384 + rd16 * 4096)) + ((lane & 15)) * 256;
-                                const int fbu = (tid >> 5) % 1 * 128 / 8 + (lane >> 4);
+                                const int fbu = (tid >> 5) % 1 * 16 + (lane >> 4);
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
@@ -4656,7 +4656,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                         fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((kk / 16) * 16) * 256 + (((fbu + (j * 1)) ^ (lane & 7)) << 4));
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((kk / 16) * 16) * 256 + (((fbu + (j)) ^ (lane & 7)) << 4));
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -4664,7 +4664,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                     }
                                 }
                             }
-                            /* acc6 += v35: accumulated by the tensor-core dot above */
+                            /* acc6 += v35: accumulated by the dot above */
                             rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                         }
@@ -4952,7 +4952,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                     }
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                             float v3[32];
                             #pragma unroll
                             for (int r = 0; r < 32; r++) {
@@ -5088,7 +5088,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                             {
                                 const int lane = tid & 31;
                                 const unsigned fb0 = dt_smem_u32((dt_smem + 16384 + rd16 * 4096)) + ((lane & 15)) * 256;
-                                const int fbu = (tid >> 5) % 1 * 128 / 8 + (lane >> 4);
+                                const int fbu = (tid >> 5) % 1 * 16 + (lane >> 4);
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
@@ -5101,7 +5101,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                         fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((kk / 16) * 16) * 256 + (((fbu + (j * 1)) ^ (lane & 7)) << 4));
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((kk / 16) * 16) * 256 + (((fbu + (j)) ^ (lane & 7)) << 4));
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -5109,7 +5109,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                     }
                                 }
                             }
-                            /* acc6 += v35: accumulated by the tensor-core dot above */
+                            /* acc6 += v35: accumulated by the dot above */
                             rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                         }
@@ -5397,7 +5397,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                     }
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                             float v3[32];
                             #pragma unroll
                             for (int r = 0; r < 32; r++) {
@@ -5533,7 +5533,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                             {
                                 const int lane = tid & 31;
                                 const unsigned fb0 = dt_smem_u32((dt_smem + 16384 + rd16 * 4096)) + ((lane & 15)) * 256;
-                                const int fbu = (tid >> 5) % 1 * 128 / 8 + (lane >> 4);
+                                const int fbu = (tid >> 5) % 1 * 16 + (lane >> 4);
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
@@ -5546,7 +5546,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                         fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((kk / 16) * 16) * 256 + (((fbu + (j * 1)) ^ (lane & 7)) << 4));
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((kk / 16) * 16) * 256 + (((fbu + (j)) ^ (lane & 7)) << 4));
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -5554,7 +5554,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                     }
                                 }
                             }
-                            /* acc6 += v35: accumulated by the tensor-core dot above */
+                            /* acc6 += v35: accumulated by the dot above */
                             rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                         }
@@ -5842,7 +5842,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                     }
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                             float v3[32];
                             #pragma unroll
                             for (int r = 0; r < 32; r++) {
@@ -5978,7 +5978,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                             {
                                 const int lane = tid & 31;
                                 const unsigned fb0 = dt_smem_u32((dt_smem + 16384 + rd16 * 4096)) + ((lane & 15)) * 256;
-                                const int fbu = (tid >> 5) % 1 * 128 / 8 + (lane >> 4);
+                                const int fbu = (tid >> 5) % 1 * 16 + (lane >> 4);
                                 #pragma unroll
                                 for (int kk = 0; kk < 64; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
@@ -5991,7 +5991,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                         fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((kk / 16) * 16) * 256 + (((fbu + (j * 1)) ^ (lane & 7)) << 4));
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((kk / 16) * 16) * 256 + (((fbu + (j)) ^ (lane & 7)) << 4));
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -5999,7 +5999,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                     }
                                 }
                             }
-                            /* acc6 += v35: accumulated by the tensor-core dot above */
+                            /* acc6 += v35: accumulated by the dot above */
                             rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                         }
@@ -6306,7 +6306,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                                     }
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                             float v6[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
@@ -6446,7 +6446,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                             /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 32; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
@@ -6459,7 +6459,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                                         fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -6467,7 +6467,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                                     }
                                 }
                             }
-                            /* acc6 += v53: accumulated by the tensor-core dot above */
+                            /* acc6 += v53: accumulated by the dot above */
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
@@ -6774,7 +6774,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                                     }
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                             float v6[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
@@ -6914,7 +6914,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                             /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 32; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
@@ -6927,7 +6927,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                                         fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -6935,7 +6935,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                                     }
                                 }
                             }
-                            /* acc6 += v53: accumulated by the tensor-core dot above */
+                            /* acc6 += v53: accumulated by the dot above */
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
@@ -7242,7 +7242,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                                     }
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                             float v6[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
@@ -7382,7 +7382,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                             /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 32; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
@@ -7395,7 +7395,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                                         fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -7403,7 +7403,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                                     }
                                 }
                             }
-                            /* acc6 += v53: accumulated by the tensor-core dot above */
+                            /* acc6 += v53: accumulated by the dot above */
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
@@ -7710,7 +7710,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                                     }
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                             float v6[16];
                             #pragma unroll
                             for (int r = 0; r < 16; r++) {
@@ -7850,7 +7850,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                             /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                             {
                                 const int lane = tid & 31;
-                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
+                                const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
                                 #pragma unroll
                                 for (int kk = 0; kk < 32; kk += 16) {
                                     unsigned fa[1][4], fb[16][2];
@@ -7863,7 +7863,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                                         fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                                    for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                                     #pragma unroll
                                     for (int i = 0; i < 1; i++) {
                                         #pragma unroll
@@ -7871,7 +7871,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                                     }
                                 }
                             }
-                            /* acc6 += v53: accumulated by the tensor-core dot above */
+                            /* acc6 += v53: accumulated by the dot above */
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                         }
@@ -8072,7 +8072,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                                     }
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                         }
                         float v3[32];
                         #pragma unroll
@@ -8234,7 +8234,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -8247,7 +8247,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                                     fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
                                 }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
@@ -8255,7 +8255,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                                 }
                             }
                         }
-                        /* acc6 += v35: accumulated by the tensor-core dot above */
+                        /* acc6 += v35: accumulated by the dot above */
                     }
                     float v22[2];
                     #pragma unroll
@@ -8451,7 +8451,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                                     }
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                         }
                         float v3[32];
                         #pragma unroll
@@ -8613,7 +8613,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -8626,7 +8626,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                                     fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
                                 }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
@@ -8634,7 +8634,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                                 }
                             }
                         }
-                        /* acc6 += v35: accumulated by the tensor-core dot above */
+                        /* acc6 += v35: accumulated by the dot above */
                     }
                     float v22[2];
                     #pragma unroll
@@ -8830,7 +8830,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                                     }
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                         }
                         float v3[32];
                         #pragma unroll
@@ -8992,7 +8992,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -9005,7 +9005,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                                     fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
                                 }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
@@ -9013,7 +9013,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                                 }
                             }
                         }
-                        /* acc6 += v35: accumulated by the tensor-core dot above */
+                        /* acc6 += v35: accumulated by the dot above */
                     }
                     float v22[2];
                     #pragma unroll
@@ -9209,7 +9209,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                                     }
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                         }
                         float v3[32];
                         #pragma unroll
@@ -9371,7 +9371,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -9384,7 +9384,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                                     fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
                                 }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
@@ -9392,7 +9392,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                                 }
                             }
                         }
-                        /* acc6 += v35: accumulated by the tensor-core dot above */
+                        /* acc6 += v35: accumulated by the dot above */
                     }
                     float v22[2];
                     #pragma unroll
@@ -9593,7 +9593,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
                                     for (int c = 0; c < 4; c++) acc1[(i * 2 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc1[(i * 2 + j) * 16 + q * 4 + c]);
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                         }
                         float v3[32];
                         #pragma unroll
@@ -9782,7 +9782,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
                                 for (int c = 0; c < 4; c++) acc6[(i * 4 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc6[(i * 4 + j) * 16 + q * 4 + c]);
                             }
                         }
-                        /* acc6 += v35: accumulated by the tensor-core dot above */
+                        /* acc6 += v35: accumulated by the dot above */
                     }
                     float v22[4];
                     #pragma unroll
@@ -9983,7 +9983,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID
                                     for (int c = 0; c < 4; c++) acc1[(i * 2 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc1[(i * 2 + j) * 16 + q * 4 + c]);
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                         }
                         float v3[32];
                         #pragma unroll
@@ -10172,7 +10172,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID
                                 for (int c = 0; c < 4; c++) acc6[(i * 4 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc6[(i * 4 + j) * 16 + q * 4 + c]);
                             }
                         }
-                        /* acc6 += v35: accumulated by the tensor-core dot above */
+                        /* acc6 += v35: accumulated by the dot above */
                     }
                     float v22[4];
                     #pragma unroll
@@ -10389,7 +10389,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                                     }
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                         }
                         float v6[32];
                         #pragma unroll
@@ -10556,7 +10556,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -10569,7 +10569,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                                     fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
                                 }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
@@ -10577,7 +10577,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                                 }
                             }
                         }
-                        /* acc6 += v53: accumulated by the tensor-core dot above */
+                        /* acc6 += v53: accumulated by the dot above */
                     }
                     float v34[2];
                     #pragma unroll
@@ -10794,7 +10794,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                                     }
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                         }
                         float v6[32];
                         #pragma unroll
@@ -10961,7 +10961,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -10974,7 +10974,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                                     fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
                                 }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
@@ -10982,7 +10982,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                                 }
                             }
                         }
-                        /* acc6 += v53: accumulated by the tensor-core dot above */
+                        /* acc6 += v53: accumulated by the dot above */
                     }
                     float v34[2];
                     #pragma unroll
@@ -11199,7 +11199,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                                     }
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                         }
                         float v6[32];
                         #pragma unroll
@@ -11366,7 +11366,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -11379,7 +11379,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                                     fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
                                 }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
@@ -11387,7 +11387,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                                 }
                             }
                         }
-                        /* acc6 += v53: accumulated by the tensor-core dot above */
+                        /* acc6 += v53: accumulated by the dot above */
                     }
                     float v34[2];
                     #pragma unroll
@@ -11604,7 +11604,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                                     }
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                         }
                         float v6[32];
                         #pragma unroll
@@ -11771,7 +11771,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         /* rdot on tensor cores: [i:64, e:128] over j:64 by 4 x 1 warps of 1 x 16 m16n8k16 fragments */
                         {
                             const int lane = tid & 31;
-                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 128 / 8 + (lane >> 4)) * 8) * 2;
+                            const unsigned fb0 = dt_smem_u32((dt_smem + 2304)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
                             #pragma unroll
                             for (int kk = 0; kk < 64; kk += 16) {
                                 unsigned fa[1][4], fb[16][2];
@@ -11784,7 +11784,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                                     fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
                                 }
                                 #pragma unroll
-                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                                for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                                 #pragma unroll
                                 for (int i = 0; i < 1; i++) {
                                     #pragma unroll
@@ -11792,7 +11792,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                                 }
                             }
                         }
-                        /* acc6 += v53: accumulated by the tensor-core dot above */
+                        /* acc6 += v53: accumulated by the dot above */
                     }
                     float v34[2];
                     #pragma unroll
@@ -12014,7 +12014,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                                     for (int c = 0; c < 4; c++) acc1[(i * 2 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc1[(i * 2 + j) * 16 + q * 4 + c]);
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                         }
                         float v6[32];
                         #pragma unroll
@@ -12208,7 +12208,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                                 for (int c = 0; c < 4; c++) acc6[(i * 4 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc6[(i * 4 + j) * 16 + q * 4 + c]);
                             }
                         }
-                        /* acc6 += v53: accumulated by the tensor-core dot above */
+                        /* acc6 += v53: accumulated by the dot above */
                     }
                     float v34[4];
                     #pragma unroll
@@ -12430,7 +12430,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                                     for (int c = 0; c < 4; c++) acc1[(i * 2 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc1[(i * 2 + j) * 16 + q * 4 + c]);
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                         }
                         float v6[32];
                         #pragma unroll
@@ -12624,7 +12624,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                                 for (int c = 0; c < 4; c++) acc6[(i * 4 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc6[(i * 4 + j) * 16 + q * 4 + c]);
                             }
                         }
-                        /* acc6 += v53: accumulated by the tensor-core dot above */
+                        /* acc6 += v53: accumulated by the dot above */
                     }
                     float v34[4];
                     #pragma unroll

@@ -778,7 +778,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                                 }
                             }
                         }
-                        /* acc1 += v2: accumulated by the tensor-core dot above */
+                        /* acc1 += v2: accumulated by the dot above */
                         float v3[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -965,7 +965,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                                 }
                             }
                         }
-                        /* acc6 += v35: accumulated by the tensor-core dot above */
+                        /* acc6 += v35: accumulated by the dot above */
                     }
                     float v22[8];
                     #pragma unroll
@@ -1159,7 +1159,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                                 }
                             }
                         }
-                        /* acc1 += v2: accumulated by the tensor-core dot above */
+                        /* acc1 += v2: accumulated by the dot above */
                         float v3[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -1346,7 +1346,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                                 }
                             }
                         }
-                        /* acc6 += v35: accumulated by the tensor-core dot above */
+                        /* acc6 += v35: accumulated by the dot above */
                     }
                     float v22[8];
                     #pragma unroll
@@ -1561,7 +1561,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                                 }
                             }
                         }
-                        /* acc1 += v5: accumulated by the tensor-core dot above */
+                        /* acc1 += v5: accumulated by the dot above */
                         float v6[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -1753,7 +1753,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                                 }
                             }
                         }
-                        /* acc6 += v53: accumulated by the tensor-core dot above */
+                        /* acc6 += v53: accumulated by the dot above */
                     }
                     float v34[8];
                     #pragma unroll
@@ -1968,7 +1968,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                                 }
                             }
                         }
-                        /* acc1 += v5: accumulated by the tensor-core dot above */
+                        /* acc1 += v5: accumulated by the dot above */
                         float v6[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -2160,7 +2160,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                                 }
                             }
                         }
-                        /* acc6 += v53: accumulated by the tensor-core dot above */
+                        /* acc6 += v53: accumulated by the dot above */
                     }
                     float v34[8];
                     #pragma unroll
@@ -2354,7 +2354,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                                 }
                             }
                         }
-                        /* acc1 += v2: accumulated by the tensor-core dot above */
+                        /* acc1 += v2: accumulated by the dot above */
                         float v3[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
@@ -2541,7 +2541,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                                 }
                             }
                         }
-                        /* acc6 += v35: accumulated by the tensor-core dot above */
+                        /* acc6 += v35: accumulated by the dot above */
                     }
                     float v22[4];
                     #pragma unroll
@@ -2735,7 +2735,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                                 }
                             }
                         }
-                        /* acc1 += v2: accumulated by the tensor-core dot above */
+                        /* acc1 += v2: accumulated by the dot above */
                         float v3[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
@@ -2922,7 +2922,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                                 }
                             }
                         }
-                        /* acc6 += v35: accumulated by the tensor-core dot above */
+                        /* acc6 += v35: accumulated by the dot above */
                     }
                     float v22[4];
                     #pragma unroll
@@ -3137,7 +3137,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
                                 }
                             }
                         }
-                        /* acc1 += v5: accumulated by the tensor-core dot above */
+                        /* acc1 += v5: accumulated by the dot above */
                         float v6[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
@@ -3329,7 +3329,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
                                 }
                             }
                         }
-                        /* acc6 += v53: accumulated by the tensor-core dot above */
+                        /* acc6 += v53: accumulated by the dot above */
                     }
                     float v34[4];
                     #pragma unroll
@@ -3544,7 +3544,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
                                 }
                             }
                         }
-                        /* acc1 += v5: accumulated by the tensor-core dot above */
+                        /* acc1 += v5: accumulated by the dot above */
                         float v6[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
@@ -3736,7 +3736,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
                                 }
                             }
                         }
-                        /* acc6 += v53: accumulated by the tensor-core dot above */
+                        /* acc6 += v53: accumulated by the dot above */
                     }
                     float v34[4];
                     #pragma unroll
@@ -3932,7 +3932,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                                     }
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                         }
                         float v3[16];
                         #pragma unroll
@@ -4120,7 +4120,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                                 }
                             }
                         }
-                        /* acc6 += v35: accumulated by the tensor-core dot above */
+                        /* acc6 += v35: accumulated by the dot above */
                     }
                     float v22[4];
                     #pragma unroll
@@ -4316,7 +4316,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                                     }
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                         }
                         float v3[16];
                         #pragma unroll
@@ -4504,7 +4504,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                                 }
                             }
                         }
-                        /* acc6 += v35: accumulated by the tensor-core dot above */
+                        /* acc6 += v35: accumulated by the dot above */
                     }
                     float v22[4];
                     #pragma unroll
@@ -4711,7 +4711,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                                     for (int c = 0; c < 4; c++) acc1[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc1[(i * 1 + j) * 16 + q * 4 + c]);
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                         }
                         float v3[16];
                         #pragma unroll
@@ -4971,7 +4971,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                                 for (int c = 0; c < 4; c++) acc6[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc6[(i * 1 + j) * 16 + q * 4 + c]);
                             }
                         }
-                        /* acc6 += v35: accumulated by the tensor-core dot above */
+                        /* acc6 += v35: accumulated by the dot above */
                     }
                     float v22[1];
                     #pragma unroll
@@ -5188,7 +5188,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                                     for (int c = 0; c < 4; c++) acc1[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc1[(i * 1 + j) * 16 + q * 4 + c]);
                                 }
                             }
-                            /* acc1 += v2: accumulated by the tensor-core dot above */
+                            /* acc1 += v2: accumulated by the dot above */
                         }
                         float v3[16];
                         #pragma unroll
@@ -5448,7 +5448,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                                 for (int c = 0; c < 4; c++) acc6[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc6[(i * 1 + j) * 16 + q * 4 + c]);
                             }
                         }
-                        /* acc6 += v35: accumulated by the tensor-core dot above */
+                        /* acc6 += v35: accumulated by the dot above */
                     }
                     float v22[1];
                     #pragma unroll
@@ -5675,7 +5675,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                                     }
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                         }
                         float v6[16];
                         #pragma unroll
@@ -5868,7 +5868,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                                 }
                             }
                         }
-                        /* acc6 += v53: accumulated by the tensor-core dot above */
+                        /* acc6 += v53: accumulated by the dot above */
                     }
                     float v34[4];
                     #pragma unroll
@@ -6085,7 +6085,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                                     }
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                         }
                         float v6[16];
                         #pragma unroll
@@ -6278,7 +6278,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                                 }
                             }
                         }
-                        /* acc6 += v53: accumulated by the tensor-core dot above */
+                        /* acc6 += v53: accumulated by the dot above */
                     }
                     float v34[4];
                     #pragma unroll
@@ -6506,7 +6506,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                                     for (int c = 0; c < 4; c++) acc1[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc1[(i * 1 + j) * 16 + q * 4 + c]);
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                         }
                         float v6[16];
                         #pragma unroll
@@ -6771,7 +6771,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                                 for (int c = 0; c < 4; c++) acc6[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc6[(i * 1 + j) * 16 + q * 4 + c]);
                             }
                         }
-                        /* acc6 += v53: accumulated by the tensor-core dot above */
+                        /* acc6 += v53: accumulated by the dot above */
                     }
                     float v34[1];
                     #pragma unroll
@@ -7009,7 +7009,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                                     for (int c = 0; c < 4; c++) acc1[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc1[(i * 1 + j) * 16 + q * 4 + c]);
                                 }
                             }
-                            /* acc1 += v5: accumulated by the tensor-core dot above */
+                            /* acc1 += v5: accumulated by the dot above */
                         }
                         float v6[16];
                         #pragma unroll
@@ -7274,7 +7274,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                                 for (int c = 0; c < 4; c++) acc6[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc6[(i * 1 + j) * 16 + q * 4 + c]);
                             }
                         }
-                        /* acc6 += v53: accumulated by the tensor-core dot above */
+                        /* acc6 += v53: accumulated by the dot above */
                     }
                     float v34[1];
                     #pragma unroll

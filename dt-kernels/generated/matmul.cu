@@ -1548,14 +1548,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(DT_GRID_CONSTANT con
                     {
                         const int lane = tid & 31;
                         const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + ((lane >> 4)) * 8) * 2;
-                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 64 / 8 + (lane >> 4)) * 8) * 2;
+                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 8 + (lane >> 4)) * 8) * 2;
                         #pragma unroll
                         for (int kk = 0; kk < 32; kk += 16) {
                             unsigned fa[4][4], fb[8][2];
                             #pragma unroll
                             for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 40 + ((kk / 16) * 2) * 8) * 2);
                             #pragma unroll
-                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                             #pragma unroll
                             for (int i = 0; i < 4; i++) {
                                 #pragma unroll
@@ -1563,7 +1563,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(DT_GRID_CONSTANT con
                             }
                         }
                     }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    /* acc0 += v2: accumulated by the dot above */
                     rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
                     wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }
@@ -1732,14 +1732,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16_whole(DT_GRID_CONSTA
                     {
                         const int lane = tid & 31;
                         const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + ((lane >> 4)) * 8) * 2;
-                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 64 / 8 + (lane >> 4)) * 8) * 2;
+                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 8 + (lane >> 4)) * 8) * 2;
                         #pragma unroll
                         for (int kk = 0; kk < 32; kk += 16) {
                             unsigned fa[4][4], fb[8][2];
                             #pragma unroll
                             for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 40 + ((kk / 16) * 2) * 8) * 2);
                             #pragma unroll
-                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                             #pragma unroll
                             for (int i = 0; i < 4; i++) {
                                 #pragma unroll
@@ -1747,7 +1747,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16_whole(DT_GRID_CONSTA
                             }
                         }
                     }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    /* acc0 += v2: accumulated by the dot above */
                     rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
                     wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }
@@ -1918,14 +1918,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(DT_GRID_CONSTANT co
                     {
                         const int lane = tid & 31;
                         const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + ((lane >> 4)) * 8) * 2;
-                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 64 / 8 + (lane >> 4)) * 8) * 2;
+                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 8 + (lane >> 4)) * 8) * 2;
                         #pragma unroll
                         for (int kk = 0; kk < 32; kk += 16) {
                             unsigned fa[4][4], fb[8][2];
                             #pragma unroll
                             for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 40 + ((kk / 16) * 2) * 8) * 2);
                             #pragma unroll
-                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                             #pragma unroll
                             for (int i = 0; i < 4; i++) {
                                 #pragma unroll
@@ -1933,7 +1933,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(DT_GRID_CONSTANT co
                             }
                         }
                     }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    /* acc0 += v2: accumulated by the dot above */
                     rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
                     wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }
@@ -2102,14 +2102,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
                     {
                         const int lane = tid & 31;
                         const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + ((lane >> 4)) * 8) * 2;
-                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 64 / 8 + (lane >> 4)) * 8) * 2;
+                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 8 + (lane >> 4)) * 8) * 2;
                         #pragma unroll
                         for (int kk = 0; kk < 32; kk += 16) {
                             unsigned fa[4][4], fb[8][2];
                             #pragma unroll
                             for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 40 + ((kk / 16) * 2) * 8) * 2);
                             #pragma unroll
-                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                             #pragma unroll
                             for (int i = 0; i < 4; i++) {
                                 #pragma unroll
@@ -2117,7 +2117,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
                             }
                         }
                     }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    /* acc0 += v2: accumulated by the dot above */
                     rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
                     wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }
@@ -2308,7 +2308,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32(DT_GRID_CONST
                             for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
                         }
                     }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    /* acc0 += v2: accumulated by the dot above */
                     rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
                     wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }
@@ -2497,7 +2497,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32_whole(DT_GRID
                             for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
                         }
                     }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    /* acc0 += v2: accumulated by the dot above */
                     rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
                     wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }
@@ -2688,7 +2688,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32(DT_GRID_CONS
                             for (int c = 0; c < 4; c++) acc0[(i * 2 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 2 + j) * 16 + q * 4 + c]);
                         }
                     }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    /* acc0 += v2: accumulated by the dot above */
                     rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
                     wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }
@@ -2877,7 +2877,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32_whole(DT_GRI
                             for (int c = 0; c < 4; c++) acc0[(i * 2 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 2 + j) * 16 + q * 4 + c]);
                         }
                     }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    /* acc0 += v2: accumulated by the dot above */
                     rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
                     wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }

@@ -722,7 +722,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f16(DT_GRID_CONSTANT con
                         }
                     }
                 }
-                /* acc0 += v2: accumulated by the tensor-core dot above */
+                /* acc0 += v2: accumulated by the dot above */
             }
             float v3[64];
             #pragma unroll
@@ -846,7 +846,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_bf16(DT_GRID_CONSTANT co
                         }
                     }
                 }
-                /* acc0 += v2: accumulated by the tensor-core dot above */
+                /* acc0 += v2: accumulated by the dot above */
             }
             float v3[64];
             #pragma unroll
@@ -971,7 +971,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_1k_f32_f32(DT_GRID_CONST
                         for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
                     }
                 }
-                /* acc0 += v2: accumulated by the tensor-core dot above */
+                /* acc0 += v2: accumulated by the dot above */
             }
             float v3[16];
             #pragma unroll
@@ -1096,7 +1096,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_1k_f32_f32_whole(DT_GRID
                         for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
                     }
                 }
-                /* acc0 += v2: accumulated by the tensor-core dot above */
+                /* acc0 += v2: accumulated by the dot above */
             }
             float v3[16];
             #pragma unroll
@@ -1223,7 +1223,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_mm_128_f32_f32(DT_GRID_CONS
                         for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
                     }
                 }
-                /* acc0 += v2: accumulated by the tensor-core dot above */
+                /* acc0 += v2: accumulated by the dot above */
             }
             float v3[32];
             #pragma unroll
@@ -1348,7 +1348,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_mm_128_f32_f32_whole(DT_GRI
                         for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
                     }
                 }
-                /* acc0 += v2: accumulated by the tensor-core dot above */
+                /* acc0 += v2: accumulated by the dot above */
             }
             float v3[32];
             #pragma unroll

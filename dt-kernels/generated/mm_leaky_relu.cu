@@ -1722,14 +1722,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(DT_GRID_CONSTANT co
                     {
                         const int lane = tid & 31;
                         const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + ((lane >> 4)) * 8) * 2;
-                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 64 / 8 + (lane >> 4)) * 8) * 2;
+                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 8 + (lane >> 4)) * 8) * 2;
                         #pragma unroll
                         for (int kk = 0; kk < 32; kk += 16) {
                             unsigned fa[4][4], fb[8][2];
                             #pragma unroll
                             for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 40 + ((kk / 16) * 2) * 8) * 2);
                             #pragma unroll
-                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                             #pragma unroll
                             for (int i = 0; i < 4; i++) {
                                 #pragma unroll
@@ -1737,7 +1737,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(DT_GRID_CONSTANT co
                             }
                         }
                     }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    /* acc0 += v2: accumulated by the dot above */
                     rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
                     wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }
@@ -1933,14 +1933,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16_whole(DT_GRID_CONST
                     {
                         const int lane = tid & 31;
                         const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + ((lane >> 4)) * 8) * 2;
-                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 64 / 8 + (lane >> 4)) * 8) * 2;
+                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 8 + (lane >> 4)) * 8) * 2;
                         #pragma unroll
                         for (int kk = 0; kk < 32; kk += 16) {
                             unsigned fa[4][4], fb[8][2];
                             #pragma unroll
                             for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 40 + ((kk / 16) * 2) * 8) * 2);
                             #pragma unroll
-                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                             #pragma unroll
                             for (int i = 0; i < 4; i++) {
                                 #pragma unroll
@@ -1948,7 +1948,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16_whole(DT_GRID_CONST
                             }
                         }
                     }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    /* acc0 += v2: accumulated by the dot above */
                     rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
                     wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }
@@ -2146,14 +2146,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(DT_GRID_CONSTANT c
                     {
                         const int lane = tid & 31;
                         const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + ((lane >> 4)) * 8) * 2;
-                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 64 / 8 + (lane >> 4)) * 8) * 2;
+                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 8 + (lane >> 4)) * 8) * 2;
                         #pragma unroll
                         for (int kk = 0; kk < 32; kk += 16) {
                             unsigned fa[4][4], fb[8][2];
                             #pragma unroll
                             for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 40 + ((kk / 16) * 2) * 8) * 2);
                             #pragma unroll
-                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                             #pragma unroll
                             for (int i = 0; i < 4; i++) {
                                 #pragma unroll
@@ -2161,7 +2161,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(DT_GRID_CONSTANT c
                             }
                         }
                     }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    /* acc0 += v2: accumulated by the dot above */
                     rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
                     wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }
@@ -2357,14 +2357,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16_whole(DT_GRID_CONS
                     {
                         const int lane = tid & 31;
                         const unsigned fa0 = dt_smem_u32(((dt_smem + 0) + rd6 * 2560)) + (((tid >> 5) / 2 * 64 + (lane & 15)) * 40 + ((lane >> 4)) * 8) * 2;
-                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 64 / 8 + (lane >> 4)) * 8) * 2;
+                        const unsigned fb0 = dt_smem_u32(((dt_smem + 7680) + rd6 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 2 * 8 + (lane >> 4)) * 8) * 2;
                         #pragma unroll
                         for (int kk = 0; kk < 32; kk += 16) {
                             unsigned fa[4][4], fb[8][2];
                             #pragma unroll
                             for (int i = 0; i < 4; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 40 + ((kk / 16) * 2) * 8) * 2);
                             #pragma unroll
-                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j * 1) * 8) * 2);
+                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
                             #pragma unroll
                             for (int i = 0; i < 4; i++) {
                                 #pragma unroll
@@ -2372,7 +2372,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16_whole(DT_GRID_CONS
                             }
                         }
                     }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    /* acc0 += v2: accumulated by the dot above */
                     rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
                     wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }
@@ -2590,7 +2590,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_1k_f32_f32(DT_GRID_CONS
                             for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
                         }
                     }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    /* acc0 += v2: accumulated by the dot above */
                     rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
                     wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }
@@ -2806,7 +2806,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_1k_f32_f32_whole(DT_GRI
                             for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
                         }
                     }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    /* acc0 += v2: accumulated by the dot above */
                     rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
                     wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }
@@ -3024,7 +3024,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_128_f32_f32(DT_GRID_CON
                             for (int c = 0; c < 4; c++) acc0[(i * 2 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 2 + j) * 16 + q * 4 + c]);
                         }
                     }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    /* acc0 += v2: accumulated by the dot above */
                     rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
                     wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }
@@ -3240,7 +3240,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_128_f32_f32_whole(DT_GR
                             for (int c = 0; c < 4; c++) acc0[(i * 2 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 2 + j) * 16 + q * 4 + c]);
                         }
                     }
-                    /* acc0 += v2: accumulated by the tensor-core dot above */
+                    /* acc0 += v2: accumulated by the dot above */
                     rd6 = rd6 + 1 == 3 ? 0 : rd6 + 1;
                     wr7 = wr7 + 1 == 3 ? 0 : wr7 + 1;
                 }

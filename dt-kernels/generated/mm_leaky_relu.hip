@@ -734,7 +734,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(DT_GRID_CONSTANT co
                         }
                     }
                 }
-                /* acc0 += v2: accumulated by the tensor-core dot above */
+                /* acc0 += v2: accumulated by the dot above */
             }
             float v3[64];
             #pragma unroll
@@ -885,7 +885,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(DT_GRID_CONSTANT c
                         }
                     }
                 }
-                /* acc0 += v2: accumulated by the tensor-core dot above */
+                /* acc0 += v2: accumulated by the dot above */
             }
             float v3[64];
             #pragma unroll
@@ -1037,7 +1037,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_1k_f32_f32(DT_GRID_CONS
                         for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
                     }
                 }
-                /* acc0 += v2: accumulated by the tensor-core dot above */
+                /* acc0 += v2: accumulated by the dot above */
             }
             float v3[16];
             #pragma unroll
@@ -1189,7 +1189,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_1k_f32_f32_whole(DT_GRI
                         for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
                     }
                 }
-                /* acc0 += v2: accumulated by the tensor-core dot above */
+                /* acc0 += v2: accumulated by the dot above */
             }
             float v3[16];
             #pragma unroll
@@ -1343,7 +1343,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_out_128_f32_f32(DT_GRID_CON
                         for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
                     }
                 }
-                /* acc0 += v2: accumulated by the tensor-core dot above */
+                /* acc0 += v2: accumulated by the dot above */
             }
             float v3[32];
             #pragma unroll
@@ -1495,7 +1495,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_out_128_f32_f32_whole(DT_GR
                         for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
                     }
                 }
-                /* acc0 += v2: accumulated by the tensor-core dot above */
+                /* acc0 += v2: accumulated by the dot above */
             }
             float v3[32];
             #pragma unroll

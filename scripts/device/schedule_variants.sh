@@ -20,7 +20,9 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 shape_args=()
 for s in "$@"; do shape_args+=(--shape "$s"); done
 while IFS="|" read -r name statements; do
+  name=$(echo "$name" | sed 's/^ *//; s/ *$//')
   [ -n "$name" ] || continue
+  [[ $name =~ ^[A-Za-z0-9_.+-]+$ && $name != *..* ]] || { echo "$name: a variant name is letters, digits and _.+- only"; continue; }
   dir=/tmp/schedule_variants/${CLASS// /+}/$name
   rm -rf "$dir" && mkdir -p "$dir/dt-kernels" && cp -r "$R/bench" "$dir/" && cp -r "$R/dt-kernels/specs" "$dir/dt-kernels/"
   spec=$dir/dt-kernels/specs/$SPEC.dt
@@ -29,13 +31,20 @@ while IFS="|" read -r name statements; do
     st=$(echo "$st" | sed 's/^ *//; s/ *$//')
     [ -n "$st" ] || continue
     prim=${st%%(*}
+    # `|` delimits the substitution (a statement holds none: it separates name and statements);
+    # `&` and `\` in the statement stand for themselves.
     for class in $CLASS; do
+      replacement=$(printf '%s' "$class.$st;" | sed 's/[&\\|]/\\&/g')
       grep -q "^$class\.$prim(" "$spec" || { echo "$name: $class has no $prim statement"; continue 3; }
-      sed -i "s/^$class\.$prim(.*/$class.$st;/" "$spec"
+      sed -i "s|^$class\.$prim(.*|$replacement|" "$spec"
+      grep -qxF "$class.$st;" "$spec" || { echo "$name: the edit of $class.$prim failed"; continue 3; }
     done
   done
   [ -z "${EDIT:-}" ] || sed -i "$EDIT" "$spec"
   echo "=== $CLASS $name: $(for class in $CLASS; do grep "^$class\." "$spec" | grep -v compile; done | tr '\n' ' ')"
-  (cd "$dir" && timeout "${T_VARIANT:-90}" "$R/.gpu/xtask" bench --op "$OP" --dtype "$DTYPE" --baseline "${BASELINE:-none}" --budget 0.5 "${shape_args[@]}" \
-    --json "$OUT/${CLASS// /+}_$name.json" 2>&1 | grep -E "^\| $OP|rror")
+  (cd "$dir" && timeout "${T_VARIANT:-90}" "$R/.gpu/xtask" bench --op "$OP" --dtype "$DTYPE" --baseline "${BASELINE:-none}" --budget 0.5 \
+    ${shape_args[@]+"${shape_args[@]}"} --json "$OUT/${CLASS// /+}_$name.json" </dev/null >"$dir/bench.log" 2>&1
+    rc=$?
+    grep -E "^\| $OP|rror" "$dir/bench.log"
+    [ $rc = 0 ] || echo "$name: the bench exited with $rc (124: past T_VARIANT); its log: $dir/bench.log")
 done <<<"$VARIANTS"

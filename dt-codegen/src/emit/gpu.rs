@@ -5,9 +5,9 @@
 //! follow the blocked layout in its simplest form: element `e` of a tile of `N` elements
 //! (row-major) lives in register slot `e / T` of thread `e % T`, `T` being the block's thread
 //! count, so element-wise work between tiles of one shape needs no communication and loads and
-//! stores are coalesced along the last dimension. On CUDA, f16 and bf16 dots that tensor cores
-//! can compute, and what is computed from them element-wise, use the `mma.sync` accumulator
-//! layout instead (see `gpu_mma.rs`). An operand read under another shape or another layout (a
+//! stores are coalesced along the last dimension. Dots that the matrix units (or, in f32, the
+//! staged fused multiply-adds) can compute, and what is computed from them element-wise, use
+//! their accumulator layout instead (see `gpu_mma.rs`). An operand read under another shape or another layout (a
 //! broadcast, the input of a reduction, a dot operand) is first published to a shared-memory
 //! slot with its producer's mapping; threads then read the elements they need from there. The
 //! blocked layout depends on nothing but the thread count.
@@ -347,7 +347,7 @@ struct Emitter<'a> {
     next: usize,
     publishing: Publishing,
     slot_offsets: Vec<usize>,
-    /// The register layout of every value and accumulator, and the tensor-core dots.
+    /// The register layout of every value and accumulator, and the staged dots.
     plan: Plan,
     partials: Partials,
     /// Loads issued ahead by [`Emitter::pipelined_rows`]: the value and its words and flags.
@@ -687,7 +687,7 @@ impl Emitter<'_> {
         done
     }
 
-    /// A loop: tensor-core pipelined, with its loads issued a step ahead, or plain.
+    /// A loop: its staged dots pipelined, with its loads issued a step ahead, or plain.
     fn loop_stmt_inner(&mut self, l: &Loop) -> Result<(), EmitError> {
         if let Some(w) = self.ws.clone().filter(|w| hopper::is_planned_loop(w, l)) {
             return self.consumer_loop(l, &w);
@@ -763,7 +763,7 @@ impl Emitter<'_> {
                 self.for_owned(&shape, layout, |e, _| e.line(&format!("{name}[r] = {v};")));
             }
             Stmt::Update { var, value, .. } if self.plan.fused_update(*var, *value) => {
-                self.line(&format!("/* acc{} += v{}: accumulated by the tensor-core dot above */", var.0, value.0));
+                self.line(&format!("/* acc{} += v{}: accumulated by the dot above */", var.0, value.0));
             }
             Stmt::Update { var, combine: how, value } => {
                 let shape = self.k.var(*var).clone();

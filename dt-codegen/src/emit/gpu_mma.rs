@@ -1,5 +1,5 @@
-//! Register layouts of the GPU emitter, and `rdot` on matrix units: NVIDIA tensor cores
-//! (`mma.sync`) and AMD matrix cores (MFMA).
+//! Register layouts of the GPU emitter, and `rdot` on staged operands: NVIDIA tensor cores
+//! (`mma.sync`), AMD matrix cores (MFMA), and f32 fused multiply-adds (`Fma`).
 //!
 //! Before a kernel is printed, [`plan`] gives every value and accumulator a [`RegLayout`]: where
 //! each element of the tile lives (which thread, which register slot). Most tiles are
@@ -11,8 +11,9 @@
 //! shared memory with its producer's mapping and read back under the reader's, as any tile read
 //! under another shape is.
 //!
-//! A matrix-unit dot stages both operands in shared memory as 16-bit values, in lines padded so
-//! that the eight line addresses of an `ldmatrix` fall in distinct banks: [rows][K], or
+//! A matrix-unit dot stages both operands in shared memory as 16-bit values, in lines padded (or,
+//! in rings that would not fit padded, swizzled: `MmaDot::swizzle`) so that the eight line
+//! addresses of an `ldmatrix` fall in distinct banks: [rows][K], or
 //! [K][rows] (read with `ldmatrix.trans`) for an operand whose input has the row dimension as
 //! its last, contiguous axis, so that the copy from global memory is coalesced either way. An
 //! operand loaded only for the dot is copied there straight from global memory, 16 bytes at a
@@ -54,7 +55,7 @@ use dt_core::kir::*;
 use dt_core::DType;
 
 impl Emitter<'_> {
-    /// `id = dot` on tensor cores (see the module docs), into the accumulator it is fused with
+    /// `id = dot` on staged operands (see the module docs), into the accumulator it is fused with
     /// or into a fresh zeroed tile.
     pub(super) fn mma_dot(&mut self, id: ValueId, d: &MmaDot) {
         self.barrier();
@@ -66,7 +67,7 @@ impl Emitter<'_> {
         self.mma_compute(id, d, None);
     }
 
-    /// A loop that copies the operands of its tensor-core dots S - 1 steps ahead (see the module
+    /// A loop that copies the operands of its staged dots S - 1 steps ahead (see the module
     /// docs): a dot pipelined alone, in S buffers per operand, or the dots fed through rings
     /// (`plan::dot_rings`). The held operands and the copies of the first S - 1 steps start
     /// before it; step i waits for its own copies, starts those of step i + S - 1 (into the
@@ -215,7 +216,7 @@ impl Emitter<'_> {
         let t = d.tile;
         let (fm, fn_) = t.frags();
         let (pa, pb) = (d.pitch(0), d.pitch(1));
-        let (wrow, wcol) = (format!("(tid >> 5) / {} * {}", t.wn, t.rows / t.wm), format!("(tid >> 5) % {} * {}", t.wn, t.cols / t.wn));
+        let (wrow, wcol) = t.warp_origin(1);
         self.line("{");
         self.depth += 1;
         self.line("const int lane = tid & 31;");
@@ -285,7 +286,6 @@ impl Emitter<'_> {
         let t = d.tile;
         let (fm, fn_) = t.frags();
         let suffix = self.dtype.name();
-        let (wrow, wcol) = (format!("(tid >> 5) / {} * {}", t.wn, t.rows / t.wm), format!("(tid >> 5) % {} * {}", t.wn, t.cols / t.wn));
         self.line("{");
         self.depth += 1;
         self.line("const int lane = tid & 31;");
@@ -293,46 +293,25 @@ impl Emitter<'_> {
         // which fills fragment registers in the order a0a1 (rows 0-7, k 0-7), a2a3 (rows 8-15),
         // a4a5 (k 8-15), a6a7 of A, and b0b1 (k 0-7), b2b3 (k 8-15) of two n8 fragments of B.
         // The .x2 form for a last odd B fragment uses the addresses of lanes 0-15 only.
-        // Each operand's walk: the lane's staged line and 16-byte unit at fragment 0 and k 0,
-        // and the lines and units one fragment and one k16 step add. The eight lines of one
-        // matrix are consecutive from a multiple of 8, so a line's place among them is `lane & 7`
-        // (what a swizzled operand's units are XORed with).
-        let walk = |i: usize| -> ((String, String), (u32, u32), (u32, u32)) {
-            match (i, d.trans(i)) {
-                (0, true) => (("(lane & 7) + (lane >> 4) * 8".to_string(), format!("{wrow} / 8 + ((lane >> 3) & 1)")), (0, 2), (16, 0)),
-                (0, false) => ((format!("{wrow} + (lane & 15)"), "(lane >> 4)".to_string()), (16, 0), (0, 2)),
-                (_, true) => (("(lane & 15)".to_string(), format!("{wcol} / 8 + (lane >> 4)")), (0, 1), (16, 0)),
-                (_, false) => ((format!("{wcol} + (lane & 7) + (lane >> 4) * 8"), "((lane >> 3) & 1)".to_string()), (8, 0), (0, 2)),
-            }
-        };
-        let mut address = Vec::new();
+        let mut address: [Option<Walk>; 2] = [None, None];
         for (i, name) in ["fa", "fb"].into_iter().enumerate() {
             if i == 0 && d.a_in_fragments {
-                address.push(String::new());
                 continue;
             }
-            let ((line0, unit0), (fl, fu), (kl, ku)) = walk(i);
+            let w = Walk::of(t, i, d.trans(i));
             let (pitch, smem) = (d.pitch(i), self.buffer(d, i, buf));
-            // `F` and `K` stand for the fragment index and the k16 step (kk / 16).
-            let sum = |terms: [(&str, u32); 2]| {
-                let t: Vec<String> = terms.iter().filter(|(_, n)| *n > 0).map(|(x, n)| format!("{x} * {n}")).collect();
-                if t.is_empty() {
-                    "0".to_string()
-                } else {
-                    format!("({})", t.join(" + "))
-                }
-            };
-            let (lines, units) = (sum([("F", fl), ("K", kl)]), sum([("F", fu), ("K", ku)]));
             if d.swizzled(i) {
-                self.line(&format!("const unsigned {name}0 = dt_smem_u32({smem}) + ({line0}) * {};", pitch * 2));
-                self.line(&format!("const int {name}u = {unit0};"));
-                address.push(format!("{name}0 + {lines} * {} + ((({name}u + {units}) ^ (lane & 7)) << 4)", pitch * 2));
+                self.line(&format!("const unsigned {name}0 = dt_smem_u32({smem}) + ({}) * {};", w.line0, pitch * 2));
+                self.line(&format!("const int {name}u = {};", w.unit0));
             } else {
-                self.line(&format!("const unsigned {name}0 = dt_smem_u32({smem}) + (({line0}) * {pitch} + ({unit0}) * 8) * 2;"));
-                address.push(format!("{name}0 + ({lines} * {pitch} + {units} * 8) * 2"));
+                self.line(&format!("const unsigned {name}0 = dt_smem_u32({smem}) + (({}) * {pitch} + ({}) * 8) * 2;", w.line0, w.unit0));
             }
+            address[i] = Some(w);
         }
-        let at = |i: usize, f: &str| address[i].replace('F', f).replace('K', "(kk / 16)");
+        let at = |i: usize, f: &str| {
+            let w = address[i].as_ref().expect("a staged operand");
+            w.address(["fa", "fb"][i], d.pitch(i), d.swizzled(i), f)
+        };
         let (a_trans, b_trans) = (if d.trans(0) { "_trans" } else { "" }, if d.trans(1) { "_trans" } else { "" });
         self.line("#pragma unroll");
         self.line(&format!("for (int kk = 0; kk < {}; kk += 16) {{", d.depth));
@@ -403,7 +382,7 @@ impl Emitter<'_> {
         let t = d.tile;
         let (fm, fn_) = t.frags();
         let suffix = self.dtype.name();
-        let (wrow, wcol) = (format!("(tid >> 6) / {} * {}", t.wn, t.rows / t.wm), format!("(tid >> 6) % {} * {}", t.wn, t.cols / t.wn));
+        let (wrow, wcol) = t.warp_origin(1);
         self.line("{");
         self.depth += 1;
         self.line("const int lane = tid & 63;");
@@ -542,15 +521,15 @@ impl Emitter<'_> {
             }
         };
         let shape = self.k.value(v).shape.clone();
-        // Elements of the staged type in 16 bytes, and its zero.
-        let (ety, group, zero) = match d.tile.isa.operand_bytes() {
-            4 => ("float", 4, "0.0f"),
-            _ => ("unsigned short", 8, "(unsigned short)0"),
+        // The staged type, its elements in 16 bytes, its zero, and the conversion of a computed
+        // operand (f32 in registers) to it.
+        let (ety, group, zero, cvt) = match d.tile.isa {
+            MatrixIsa::Fma => ("float", 4, "0.0f", String::new()),
+            MatrixIsa::MmaSync | MatrixIsa::Mfma => ("unsigned short", 8, "(unsigned short)0", format!("dt_f32_to_{}", self.dtype.name())),
         };
         let dst = format!("(({ety}*){})", self.buffer(d, i, buf));
         let Some(load) = &d.direct[i] else {
             let layout = self.plan.values[v.0 as usize];
-            let cvt = if group == 4 { String::new() } else { format!("dt_f32_to_{}", self.dtype.name()) };
             self.for_owned(&shape, layout, |e, l| e.line(&format!("{dst}[{}] = {cvt}(v{}[r]);", at(l), v.0)));
             return;
         };
@@ -686,5 +665,56 @@ impl Emitter<'_> {
         self.line(&format!("else if ({inside}) out[a] = {store}({src}[r]);"));
         self.depth -= 1;
         self.line("}");
+    }
+}
+
+/// Where one lane's `ldmatrix` addresses of an operand lie in its staged lines: the lane's line
+/// and 16-byte unit at fragment 0 and k 0, and the lines and units that one more fragment and
+/// one more k16 step add. The eight lines of one matrix are consecutive from a multiple of 8, so
+/// a line's place among them is `lane & 7`, which a swizzled operand's units are XORed with.
+struct Walk {
+    line0: String,
+    unit0: String,
+    per_fragment: (u32, u32),
+    per_k16: (u32, u32),
+}
+
+impl Walk {
+    /// The walk of operand `i` (0: A, rows along the tile's rows; 1: B, along its columns) of a
+    /// dot of tile `t`, staged [K][rows] when `trans`.
+    fn of(t: MmaTile, i: usize, trans: bool) -> Walk {
+        let (row, col) = t.warp_origin(1);
+        let (row_unit, col_unit) = t.warp_origin(8);
+        let (line0, unit0, per_fragment, per_k16) = match (i, trans) {
+            (0, true) => ("(lane & 7) + (lane >> 4) * 8".to_string(), format!("{row_unit} + ((lane >> 3) & 1)"), (0, 2), (16, 0)),
+            (0, false) => (format!("{row} + (lane & 15)"), "(lane >> 4)".to_string(), (16, 0), (0, 2)),
+            (_, true) => ("(lane & 15)".to_string(), format!("{col_unit} + (lane >> 4)"), (0, 1), (16, 0)),
+            (_, false) => (format!("{col} + (lane & 7) + (lane >> 4) * 8"), "((lane >> 3) & 1)".to_string(), (8, 0), (0, 2)),
+        };
+        Walk { line0, unit0, per_fragment, per_k16 }
+    }
+
+    /// The address (a C expression) of fragment `f` (a C expression) at step `kk` of the
+    /// operand whose lane base is `{name}0` (and, swizzled, whose lane unit is `{name}u`).
+    fn address(&self, name: &str, pitch: u32, swizzled: bool, f: &str) -> String {
+        let sum = |(per_f, per_k): (u32, u32)| {
+            let terms: Vec<String> = [(f, per_f), ("(kk / 16)", per_k)]
+                .iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(x, n)| if *n == 1 { x.to_string() } else { format!("{x} * {n}") })
+                .collect();
+            if terms.is_empty() {
+                "0".to_string()
+            } else {
+                format!("({})", terms.join(" + "))
+            }
+        };
+        let lines = sum((self.per_fragment.0, self.per_k16.0));
+        let units = sum((self.per_fragment.1, self.per_k16.1));
+        if swizzled {
+            format!("{name}0 + {lines} * {} + ((({name}u + {units}) ^ (lane & 7)) << 4)", pitch * 2)
+        } else {
+            format!("{name}0 + ({lines} * {pitch} + {units} * 8) * 2")
+        }
     }
 }

@@ -1,16 +1,17 @@
 //! Dots fed through rings of shared-memory stages: a `num_stages(S)` reduction loop whose work
-//! includes tensor-core dots of operands it loads (attention's loop over the keys: `Q K^T`,
-//! then `P V`) copies the operands of step i + S - 1 with `cp.async` while it works on step i,
-//! each operand into its own ring of S buffers. An operand whose load does not read the loop's
-//! dimension (attention's queries) is the same at every step: it is copied once, before the
-//! loop, and held in one buffer. Without this, every step copied its operands with plain loads
-//! and waited for them (three round trips to memory per step of attention, nothing in flight
-//! while the tensor cores worked), and copied the queries again.
+//! includes staged dots (tensor-core, or f32 `Fma`) of operands it loads (attention's loop over
+//! the keys: `Q K^T`, then `P V`) copies the operands of step i + S - 1 with `cp.async` while it
+//! works on step i, each operand into its own ring of S buffers. An operand whose load does not
+//! read the loop's dimension (attention's queries) is the same at every step: it is copied once,
+//! before the loop, and held in one buffer. Without this, every step copied its operands with
+//! plain loads and waited for them (three round trips to memory per step of attention, nothing
+//! in flight while the dots worked), and copied the queries again.
 //!
-//! It applies on CUDA (`mma.sync` and f32 `Fma` dots, `cp.async`) to a reduction loop with `num_stages` of 2 or
-//! more and no nested loop, whose every load is made by a tensor-core dot of the loop, each such
-//! dot copying both its operands or reading `a` from fragments ([`MmaDot::a_in_fragments`]). A
-//! loop around a single dot that is all it does is the plain pipeline's (`layouts::pipeline`).
+//! It applies on CUDA (`cp.async`; `mma.sync` and f32 `Fma` dots) to a reduction loop with
+//! `num_stages` of 2 or more and no nested loop, whose every load is made by a staged dot of the
+//! loop, each such dot copying both its operands or reading `a` from fragments
+//! ([`MmaDot::a_in_fragments`]). A loop around a single dot that is all it does is the plain
+//! pipeline's (`layouts::pipeline`).
 //! The operands' lines are padded where the rings fit so, else swizzled ([`MmaDot::swizzle`]):
 //! S is lowered until the rings fit in [`RING_BYTES`]; a loop whose rings do not fit with two
 //! stages runs unpipelined.
@@ -41,10 +42,11 @@ pub(crate) fn plan_rings(stmts: &[Stmt], p: &mut Plan) {
                 _ => None,
             })
             .collect();
+        if !p.async_copies {
+            continue;
+        }
         let fed = |v: &ValueId| {
-            p.dot(*v).is_some_and(|d| {
-                p.async_copies && !d.wgmma && d.stages == 1 && d.direct[1].is_some() && (d.direct[0].is_some() || d.a_in_fragments)
-            })
+            p.dot(*v).is_some_and(|d| !d.wgmma && d.stages == 1 && d.direct[1].is_some() && (d.direct[0].is_some() || d.a_in_fragments))
         };
         let loads_fed = l.body.iter().all(|s| !matches!(s, Stmt::Let { value, op: Op::Load { .. } } if !p.direct_load(*value)));
         if dots.is_empty() || !dots.iter().all(fed) || !loads_fed {
@@ -55,7 +57,7 @@ pub(crate) fn plan_rings(stmts: &[Stmt], p: &mut Plan) {
             dots.iter()
                 .filter_map(|v| p.dot(*v))
                 .map(|d| {
-                    let d = swizzled(d, swizzle);
+                    let d = with_swizzle(d, swizzle);
                     (0..2)
                         .filter(|i| d.direct[*i].is_some())
                         .map(|i| d.buffer_words(i) * if held(&d, i) { 1 } else { stages as usize })
@@ -70,7 +72,7 @@ pub(crate) fn plan_rings(stmts: &[Stmt], p: &mut Plan) {
         for v in dots {
             let start = p.ring_words;
             let Some((_, d)) = p.dots.iter_mut().find(|(x, _)| *x == v) else { continue };
-            *d = swizzled(d, swizzle);
+            *d = with_swizzle(d, swizzle);
             let mut ring = RingBuffers { at: [None, None], held: [false, false], stages };
             let mut next = start;
             for i in 0..2 {
@@ -87,11 +89,11 @@ pub(crate) fn plan_rings(stmts: &[Stmt], p: &mut Plan) {
     }
 }
 
-/// `d` with every operand that can be swizzled swizzled, when `swizzle`.
-fn swizzled(d: &MmaDot, swizzle: bool) -> MmaDot {
+/// `d` with every operand it stages that can be swizzled swizzled, when `swizzle`.
+fn with_swizzle(d: &MmaDot, swizzle: bool) -> MmaDot {
     let mut d = d.clone();
     for i in 0..2 {
-        d.swizzle[i] = swizzle && d.can_swizzle(i);
+        d.swizzle[i] = swizzle && d.direct[i].is_some() && d.can_swizzle(i);
     }
     d
 }

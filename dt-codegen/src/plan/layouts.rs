@@ -1,7 +1,8 @@
 //! Register layouts of the GPU emitter's older path, decided per kernel instance before printing:
 //! where each element of each tile lives (which thread, which register), which `rdot`s run on
-//! the matrix units (`mma.sync` on CUDA, MFMA on HIP) and with which operands staged how, and
-//! which loops pipeline them. `plan` decides the tensor-core layouts; `super::replicate` and
+//! the matrix units (`mma.sync` on CUDA, MFMA on HIP) or, in f32, as staged fused multiply-adds
+//! (`Fma`), with which operands staged how, and which loops pipeline them. `plan` decides the
+//! accumulator layouts; `super::replicate` and
 //! `super::runs` then turn what they can to replicated scalars and runs. The emitter
 //! (`emit/gpu.rs`, `emit/gpu_mma.rs`) prints what this decides; the rules are in the module docs
 //! of `emit/gpu_mma.rs`.
@@ -30,7 +31,7 @@ pub(crate) enum RegLayout {
     Runs(u32),
 }
 
-/// The matrix instruction a tensor-core dot is built on: its fragment shape and which lane holds
+/// The instruction a staged dot is built on: its fragment shape and which lane holds
 /// which element.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum MatrixIsa {
@@ -56,11 +57,11 @@ pub(crate) enum MatrixIsa {
 impl MatrixIsa {
     /// The ISA of a dialect's dots over `dtype` operands: the tensor cores (matrix cores) for
     /// f16 and bf16, fused multiply-adds for f32.
-    pub fn of(dialect: Dialect, dtype: DType) -> Option<MatrixIsa> {
+    pub fn of(dialect: Dialect, dtype: DType) -> MatrixIsa {
         match (dialect, dtype) {
-            (Dialect::Cuda, DType::F16 | DType::BF16) => Some(MatrixIsa::MmaSync),
-            (Dialect::Hip, DType::F16 | DType::BF16) => Some(MatrixIsa::Mfma),
-            (_, DType::F32) => Some(MatrixIsa::Fma),
+            (Dialect::Cuda, DType::F16 | DType::BF16) => MatrixIsa::MmaSync,
+            (Dialect::Hip, DType::F16 | DType::BF16) => MatrixIsa::Mfma,
+            (_, DType::F32) => MatrixIsa::Fma,
         }
     }
 
@@ -73,7 +74,8 @@ impl MatrixIsa {
         }
     }
 
-    /// log2 of the lanes of a warp or wavefront.
+    /// log2 of the lanes that share the ISA's fragments: a warp, a wavefront, or (`Fma`) 32
+    /// lanes on either dialect.
     pub(crate) fn lane_bits(self) -> u32 {
         match self {
             MatrixIsa::MmaSync | MatrixIsa::Fma => 5,
@@ -166,6 +168,16 @@ impl MmaTile {
 }
 
 impl MmaTile {
+    /// C expressions of the first row and the first column of this thread's warp (wavefront,
+    /// 32-lane group for `Fma`) in the tile, in units of `unit` elements (`unit` divides the
+    /// warp's rows and columns).
+    pub(crate) fn warp_origin(&self, unit: u32) -> (String, String) {
+        let bits = self.isa.lane_bits();
+        let (wr, wc) = (self.rows / self.wm, self.cols / self.wn);
+        debug_assert!(wr.is_multiple_of(unit) && wc.is_multiple_of(unit));
+        (format!("(tid >> {bits}) / {} * {}", self.wn, wr / unit), format!("(tid >> {bits}) % {} * {}", self.wn, wc / unit))
+    }
+
     /// Which of this thread's rows (0 .. fragments along the rows x [`MatrixIsa::rows_per_lane`])
     /// register `r` (a C expression) holds.
     pub(crate) fn row_slot(&self, r: &str) -> String {
@@ -224,7 +236,7 @@ impl RowTile {
     }
 }
 
-/// A dot computed on tensor cores: `a` holds the rows (dimension `tile.m`) and `b` the columns
+/// A dot computed on staged operands (the matrix units, or f32 `Fma`): `a` holds the rows (dimension `tile.m`) and `b` the columns
 /// (`tile.n`), both over the contraction `k` of extent `depth`.
 #[derive(Clone, Debug)]
 pub(crate) struct MmaDot {
@@ -238,7 +250,7 @@ pub(crate) struct MmaDot {
     pub into: Option<VarId>,
     /// For `a` and `b`: the load that defines the operand, when the dot is its only reader and
     /// sits in the same statement list (so at the same tile offsets). The dot then copies it
-    /// from global to shared memory itself, 16 bits as they are, threads along the input's
+    /// from global to shared memory itself, the elements as they are, threads along the input's
     /// last axis, and the load prints nothing. Inputs are read-only, so the later read sees
     /// the same data.
     pub direct: [Option<DirectLoad>; 2],
@@ -326,8 +338,10 @@ impl MmaDot {
 
     /// Elements per staged line of operand `i`: a swizzled line's length, or the length plus
     /// padding that makes the pitch an odd number of 16-byte units, so that the eight lines an
-    /// `ldmatrix` reads at once (the four an `Fma` warp reads) fall in distinct banks; every line
-    /// starts 16-byte aligned, as `ldmatrix` and 16-byte loads need.
+    /// `ldmatrix` reads at once (the four consecutive lines an `Fma` warp reads of an operand
+    /// staged [rows][K]) fall in distinct banks; every line starts 16-byte aligned, as
+    /// `ldmatrix` and 16-byte loads need. (An `Fma` B staged [rows][K], attention's K, reads
+    /// lines 4 apart, with 4-way conflicts.)
     pub fn pitch(&self, i: usize) -> u32 {
         let len = self.line_len(i);
         if self.swizzled(i) {
@@ -372,12 +386,12 @@ impl Plan {
         self.dots.iter().find(|(x, _)| *x == v).map(|(_, d)| d)
     }
 
-    /// Whether the update of `var` by `value` is done by the tensor-core dot itself.
+    /// Whether the update of `var` by `value` is done by the staged dot itself.
     pub fn fused_update(&self, var: VarId, value: ValueId) -> bool {
         self.dot(value).is_some_and(|d| d.into == Some(var))
     }
 
-    /// The tensor-core dot that loop `l` is pipelined around (see the module docs).
+    /// The staged dot that loop `l` is pipelined around (see the module docs).
     pub fn pipelined(&self, l: &Loop) -> Option<(ValueId, &MmaDot)> {
         l.body.iter().find_map(|s| match s {
             Stmt::Let { value, op: Op::Dot { .. } } => self.dot(*value).filter(|d| d.stages > 1 && d.ring.is_none()).map(|d| (*value, d)),
@@ -436,7 +450,7 @@ fn row_reductions(k: &Kernel, p: &Plan) -> Vec<MmaTile> {
         .collect()
 }
 
-/// [`plan`], with every tensor-core dot's warps holding whole rows when `whole_rows`.
+/// [`plan`], with every staged dot's warps holding whole rows when `whole_rows`.
 fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan::WarpSpecialized>, whole_rows: bool) -> Plan {
     let mut p = Plan {
         values: vec![RegLayout::Blocked; k.values.len()],
@@ -449,7 +463,8 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
     let mut updates = Vec::new();
     collect(&k.body, &mut lets, &mut updates);
     let def = |v: ValueId| lets.iter().find(|(x, _)| *x == v).map(|(_, op)| *op);
-    if let Some(isa) = MatrixIsa::of(dialect, dtype) {
+    {
+        let isa = MatrixIsa::of(dialect, dtype);
         // The warps (wavefronts) of the ISA's lanes: `Fma` fragments are laid over 32-lane
         // groups on either dialect.
         let threads = dialect.warps(k.num_warps) * dialect.warp_size();
@@ -700,7 +715,7 @@ pub(crate) fn row_reduced_tile(k: &Kernel, plan: &Plan, value: ValueId, dim: Dim
     (dim == t.n && big == [t.m] && k.value(result).shape.extent(t.m) == Some(t.rows)).then_some(t)
 }
 
-/// Whether operand `v` may be staged as 16-bit `dtype` values. A load of `dtype` data loses
+/// Whether operand `v` may be staged as `dtype` values. A load of `dtype` data loses
 /// nothing (masked with a fill `dtype` represents); a value computed in the kernel (attention's
 /// probabilities) is rounded to `dtype`, as FlashAttention and cuDNN round theirs before their
 /// second dot (docs/language.md, "Precision of dots").

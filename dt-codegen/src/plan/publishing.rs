@@ -93,7 +93,7 @@ pub(crate) fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publ
                             match plan.dot(*value) {
                                 // Read by wgmma from the ring of a warp-specialized loop.
                                 Some(d) if d.wgmma => {}
-                                // Staged as padded 16-bit rows by the tensor-core dot itself.
+                                // Staged in padded lines by the dot itself.
                                 // Staged in the rings of its loop (`super::dot_rings`).
                                 Some(d) if d.ring.is_some() => {}
                                 Some(d) => {

@@ -111,7 +111,8 @@ fn collect<'a>(stmts: &'a [Stmt], out: &mut Vec<(dt_core::kir::ValueId, &'a Op)>
 /// every accumulator-layout tile is its dot's [rows, cols] (other dimensions of one lane) and the
 /// warps divide it into whole fragments; a dot accumulates only into an accumulator of its own
 /// layout, and stages directly only loads; an operand it reads from fragments is held as its A
-/// fragments; its pipeline buffers fit the older path's shared memory; a replicated tile has
+/// fragments; only an `mma.sync` operand it copies into a ring is swizzled; its pipeline buffers
+/// fit the older path's shared memory; a replicated tile has
 /// one element, a tile in accumulator rows is those rows.
 pub(crate) fn verify_registers(k: &Kernel, p: &super::layouts::Plan) -> Result<(), String> {
     use super::layouts::RegLayout;
@@ -169,6 +170,14 @@ pub(crate) fn verify_registers(k: &Kernel, p: &super::layouts::Plan) -> Result<(
             let is_load = lets.iter().any(|(v, op)| *v == operand && matches!(op, Op::Load { .. }));
             if direct.is_some() && !is_load {
                 return Err(format!("dot %{} copies operand %{} from global memory, but it is no load", id.0, operand.0));
+            }
+        }
+        for i in 0..2 {
+            if d.swizzled(i) && !(d.can_swizzle(i) && d.ring.is_some() && d.direct[i].is_some()) {
+                return Err(format!(
+                    "dot %{}'s operand {i} is swizzled, but only an mma.sync operand it copies into a ring, in lines of 64 elements, can be",
+                    id.0
+                ));
             }
         }
         let words = (d.buffer_words(0) + d.buffer_words(1)) * d.stages as usize;
