@@ -300,11 +300,8 @@ impl Emitter<'_> {
             }
             let w = Walk::of(t, i, d.trans(i));
             let (pitch, smem) = (d.pitch(i), self.buffer(d, i, buf));
-            if d.swizzled(i) {
-                self.line(&format!("const unsigned {name}0 = dt_smem_u32({smem}) + ({}) * {};", w.line0, pitch * 2));
-                self.line(&format!("const int {name}u = {};", w.unit0));
-            } else {
-                self.line(&format!("const unsigned {name}0 = dt_smem_u32({smem}) + (({}) * {pitch} + ({}) * 8) * 2;", w.line0, w.unit0));
+            for line in w.bases(name, &smem, pitch, d.swizzled(i)) {
+                self.line(&line);
             }
             address[i] = Some(w);
         }
@@ -513,12 +510,7 @@ impl Emitter<'_> {
         let (rows, k, pitch, swizzled) = (d.rows(i).0, d.k, d.pitch(i), d.swizzled(i));
         let at = move |l: &Lanes| {
             let (line, col) = if d.trans(i) { (l.lane(k), l.lane(rows)) } else { (l.lane(rows), l.lane(k)) };
-            if swizzled {
-                // 16-byte unit `col / 8` of the line at unit `col / 8 ^ line % 8`.
-                format!("{line} * {pitch} + ((({col} >> 3) ^ ({line} & 7)) << 3) + ({col} & 7)")
-            } else {
-                format!("{line} * {pitch} + {col}")
-            }
+            staged_index(line, col, pitch, swizzled)
         };
         let shape = self.k.value(v).shape.clone();
         // The staged type, its elements in 16 bytes, its zero, and the conversion of a computed
@@ -679,7 +671,31 @@ struct Walk {
     per_k16: (u32, u32),
 }
 
+/// The index (a C expression, in elements) at which a staged operand of lines of `pitch`
+/// elements holds element `col` of line `line` (C expressions): 16-byte unit `col / 8` of a
+/// swizzled line at unit `col / 8 ^ line % 8`.
+fn staged_index(line: &str, col: &str, pitch: u32, swizzled: bool) -> String {
+    if swizzled {
+        format!("{line} * {pitch} + ((({col} >> 3) ^ ({line} & 7)) << 3) + ({col} & 7)")
+    } else {
+        format!("{line} * {pitch} + {col}")
+    }
+}
+
 impl Walk {
+    /// The declarations of the lane's base address `{name}0` (bytes, in shared memory at `smem`)
+    /// and, swizzled, of its unit `{name}u`, which [`Walk::address`] adds to.
+    fn bases(&self, name: &str, smem: &str, pitch: u32, swizzled: bool) -> Vec<String> {
+        if swizzled {
+            vec![
+                format!("const unsigned {name}0 = dt_smem_u32({smem}) + ({}) * {};", self.line0, pitch * 2),
+                format!("const int {name}u = {};", self.unit0),
+            ]
+        } else {
+            vec![format!("const unsigned {name}0 = dt_smem_u32({smem}) + (({}) * {pitch} + ({}) * 8) * 2;", self.line0, self.unit0)]
+        }
+    }
+
     /// The walk of operand `i` (0: A, rows along the tile's rows; 1: B, along its columns) of a
     /// dot of tile `t`, staged [K][rows] when `trans`.
     fn of(t: MmaTile, i: usize, trans: bool) -> Walk {
@@ -716,5 +732,90 @@ impl Walk {
         } else {
             format!("{name}0 + ({lines} * {pitch} + {units} * 8) * 2")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dt_core::algo::DimId;
+
+    /// Every lane's `ldmatrix` address, as `mma_sync_steps` prints it, is the staged index
+    /// (`stage()`'s) of the element the instruction wants from it: for A and B, staged
+    /// [rows][K] or [K][rows], padded or swizzled, for several warp arrangements. The printed
+    /// expressions are compiled and run as C.
+    #[test]
+    fn ldmatrix_addresses_read_what_staging_wrote() {
+        let Ok(tool) = crate::host::c_compiler() else {
+            eprintln!("skipped: no C compiler");
+            return;
+        };
+        let dir = crate::host::private_dir("ldmatrix_walks").expect("a temporary directory");
+        let mut c = String::from("#include <stdio.h>\n#define dt_smem_u32(x) 0u\nint main(void) {\n    long bad = 0, checked = 0;\n");
+        let mut cases = 0;
+        for (rows, cols, wm, wn, depth) in [(128, 128, 8, 1, 64), (128, 64, 4, 1, 128), (64, 128, 2, 2, 64), (128, 256, 2, 4, 128)] {
+            let t = MmaTile { isa: MatrixIsa::MmaSync, m: DimId(0), n: DimId(1), rows, cols, wm, wn };
+            let (frags_m, frags_n) = t.frags();
+            for i in 0..2 {
+                for trans in [false, true] {
+                    let len = match (i, trans) {
+                        (_, false) => depth,
+                        (0, true) => rows,
+                        (_, true) => cols,
+                    };
+                    for swizzled in [false, true] {
+                        let pitch = if swizzled {
+                            len
+                        } else if (len / 8) % 2 == 0 {
+                            len + 8
+                        } else {
+                            len + 16
+                        };
+                        let w = Walk::of(t, i, trans);
+                        // B is read two fragments at a time (x4), the last odd one alone (x2).
+                        let (count, step, lanes) = if i == 0 { (frags_m, 1, 32) } else { (frags_n, 2, 32) };
+                        cases += 1;
+                        c += &format!("    for (int tid = 0; tid < {}; tid++) {{\n", wm * wn * 32);
+                        c += "        const int lane = tid & 31;\n";
+                        for line in w.bases("fw", "0", pitch, swizzled) {
+                            c += &format!("        {line}\n");
+                        }
+                        c += &format!("        for (int f = 0; f < {count}; f += {step}) for (int kk = 0; kk < {depth}; kk += 16) {{\n");
+                        let live = if i == 1 && count % 2 == 1 { format!("(f + 1 < {count} ? {lanes} : 16)") } else { lanes.to_string() };
+                        c += &format!("            if (lane >= {live}) continue;\n");
+                        c += &format!("            const unsigned got = {};\n", w.address("fw", pitch, swizzled, "f"));
+                        // The element whose address the lane gives, as PTX defines `ldmatrix`
+                        // and `mma.sync.m16n8k16` its fragments: lane l gives the start of row
+                        // l % 8 of 8x8 matrix m = l / 8 in memory (8 consecutive elements of a
+                        // staged line). A's four matrices are rows 0-7 / 8-15 by k 0-7, then by
+                        // k 8-15; an x4 of B holds k 0-7 and 8-15 of fragment f, then of f + 1.
+                        // A line of [rows][K] is a tile row (or column); one of [K][rows] a k.
+                        let (wrow, wcol) = (format!("(tid >> 5) / {wn} * {}", rows / wm), format!("(tid >> 5) % {wn} * {}", cols / wn));
+                        let (m, r) = ("(lane >> 3)", "(lane & 7)");
+                        let (line, col) = match (i, trans) {
+                            (0, false) => (format!("({wrow} + 16 * f + {r} + 8 * ({m} & 1))"), format!("(kk + 8 * ({m} >> 1))")),
+                            (0, true) => (format!("(kk + {r} + 8 * ({m} >> 1))"), format!("({wrow} + 16 * f + 8 * ({m} & 1))")),
+                            (_, false) => (format!("({wcol} + 8 * (f + ({m} >> 1)) + {r})"), format!("(kk + 8 * ({m} & 1))")),
+                            (_, true) => (format!("(kk + {r} + 8 * ({m} & 1))"), format!("({wcol} + 8 * (f + ({m} >> 1)))")),
+                        };
+                        c += &format!("            const unsigned want = ({}) * 2;\n", staged_index(&line, &col, pitch, swizzled));
+                        c += &format!(
+                            "            checked++; if (got != want && bad++ < 5) printf(\"operand {i} trans {trans} swizzled {swizzled} tile {rows}x{cols} warps {wm}x{wn}: tid %d f %d kk %d: %u, not %u\\n\", tid, f, kk, got, want);\n"
+                        );
+                        c += "        }\n    }\n";
+                    }
+                }
+            }
+        }
+        c += "    printf(\"%ld of %ld addresses wrong\\n\", bad, checked);\n    return bad != 0;\n}\n";
+        let src = dir.path().join("walks.c");
+        let exe = dir.path().join("walks");
+        std::fs::write(&src, &c).expect("the test's C");
+        let status = tool.to_command().args(["-O1", "-std=c11", "-o"]).arg(&exe).arg(&src).status().expect("the C compiler runs");
+        assert!(status.success(), "{c}");
+        let out = std::process::Command::new(&exe).output().expect("the test runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.starts_with("0 of ") && !text.starts_with("0 of 0 "), "{text}");
+        assert_eq!(cases, 32);
     }
 }
