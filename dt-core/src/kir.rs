@@ -271,7 +271,9 @@ pub struct Loop {
     pub steps: Steps,
     /// A loop over the whole dimension that stops at the end of this program's block of the
     /// given (blocked) dimension: its later steps are known to change nothing (pass `flash`: keys
-    /// past the last query of a causal block). The interpreter and the emitters all stop there.
+    /// past the last query of a causal block). The interpreter, the C emitter and the GPU
+    /// emitter's older path stop there; a warp-specialized loop (whose producer and consumers
+    /// agree on their own bounds) runs every step.
     pub until: Option<DimId>,
     /// The schedule primitives that made this loop.
     pub origin: String,
@@ -451,6 +453,11 @@ pub struct Kernel {
 }
 
 impl Kernel {
+    /// The largest size dimension `d` may have (`bound`), where it has one.
+    pub fn bound(&self, d: DimId) -> Option<u64> {
+        self.bounds.iter().find(|(x, _)| *x == d).map(|(_, n)| *n)
+    }
+
     pub fn value(&self, v: ValueId) -> &Value {
         &self.values[v.0 as usize]
     }

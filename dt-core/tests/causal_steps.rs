@@ -4,9 +4,8 @@
 
 mod common;
 
-use common::{all_loops, lowered};
-use dt_core::tensor::{bind, Args, Tensor};
-use dt_core::DType;
+use common::{all_loops, centered, interpreted_and_evaluated, lowered};
+use dt_core::tensor::{Args, Tensor};
 
 /// Attention of one head with the scores masked by `cond` to `fill`; queries in blocks of 16,
 /// keys in steps of 16, the head dimension in one tile.
@@ -45,10 +44,6 @@ fn other_masks_run_every_key_step() {
     assert_eq!(stop(&spec("j <= i", "0")), None);
 }
 
-fn values(n: usize, seed: usize) -> Vec<f32> {
-    (0..n).map(|i| ((i * 7919 + seed * 104_729) % 1009) as f32 / 1009.0 * 2.0 - 1.0).collect()
-}
-
 /// Sizes that are multiples of no block, more keys than queries and fewer: the interpreter,
 /// stopping each block's key loop at its last query, agrees with the evaluator.
 #[test]
@@ -56,11 +51,10 @@ fn stopping_at_the_last_query_preserves_semantics() {
     let (p, k) = lowered(&spec("j <= i", "-inf"));
     for (i, j, d, e) in [(1, 1, 1, 1), (17, 40, 5, 3), (40, 17, 16, 20), (33, 33, 9, 16), (64, 100, 7, 5)] {
         let args = Args::default()
-            .input("Q", Tensor::new(vec![i, d], values(i * d, 1)))
-            .input("K", Tensor::new(vec![j, d], values(j * d, 2)))
-            .input("V", Tensor::new(vec![j, e], values(j * e, 3)));
-        let want = dt_core::eval::evaluate(&p, p.kernels[0], &args, DType::F32).expect("evaluates");
-        let got = dt_core::interp::run(&k, &bind(&p, p.kernels[0], &args).expect("binds"), DType::F32);
+            .input("Q", Tensor::new(vec![i, d], centered(i * d, 1, 2.0)))
+            .input("K", Tensor::new(vec![j, d], centered(j * d, 2, 2.0)))
+            .input("V", Tensor::new(vec![j, e], centered(j * e, 3, 2.0)));
+        let (got, want) = interpreted_and_evaluated(&p, &k, &args);
         for (n, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
             let same = (g.is_nan() && w.is_nan()) || (g - w).abs() <= 1e-4 * (1.0 + w.abs());
             assert!(same, "{i}x{j}x{d}x{e}, element {n}: got {g}, want {w}");

@@ -6,8 +6,7 @@ mod common;
 
 use common::all_loops;
 use dt_core::kir::{Kernel, LoopKind, Op, Stmt};
-use dt_core::tensor::{bind, Args, Tensor};
-use dt_core::DType;
+use dt_core::tensor::{Args, Tensor};
 
 const TALK_2MM: &str = include_str!("../../dt-codegen/tests/specs/talk_2mm.dt");
 
@@ -47,14 +46,13 @@ fn a_tiled_reduction_cannot_hold_its_producer() {
 }
 
 fn values(n: usize, seed: usize) -> Vec<f32> {
-    (0..n).map(|i| ((i * 7919 + seed * 104_729) % 1009) as f32 / 1009.0 * 2.0 - 1.0).collect()
+    common::centered(n, seed, 2.0)
 }
 
 /// The interpreter, running lowered kernel `k` of `p` on `args`, agrees with the evaluator
 /// within 1e-4, relative.
 fn interpreter_matches_evaluator(p: &dt_core::algo::Program, k: &Kernel, args: &Args, case: &str) {
-    let want = dt_core::eval::evaluate(p, p.kernels[0], args, DType::F32).expect("evaluates");
-    let got = dt_core::interp::run(k, &bind(p, p.kernels[0], args).expect("binds"), DType::F32);
+    let (got, want) = common::interpreted_and_evaluated(p, k, args);
     for (i, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
         assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{case}, element {i}: got {g}, want {w}");
     }

@@ -7,8 +7,7 @@ mod common;
 
 use common::{all_loops, lowered, SOFTMAX};
 use dt_core::kir::{Kernel, LoopKind, Op, Stmt};
-use dt_core::tensor::{bind, Args, Tensor};
-use dt_core::DType;
+use dt_core::tensor::{Args, Tensor};
 use proptest::prelude::*;
 
 /// Attention over 2-D Q (i x d), K (j x d), V (j x e), keys in steps of 8, the causal mask
@@ -79,10 +78,6 @@ fn softmax_without_a_dot_is_left_to_the_online_pass() {
     assert!(!dt_core::kir::print(&k).contains(", online"), "{}", dt_core::kir::print(&k));
 }
 
-fn values(n: usize, seed: usize, scale: f32) -> Vec<f32> {
-    (0..n).map(|i| ((i * 7919 + seed * 104_729) % 1009) as f32 / 1009.0 * scale - scale / 2.0).collect()
-}
-
 /// A dot that reads the sum as well as the maximum (`exp(s - m) / l` inside it) cannot run in
 /// the maximum's loop, where the sum is not known yet: the loops keep their form, and the
 /// result its value.
@@ -114,11 +109,10 @@ fn online_attention_preserves_semantics() {
 fn agrees(src: &str, (i, j, d, e): (usize, usize, usize, usize), scale: f32) -> Result<(), TestCaseError> {
     let (p, k) = lowered(src);
     let args = Args::default()
-        .input("Q", Tensor::new(vec![i, d], values(i * d, 1, scale)))
-        .input("K", Tensor::new(vec![j, d], values(j * d, 2, scale)))
-        .input("V", Tensor::new(vec![j, e], values(j * e, 3, 2.0)));
-    let want = dt_core::eval::evaluate(&p, p.kernels[0], &args, DType::F32).expect("evaluates");
-    let got = dt_core::interp::run(&k, &bind(&p, p.kernels[0], &args).expect("binds"), DType::F32);
+        .input("Q", Tensor::new(vec![i, d], common::centered(i * d, 1, scale)))
+        .input("K", Tensor::new(vec![j, d], common::centered(j * d, 2, scale)))
+        .input("V", Tensor::new(vec![j, e], common::centered(j * e, 3, 2.0)));
+    let (got, want) = common::interpreted_and_evaluated(&p, &k, &args);
     for (n, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
         prop_assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "element {}: got {}, want {}\n{}", n, g, w, src);
     }

@@ -692,12 +692,9 @@ impl Emitter<'_> {
         if let Some(w) = self.ws.clone().filter(|w| hopper::is_planned_loop(w, l)) {
             return self.consumer_loop(l, &w);
         }
-        if let Some((id, d)) = self.plan.pipelined(l).map(|(id, d)| (id, d.clone())) {
-            return self.ring_loop(l, &[(id, d)]);
-        }
-        let fed = self.plan.ring_dots(l);
-        if !fed.is_empty() {
-            return self.ring_loop(l, &fed);
+        let staged = self.plan.staged_dots(l);
+        if !staged.is_empty() {
+            return self.ring_loop(l, &staged);
         }
         // Loads a loop before this one left in shared memory are read there, once every copy
         // has landed (a single wait, before the loop).
@@ -882,8 +879,7 @@ impl Emitter<'_> {
             }
             Op::Index(d) => {
                 self.declare_in(&dst, &shape, layout);
-                let o = self.offset(*d);
-                self.for_owned(&shape, layout, |e, l| e.line(&format!("{dst}[r] = (float)({o} + {});", l.lane(*d))));
+                self.for_owned(&shape, layout, |e, l| e.line(&format!("{dst}[r] = {};", e.read(&Source::Index(*d), l))));
             }
             Op::Load { .. } if self.plan.direct_load(id) => {
                 self.line(&format!("/* v{}: loaded by the dot that reads it (staged in shared memory) */", id.0));

@@ -114,12 +114,13 @@ impl Emitter<'_> {
         self.line(&format!("const long long {ahead} = {o} + {};", (s - 1) * step));
         self.ring_copies(dots, l.dim, &ahead, &size, &wr);
         for stmt in &l.body {
-            match stmt {
-                Stmt::Let { value, .. } if dots.iter().any(|(id, _)| id == value) => {
-                    let d = dots.iter().find(|(id, _)| id == value).map(|(_, d)| d.clone()).expect("a ring dot");
-                    self.mma_compute(*value, &d, Some(&rd));
-                }
-                _ => self.stmt(stmt)?,
+            let dot = match stmt {
+                Stmt::Let { value, .. } => dots.iter().find(|(id, _)| id == value),
+                _ => None,
+            };
+            match dot {
+                Some((id, d)) => self.mma_compute(*id, d, Some(&rd)),
+                None => self.stmt(stmt)?,
             }
         }
         self.line(&format!("{rd} = {rd} + 1 == {s} ? 0 : {rd} + 1;"));
@@ -293,22 +294,18 @@ impl Emitter<'_> {
         // which fills fragment registers in the order a0a1 (rows 0-7, k 0-7), a2a3 (rows 8-15),
         // a4a5 (k 8-15), a6a7 of A, and b0b1 (k 0-7), b2b3 (k 8-15) of two n8 fragments of B.
         // The .x2 form for a last odd B fragment uses the addresses of lanes 0-15 only.
-        let mut address: [Option<Walk>; 2] = [None, None];
+        let mut walks: [Option<Walk>; 2] = [None, None];
         for (i, name) in ["fa", "fb"].into_iter().enumerate() {
             if i == 0 && d.a_in_fragments {
                 continue;
             }
-            let w = Walk::of(t, i, d.trans(i));
-            let (pitch, smem) = (d.pitch(i), self.buffer(d, i, buf));
-            for line in w.bases(name, &smem, pitch, d.swizzled(i)) {
+            let w = Walk::of(t, i, d.trans(i), d.pitch(i), d.swizzled(i));
+            for line in w.bases(name, &self.buffer(d, i, buf)) {
                 self.line(&line);
             }
-            address[i] = Some(w);
+            walks[i] = Some(w);
         }
-        let at = |i: usize, f: &str| {
-            let w = address[i].as_ref().expect("a staged operand");
-            w.address(["fa", "fb"][i], d.pitch(i), d.swizzled(i), f)
-        };
+        let at = |i: usize, f: &str| walks[i].as_ref().expect("a staged operand").address(["fa", "fb"][i], f);
         let (a_trans, b_trans) = (if d.trans(0) { "_trans" } else { "" }, if d.trans(1) { "_trans" } else { "" });
         self.line("#pragma unroll");
         self.line(&format!("for (int kk = 0; kk < {}; kk += 16) {{", d.depth));
@@ -669,6 +666,9 @@ struct Walk {
     unit0: String,
     per_fragment: (u32, u32),
     per_k16: (u32, u32),
+    /// Elements per staged line, and whether the lines are swizzled.
+    pitch: u32,
+    swizzled: bool,
 }
 
 /// The index (a C expression, in elements) at which a staged operand of lines of `pitch`
@@ -685,8 +685,9 @@ fn staged_index(line: &str, col: &str, pitch: u32, swizzled: bool) -> String {
 impl Walk {
     /// The declarations of the lane's base address `{name}0` (bytes, in shared memory at `smem`)
     /// and, swizzled, of its unit `{name}u`, which [`Walk::address`] adds to.
-    fn bases(&self, name: &str, smem: &str, pitch: u32, swizzled: bool) -> Vec<String> {
-        if swizzled {
+    fn bases(&self, name: &str, smem: &str) -> Vec<String> {
+        let pitch = self.pitch;
+        if self.swizzled {
             vec![
                 format!("const unsigned {name}0 = dt_smem_u32({smem}) + ({}) * {};", self.line0, pitch * 2),
                 format!("const int {name}u = {};", self.unit0),
@@ -697,8 +698,8 @@ impl Walk {
     }
 
     /// The walk of operand `i` (0: A, rows along the tile's rows; 1: B, along its columns) of a
-    /// dot of tile `t`, staged [K][rows] when `trans`.
-    fn of(t: MmaTile, i: usize, trans: bool) -> Walk {
+    /// dot of tile `t`, staged [K][rows] when `trans`, in lines of `pitch` elements.
+    fn of(t: MmaTile, i: usize, trans: bool, pitch: u32, swizzled: bool) -> Walk {
         let (row, col) = t.warp_origin(1);
         let (row_unit, col_unit) = t.warp_origin(8);
         let (line0, unit0, per_fragment, per_k16) = match (i, trans) {
@@ -707,12 +708,13 @@ impl Walk {
             (_, true) => ("(lane & 15)".to_string(), format!("{col_unit} + (lane >> 4)"), (0, 1), (16, 0)),
             (_, false) => (format!("{col} + (lane & 7) + (lane >> 4) * 8"), "((lane >> 3) & 1)".to_string(), (8, 0), (0, 2)),
         };
-        Walk { line0, unit0, per_fragment, per_k16 }
+        Walk { line0, unit0, per_fragment, per_k16, pitch, swizzled }
     }
 
     /// The address (a C expression) of fragment `f` (a C expression) at step `kk` of the
     /// operand whose lane base is `{name}0` (and, swizzled, whose lane unit is `{name}u`).
-    fn address(&self, name: &str, pitch: u32, swizzled: bool, f: &str) -> String {
+    fn address(&self, name: &str, f: &str) -> String {
+        let pitch = self.pitch;
         let sum = |(per_f, per_k): (u32, u32)| {
             let terms: Vec<String> = [(f, per_f), ("(kk / 16)", per_k)]
                 .iter()
@@ -727,7 +729,7 @@ impl Walk {
         };
         let lines = sum((self.per_fragment.0, self.per_k16.0));
         let units = sum((self.per_fragment.1, self.per_k16.1));
-        if swizzled {
+        if self.swizzled {
             format!("{name}0 + {lines} * {} + ((({name}u + {units}) ^ (lane & 7)) << 4)", pitch * 2)
         } else {
             format!("{name}0 + ({lines} * {pitch} + {units} * 8) * 2")
@@ -771,19 +773,19 @@ mod tests {
                         } else {
                             len + 16
                         };
-                        let w = Walk::of(t, i, trans);
+                        let w = Walk::of(t, i, trans, pitch, swizzled);
                         // B is read two fragments at a time (x4), the last odd one alone (x2).
                         let (count, step, lanes) = if i == 0 { (frags_m, 1, 32) } else { (frags_n, 2, 32) };
                         cases += 1;
                         c += &format!("    for (int tid = 0; tid < {}; tid++) {{\n", wm * wn * 32);
                         c += "        const int lane = tid & 31;\n";
-                        for line in w.bases("fw", "0", pitch, swizzled) {
+                        for line in w.bases("fw", "0") {
                             c += &format!("        {line}\n");
                         }
                         c += &format!("        for (int f = 0; f < {count}; f += {step}) for (int kk = 0; kk < {depth}; kk += 16) {{\n");
                         let live = if i == 1 && count % 2 == 1 { format!("(f + 1 < {count} ? {lanes} : 16)") } else { lanes.to_string() };
                         c += &format!("            if (lane >= {live}) continue;\n");
-                        c += &format!("            const unsigned got = {};\n", w.address("fw", pitch, swizzled, "f"));
+                        c += &format!("            const unsigned got = {};\n", w.address("fw", "f"));
                         // The element whose address the lane gives, as PTX defines `ldmatrix`
                         // and `mma.sync.m16n8k16` its fragments: lane l gives the start of row
                         // l % 8 of 8x8 matrix m = l / 8 in memory (8 consecutive elements of a

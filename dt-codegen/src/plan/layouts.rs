@@ -151,7 +151,6 @@ impl MmaTile {
     /// C expressions of the row and the column of register `r` (a C expression) of thread `tid`.
     pub(crate) fn row_col(&self, r: &str) -> (String, String) {
         let (_, fn_) = self.frags();
-        let (wr, wc) = (self.rows / self.wm, self.cols / self.wn);
         let (fr, fc) = self.isa.fragment();
         let bits = self.isa.lane_bits();
         let lane = format!("(tid & {})", (1 << bits) - 1);
@@ -161,8 +160,9 @@ impl MmaTile {
             MatrixIsa::Fma => (format!("({lane} >> 3) + (({r} >> 2) & 3) * 4"), format!("(tid & 7) * 4 + ({r} & 3)")),
         };
         let f = self.isa.register_bits();
-        let row = format!("(tid >> {bits}) / {} * {wr} + ({r} >> {f}) / {fn_} * {fr} + {in_row}", self.wn);
-        let col = format!("(tid >> {bits}) % {} * {wc} + ({r} >> {f}) % {fn_} * {fc} + {in_col}", self.wn);
+        let (warp_row, warp_col) = self.warp_origin(1);
+        let row = format!("{warp_row} + ({r} >> {f}) / {fn_} * {fr} + {in_row}");
+        let col = format!("{warp_col} + ({r} >> {f}) % {fn_} * {fc} + {in_col}");
         (row, col)
     }
 }
@@ -194,7 +194,7 @@ impl MmaTile {
     pub(crate) fn slot_row(&self, s: &str) -> (String, String) {
         let bits = self.isa.lane_bits();
         let lane = format!("(tid & {})", (1 << bits) - 1);
-        let base = format!("(tid >> {bits}) / {} * {}", self.wn, self.rows / self.wm);
+        let (base, _) = self.warp_origin(1);
         let row = match self.isa {
             MatrixIsa::MmaSync => format!("{base} + ({s} >> 1) * 16 + ({lane} >> 2) + ({s} & 1) * 8"),
             MatrixIsa::Mfma => format!("{base} + ({s} >> 2) * 16 + ({lane} >> 4) * 4 + ({s} & 3)"),
@@ -391,21 +391,16 @@ impl Plan {
         self.dot(value).is_some_and(|d| d.into == Some(var))
     }
 
-    /// The staged dot that loop `l` is pipelined around (see the module docs).
-    pub fn pipelined(&self, l: &Loop) -> Option<(ValueId, &MmaDot)> {
-        l.body.iter().find_map(|s| match s {
-            Stmt::Let { value, op: Op::Dot { .. } } => self.dot(*value).filter(|d| d.stages > 1 && d.ring.is_none()).map(|d| (*value, d)),
-            _ => None,
-        })
-    }
-
-    /// The dots that loop `l` feeds through rings of shared-memory stages (`super::dot_rings`),
-    /// in the order of its body.
-    pub fn ring_dots(&self, l: &Loop) -> Vec<(ValueId, MmaDot)> {
+    /// The dots that loop `l` copies steps ahead, in the order of its body: the one dot it is
+    /// pipelined around (`stages`, see the module docs), or those it feeds through rings of
+    /// shared-memory stages (`super::dot_rings`).
+    pub fn staged_dots(&self, l: &Loop) -> Vec<(ValueId, MmaDot)> {
         l.body
             .iter()
             .filter_map(|s| match s {
-                Stmt::Let { value, op: Op::Dot { .. } } => self.dot(*value).filter(|d| d.ring.is_some()).map(|d| (*value, d.clone())),
+                Stmt::Let { value, op: Op::Dot { .. } } => {
+                    self.dot(*value).filter(|d| d.ring.is_some() || d.stages > 1).map(|d| (*value, d.clone()))
+                }
                 _ => None,
             })
             .collect()
@@ -463,41 +458,39 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
     let mut updates = Vec::new();
     collect(&k.body, &mut lets, &mut updates);
     let def = |v: ValueId| lets.iter().find(|(x, _)| *x == v).map(|(_, op)| *op);
-    {
-        let isa = MatrixIsa::of(dialect, dtype);
-        // The warps (wavefronts) of the ISA's lanes: `Fma` fragments are laid over 32-lane
-        // groups on either dialect.
-        let threads = dialect.warps(k.num_warps) * dialect.warp_size();
-        let warps = threads >> isa.lane_bits();
-        for (id, op) in &lets {
-            if let Op::Dot { a, b, dim } = op {
-                if let Some(w) = ws.filter(|w| w.dot == *id) {
-                    let tile =
-                        MmaTile { isa: MatrixIsa::MmaSync, m: w.m, n: w.n, rows: w.rows, cols: w.cols, wm: 4 * w.roles.consumers, wn: 1 };
-                    let (ra, rb) = (w.operands[0].value, w.operands[1].value);
-                    let d = MmaDot {
-                        tile,
-                        a: ra,
-                        b: rb,
-                        k: w.k,
-                        depth: w.step,
-                        into: Some(w.acc),
-                        direct: [None, None],
-                        stages: 1,
-                        wgmma: true,
-                        a_in_fragments: false,
-                        ring: None,
-                        swizzle: [false, false],
-                    };
-                    p.values[id.0 as usize] = RegLayout::Mma(tile);
+    let isa = MatrixIsa::of(dialect, dtype);
+    // The warps (wavefronts) of the ISA's lanes: `Fma` fragments are laid over 32-lane
+    // groups on either dialect.
+    let threads = dialect.warps(k.num_warps) * dialect.warp_size();
+    let warps = threads >> isa.lane_bits();
+    for (id, op) in &lets {
+        if let Op::Dot { a, b, dim } = op {
+            if let Some(w) = ws.filter(|w| w.dot == *id) {
+                let tile =
+                    MmaTile { isa: MatrixIsa::MmaSync, m: w.m, n: w.n, rows: w.rows, cols: w.cols, wm: 4 * w.roles.consumers, wn: 1 };
+                let (ra, rb) = (w.operands[0].value, w.operands[1].value);
+                let d = MmaDot {
+                    tile,
+                    a: ra,
+                    b: rb,
+                    k: w.k,
+                    depth: w.step,
+                    into: Some(w.acc),
+                    direct: [None, None],
+                    stages: 1,
+                    wgmma: true,
+                    a_in_fragments: false,
+                    ring: None,
+                    swizzle: [false, false],
+                };
+                p.values[id.0 as usize] = RegLayout::Mma(tile);
+                p.dots.push((*id, d));
+                continue;
+            }
+            if stageable(dtype, *a, &def) && stageable(dtype, *b, &def) {
+                if let Some(d) = geometry(k, isa, warps, *id, *a, *b, *dim, whole_rows) {
+                    p.values[id.0 as usize] = RegLayout::Mma(d.tile);
                     p.dots.push((*id, d));
-                    continue;
-                }
-                if stageable(dtype, *a, &def) && stageable(dtype, *b, &def) {
-                    if let Some(d) = geometry(k, isa, warps, *id, *a, *b, *dim, whole_rows) {
-                        p.values[id.0 as usize] = RegLayout::Mma(d.tile);
-                        p.dots.push((*id, d));
-                    }
                 }
             }
         }

@@ -93,9 +93,9 @@ pub(crate) fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publ
                             match plan.dot(*value) {
                                 // Read by wgmma from the ring of a warp-specialized loop.
                                 Some(d) if d.wgmma => {}
-                                // Staged in padded lines by the dot itself.
                                 // Staged in the rings of its loop (`super::dot_rings`).
                                 Some(d) if d.ring.is_some() => {}
+                                // Staged in padded lines by the dot itself.
                                 Some(d) => {
                                     for (slot, words) in [d.slot_words(0), d.slot_words(1)].into_iter().enumerate() {
                                         if slot > 0 || !d.a_in_fragments {

@@ -379,7 +379,9 @@ fn causal_end(k: &Kernel, body: &[Stmt], max_acc: VarId, dim: DimId) -> Option<D
         Some(Op::MaskFill { value, .. }) => *value,
         _ => *value,
     };
-    let index = |v: &ValueId| match defs.get(v).copied().or_else(|| k.def_of(*v)) {
+    // Definitions in the loop's body, or anywhere in the kernel.
+    let def = |v: ValueId| defs.get(&v).copied().or_else(|| k.def_of(v));
+    let index = |v: &ValueId| match def(*v) {
         Some(Op::Index(d)) => Some(*d),
         _ => None,
     };
@@ -387,7 +389,7 @@ fn causal_end(k: &Kernel, body: &[Stmt], max_acc: VarId, dim: DimId) -> Option<D
     // `i`'s and makes it -inf elsewhere, with the scores it masks.
     let causal = |v: ValueId| -> Option<(DimId, ValueId)> {
         let Some(Op::Select(cond, scores, fill)) = defs.get(&v) else { return None };
-        if constant(k, body, *fill) != Some(f32::NEG_INFINITY) {
+        if constant(&def, *fill) != Some(f32::NEG_INFINITY) {
             return None;
         }
         let Some(Op::Binary(op, a, b)) = defs.get(cond) else { return None };
@@ -409,12 +411,11 @@ fn causal_end(k: &Kernel, body: &[Stmt], max_acc: VarId, dim: DimId) -> Option<D
     masked_alike.then_some(i)
 }
 
-/// The value of `v` when it is a constant (or its negation), defined in `body` or anywhere in `k`.
-fn constant(k: &Kernel, body: &[Stmt], v: ValueId) -> Option<f32> {
-    let op = defs(body).get(&v).copied().or_else(|| k.def_of(v))?;
-    match op {
+/// The value of `v` when it is a constant (or its negation), with `def` the definitions.
+fn constant<'a>(def: &impl Fn(ValueId) -> Option<&'a Op>, v: ValueId) -> Option<f32> {
+    match def(v)? {
         Op::Const(c) => Some(*c),
-        Op::Unary(UnOp::Neg, x) => constant(k, body, *x).map(|c| -c),
+        Op::Unary(UnOp::Neg, x) => constant(def, *x).map(|c| -c),
         _ => None,
     }
 }
@@ -425,13 +426,12 @@ fn constant(k: &Kernel, body: &[Stmt], v: ValueId) -> Option<f32> {
 fn drop_repeats(k: &Kernel, first: &[Stmt], body: Vec<Stmt>) -> (Vec<Stmt>, HashMap<ValueId, ValueId>) {
     let mut rename = HashMap::new();
     let mut out = Vec::with_capacity(body.len());
+    // The runs of `first`: (first statement, last statement).
+    let first_runs: Vec<(usize, usize)> = (0..first.len()).filter_map(|q| run_at(first, q).map(|end| (q, end))).collect();
     let mut i = 0;
     while i < body.len() {
         let repeated = run_at(&body, i).and_then(|end| {
-            (0..first.len()).find_map(|q| {
-                let first_end = run_at(first, q)?;
-                same_run(k, &first[q..=first_end], &body[i..=end]).map(|reads| (reads, end))
-            })
+            first_runs.iter().find_map(|&(q, first_end)| same_run(k, &first[q..=first_end], &body[i..=end]).map(|reads| (reads, end)))
         });
         match repeated {
             Some(((read_first, read_body), end)) => {

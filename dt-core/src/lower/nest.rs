@@ -100,8 +100,7 @@ impl Builder<'_> {
         if let Some(b) = kf.schedule.block_extent(d) {
             return Ok((b, origin));
         }
-        let bound = self.kernel.bounds.iter().find(|(x, _)| *x == d).map(|(_, n)| *n);
-        match bound {
+        match self.kernel.bound(d) {
             Some(n) if n <= super::MAX_TILE_ELEMENTS as u64 => Ok(((n as u32).next_power_of_two(), format!("{origin} bound({name}:{n})"))),
             Some(n) => {
                 Err(LowerError(format!("bound({name}:{n}) is too large for a whole-extent tile (at most {})", super::MAX_TILE_ELEMENTS)))
@@ -143,9 +142,7 @@ impl Builder<'_> {
     fn chunk_stages(&self) -> u32 {
         fn loops_again(k: &Kernel, s: &Stmt) -> bool {
             let Stmt::Loop(l) = s else { return false };
-            let bound = k.bounds.iter().find(|(d, _)| *d == l.dim).map(|(_, n)| *n);
-            let once = matches!(l.kind, LoopKind::Whole | LoopKind::Reduction) && bound.is_some_and(|n| l.step as u64 >= n);
-            !once || l.body.iter().any(|x| loops_again(k, x))
+            !super::single_pass::runs_once(k, l) || l.body.iter().any(|x| loops_again(k, x))
         }
         let innermost = !self.stmts.last().is_some_and(|s| s.iter().any(|x| loops_again(self.kernel, x)));
         if innermost {

@@ -10,7 +10,7 @@
 //! block: the reductions and the output of a program's block of a row then share its loads. Its
 //! tiles sit at the block's start, as every tile over a blocked dimension without a loop does.
 
-use crate::kir::{Kernel, LoopKind, Stmt};
+use crate::kir::{Kernel, Loop, LoopKind, Stmt};
 
 pub fn inline_single_iteration_loops(k: &mut Kernel) {
     let body = std::mem::take(&mut k.body);
@@ -23,12 +23,7 @@ fn inline(k: &Kernel, stmts: Vec<Stmt>) -> Vec<Stmt> {
         match s {
             Stmt::Loop(mut l) => {
                 l.body = inline(k, l.body);
-                let bound = k.bounds.iter().find(|(d, _)| *d == l.dim).map(|(_, n)| *n);
-                let once = matches!(l.kind, LoopKind::Whole | LoopKind::Reduction) && bound.is_some_and(|n| l.step as u64 >= n);
-                let clustered = k.grid.cluster_size(l.dim).is_some();
-                let block_once = l.kind == LoopKind::Block && clustered && k.grid.block_extent(l.dim).is_some_and(|b| l.step >= b);
-                let once = once || block_once;
-                if once {
+                if runs_once(k, &l) {
                     out.extend(l.body);
                 } else {
                     out.push(Stmt::Loop(l));
@@ -38,4 +33,14 @@ fn inline(k: &Kernel, stmts: Vec<Stmt>) -> Vec<Stmt> {
         }
     }
     out
+}
+
+/// Whether loop `l` of kernel `k` runs exactly once, at offset 0, and this pass drops it: a loop
+/// over a whole dimension or a reduction whose tile covers the dimension's bound, or a loop over
+/// the clustered dimension's block whose tile covers the block.
+pub(super) fn runs_once(k: &Kernel, l: &Loop) -> bool {
+    let whole = matches!(l.kind, LoopKind::Whole | LoopKind::Reduction) && k.bound(l.dim).is_some_and(|n| l.step as u64 >= n);
+    let clustered = k.grid.cluster_size(l.dim).is_some();
+    let block = l.kind == LoopKind::Block && clustered && k.grid.block_extent(l.dim).is_some_and(|b| l.step >= b);
+    whole || block
 }

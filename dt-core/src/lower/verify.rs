@@ -81,7 +81,10 @@ fn check_stmt(k: &Kernel, s: &Stmt, scope: &mut Scope) -> Result<(), String> {
             }
             if let Some(d) = l.until {
                 let blocked = k.grid.block_extent(d).is_some();
-                if !blocked || d == l.dim || l.kind == crate::kir::LoopKind::Block || l.backward {
+                // Pass `full_steps` does not split such a loop: every arm but `Steps::All`
+                // would stop at the dimension's end instead.
+                let all = l.steps == crate::kir::Steps::All;
+                if !blocked || d == l.dim || l.kind == crate::kir::LoopKind::Block || l.backward || !all {
                     return Err(format!("the loop over {} cannot stop at the end of a block of {}", k.dim_name(l.dim), k.dim_name(d)));
                 }
             }

@@ -44,6 +44,18 @@ pub fn values(rows: usize, cols: usize, scale: f32, seed: usize) -> Vec<f32> {
     (0..rows * cols).map(|i| ((i * 7919 + seed * 104_729) % 1009) as f32 / 1009.0 * scale - scale / 3.0 + 1.5).collect()
 }
 
+/// `n` values spread over [-scale / 2, scale / 2), a different sequence per `seed`.
+pub fn centered(n: usize, seed: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|i| ((i * 7919 + seed * 104_729) % 1009) as f32 / 1009.0 * scale - scale / 2.0).collect()
+}
+
+/// The interpreter's result of lowered kernel `k` of `p` on `args`, and the evaluator's.
+pub fn interpreted_and_evaluated(p: &dt_core::algo::Program, k: &Kernel, args: &Args) -> (Tensor, Tensor) {
+    let want = dt_core::eval::evaluate(p, p.kernels[0], args, DType::F32).expect("evaluates");
+    let got = dt_core::interp::run(k, &bind(p, p.kernels[0], args).expect("binds"), DType::F32);
+    (got, want)
+}
+
 /// The lowered kernel of `src`, run by the interpreter on `rows` x `cols` values (input `X`
 /// with weights `W`, or input `A`), agrees with the evaluator within 1e-4, relative.
 pub fn interpreter_matches_evaluator(src: &str, rows: usize, cols: usize) {
@@ -53,8 +65,7 @@ pub fn interpreter_matches_evaluator(src: &str, rows: usize, cols: usize) {
     if first == "X" {
         args = args.input("W", Tensor::new(vec![cols], values(1, cols, 1.0, 3)));
     }
-    let want = dt_core::eval::evaluate(&p, p.kernels[0], &args, DType::F32).expect("evaluates");
-    let got = dt_core::interp::run(&k, &bind(&p, p.kernels[0], &args).expect("binds"), DType::F32);
+    let (got, want) = interpreted_and_evaluated(&p, &k, &args);
     assert_eq!(got.data.len(), want.data.len());
     for (i, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
         assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{rows}x{cols}, element {i}: got {g}, want {w}");
