@@ -63,6 +63,7 @@ const VOCABULARY: &[&str] = &[
     "cluster",
     "specialize",
     "warp_specialize",
+    "wgmma",
     "persistent",
     "max_registers",
     "0",

@@ -113,3 +113,37 @@ fn the_verifier_catches_a_broken_plan() {
     small.target.shared_bytes_per_block = 96 * 1024;
     assert!(dt_codegen::plan::verify::verify(&k, &small).unwrap_err().contains("bytes of shared memory"));
 }
+
+/// A `wgmma()` kernel whose dots cannot all be warpgroup products is refused by the CUDA
+/// printer with the reason, and refused by HIP.
+#[test]
+fn wgmma_kernels_whose_dots_cannot_run_on_it_say_why() {
+    use dt_codegen::emit::gpu::{emit_kernel, Dialect, Layouts};
+    let attention = |schedule: &str, dtype: &str| {
+        format!(
+            "Func s, m, l, o; In Q, K, V; Var i, j, e; RVar d;\n\
+             s[i, j] = rdot(Q[i, d], K[j, d], d);\nm[i] = rmax(s[i, j], j);\n\
+             l[i] = rsum(exp(s[i, j] - m[i]), j);\no[i, e] = rdot(exp(s[i, j] - m[i]), V[j, e], j) / l[i];\n\
+             o.block(i:128, e:64); o.tensorize(i:0, e:0, j:64, d:0); o.bound(d:64);\n{schedule}\n\
+             o.wgmma(); o.dtypes({dtype}); m.fuse_at(o, i); l.fuse_at(o, i); o.compile();\n"
+        )
+    };
+    let emit = |src: &str, dtype: DType, dialect: Dialect| {
+        let p = dt_core::compile_spec(src).expect("checks");
+        let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+        emit_kernel(&k, dtype, "k", dialect, Layouts::Any).map(|_| ()).map_err(|e| e.0)
+    };
+    let good = attention("o.num_warps(8); o.num_stages(2);", "f16");
+    emit(&good, DType::F16, Dialect::Cuda).expect("two warpgroups of 64 rows, fed by a ring");
+    let cases = [
+        (attention("o.num_warps(4); o.num_stages(2);", "f16"), DType::F16, "are not 64 per warpgroup of 4 warps"),
+        (attention("o.num_warps(8); o.num_stages(1);", "f16"), DType::F16, "not both copied by a reduction loop with num_stages(2)"),
+        (attention("o.num_warps(8); o.num_stages(2);", "f32"), DType::F32, "its element type has no wgmma here"),
+    ];
+    for (src, dtype, want) in cases {
+        let err = emit(&src, dtype, Dialect::Cuda).expect_err("refused");
+        assert!(err.contains("asks for wgmma()") && err.contains(want), "{err}");
+    }
+    let err = emit(&good, DType::F16, Dialect::Hip).expect_err("HIP has no wgmma");
+    assert!(err.contains("computes its dots with wgmma"), "{err}");
+}

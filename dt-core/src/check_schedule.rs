@@ -142,12 +142,13 @@ impl<'a, 'd> Checker<'a, 'd> {
                     self.prog.funcs[f.index()].schedule.max_registers = Some(n);
                 }
             }
-            "fast_math" | "warp_specialize" | "persistent" => {
+            "fast_math" | "warp_specialize" | "wgmma" | "persistent" => {
                 if self.no_args(prim, args) {
                     let sched = &mut self.prog.funcs[f.index()].schedule;
                     match prim.name.as_str() {
                         "fast_math" => sched.fast_math = true,
                         "warp_specialize" => sched.warp_specialize = true,
+                        "wgmma" => sched.wgmma = true,
                         _ => sched.persistent = true,
                     }
                 }

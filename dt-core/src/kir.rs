@@ -444,6 +444,9 @@ pub struct Kernel {
     /// A producer warpgroup feeds the `num_warps` compute warps (`warp_specialize`): only CUDA
     /// GPUs of sm_90 run the kernel, on tensors a tensor map describes ([`tma_describable`]).
     pub warp_specialize: bool,
+    /// The tensor-core dots run as `wgmma`, by warpgroups of four warps over 64 rows each, on
+    /// the operands the kernel stages (`wgmma`): only CUDA GPUs of sm_90 run the kernel.
+    pub wgmma: bool,
     /// As many programs as the GPU runs at once, each taking blocks one after the other
     /// (`persistent`).
     pub persistent: bool,
@@ -578,6 +581,9 @@ pub fn print(k: &Kernel) -> String {
     if k.warp_specialize {
         let _ =
             writeln!(out, "  roles  the producer copies the rdot loop's operands, the other warps compute{}", comment("warp_specialize()"));
+    }
+    if k.wgmma {
+        let _ = writeln!(out, "  dots   wgmma by warpgroups of 4 warps, 64 rows each{}", comment("wgmma()"));
     }
     if k.persistent {
         let _ =
@@ -768,22 +774,23 @@ impl GpuFeatures {
 }
 
 impl Kernel {
-    /// Whether a GPU offering `f` runs this kernel: its clusters fit, and a warp-specialized
+    /// Whether a GPU offering `f` runs this kernel: its clusters fit, and a warp-specialized or `wgmma`
     /// kernel has sm_90's copies and tensor-core instructions.
     pub fn runs_on(&self, f: GpuFeatures) -> bool {
-        self.grid.runs_with_clusters_of(f.max_cluster) && (!self.warp_specialize || f.hopper)
+        self.grid.runs_with_clusters_of(f.max_cluster) && (!(self.warp_specialize || self.wgmma) || f.hopper)
     }
 
-    /// Whether only CUDA GPUs of sm_90 and newer run this kernel (clustered or warp-specialized):
+    /// Whether only CUDA GPUs of sm_90 and newer run this kernel (clustered, warp-specialized or `wgmma`):
     /// the CPU and HIP files go without it, and the library runs another size class there.
     pub fn needs_sm90(&self) -> bool {
-        self.grid.cluster.is_some() || self.warp_specialize
+        self.grid.cluster.is_some() || self.warp_specialize || self.wgmma
     }
 
     /// Whether the tensors of a launch (as for [`tma_describable`]) suit this kernel: any do,
-    /// but a warp-specialized kernel reads and writes through tensor maps.
+    /// but a warp-specialized kernel reads and writes through tensor maps, and a `wgmma` kernel
+    /// copies its dots' operands through them.
     pub fn admits_tensors(&self, elem_bytes: usize, tensors: &[LaunchTensor<'_>]) -> bool {
-        !self.warp_specialize || tma_describable(self, elem_bytes, tensors)
+        !(self.warp_specialize || self.wgmma) || tma_describable(self, elem_bytes, tensors)
     }
 }
 

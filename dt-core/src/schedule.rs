@@ -40,6 +40,9 @@ pub struct Schedule {
     /// `warp_specialize()`: one more warpgroup of the program copies the operands of its
     /// `rdot` loop into shared memory (TMA) while the `num_warps` warps compute (CUDA sm_90).
     pub warp_specialize: bool,
+    /// `wgmma()`: the kernel's tensor-core `rdot`s run as Hopper's warpgroup products on the
+    /// operands it stages (CUDA sm_90a).
+    pub wgmma: bool,
     /// `persistent()`: as many programs as the GPU runs at once, each taking blocks in the map
     /// order, one after the other.
     pub persistent: bool,
@@ -68,6 +71,7 @@ impl Default for Schedule {
             max_registers: None,
             fast_math: false,
             warp_specialize: false,
+            wgmma: false,
             persistent: false,
             kernel: false,
             dtypes: vec![DType::F32],

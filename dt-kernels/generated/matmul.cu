@@ -440,7 +440,8 @@ DT_FN float dt_cluster_load(const float* p, unsigned rank) {
  * `dst`, completing on barrier `bar`; what lies outside the tensor is read as zeros.
  * dt_wgmma_desc: a wgmma shared-memory matrix descriptor of 128-byte swizzled rows at `addr`.
  * dt_wgmma_m64nNk16_T (printed by dtc for the N a kernel uses): d += A B for a warpgroup, A and
- * B from descriptors, d in the mma.sync fragment layout of a warp per 16 rows. */
+ * B from descriptors, d in the mma.sync fragment layout of a warp per 16 rows; ..._T_rs: A from
+ * four registers per thread, in the mma.sync A fragment layout of a warp per 16 rows. */
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define DT_SM90A 1
 #else
@@ -585,6 +586,8 @@ DT_FN void dt_wgmma_wait() {
 /* Keeps the compiler from moving reads of an accumulator register above the wait that
  * completes the wgmma writing it. */
 DT_FN void dt_reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+/* The same for the registers of a wgmma's A operand: computed before the wgmma.fence. */
+DT_FN void dt_reg_fence_u32(unsigned& r) { asm volatile("" : "+r"(r)::"memory"); }
 template <int R>
 DT_FN void dt_setmaxnreg_inc() {
 #if DT_SM90A
@@ -1445,21 +1448,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(DT_GRID_CONSTANT con
                     if (o5 < s2) {
                         /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                            const bool vec9 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l9 = (int)((unsigned)e / 4u % 128u);
-                                    const int l10 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + 7)) < (unsigned)s2) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8)) < (unsigned)s2)) {
-                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l10 = (int)((unsigned)e / 4u % 128u);
+                                    const int l11 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec9 && (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 8 + 7)) < (unsigned)s2) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l10 * 40 + (l11 * 8)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + st * 2560))[l10 * 40 + (l11 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 0) + st * 2560))[l10 * 40 + (l11 * 8 + q)] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1467,21 +1470,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(DT_GRID_CONSTANT con
                         }
                         /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                            const bool vec12 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l12 = (int)((unsigned)e / 16u % 32u);
-                                    const int l13 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + 7)) < (unsigned)s1) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8)) < (unsigned)s1)) {
-                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l13 = (int)((unsigned)e / 16u % 32u);
+                                    const int l14 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec12 && (unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 8 + 7)) < (unsigned)s1) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l13 * 136 + (l14 * 8)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + st * 2176))[l13 * 136 + (l14 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 7680) + st * 2176))[l13 * 136 + (l14 * 8 + q)] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1494,25 +1497,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(DT_GRID_CONSTANT con
                     /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
                     dt_cp_async_wait<1>();
                     __syncthreads();
-                    const long long o14 = o5 + 64;
-                    if (o14 < s2) {
+                    const long long o15 = o5 + 64;
+                    if (o15 < s2) {
                         /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                            const bool vec16 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l16 = (int)((unsigned)e / 4u % 128u);
-                                    const int l17 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + 7)) < (unsigned)s2) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8)) < (unsigned)s2)) {
-                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l17 = (int)((unsigned)e / 4u % 128u);
+                                    const int l18 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec16 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 8 + 7)) < (unsigned)s2) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l17 * 40 + (l18 * 8)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l17 * 40 + (l18 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l17 * 40 + (l18 * 8 + q)] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1520,21 +1523,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(DT_GRID_CONSTANT con
                         }
                         /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                            const bool vec19 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 16u % 32u);
-                                    const int l20 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + 7)) < (unsigned)s1) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8)) < (unsigned)s1)) {
-                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l20 = (int)((unsigned)e / 16u % 32u);
+                                    const int l21 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec19 && (unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 8 + 7)) < (unsigned)s1) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l20 * 136 + (l21 * 8)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l20 * 136 + (l21 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l20 * 136 + (l21 * 8 + q)] = ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1577,9 +1580,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(DT_GRID_CONSTANT con
             }
             #pragma unroll
             for (int r = 0; r < 128; r++) {
-                const int l23 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                const int l24 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1) out[(unsigned)(o1 + l23) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l24) * (unsigned)args.output_strides[1]] = dt_store_f16(v3[r]);
+                const int l24 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                const int l25 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o2 + l25) < (unsigned)s1) out[(unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l25) * (unsigned)args.output_strides[1]] = dt_store_f16(v3[r]);
             }
         }
     }
@@ -1629,21 +1632,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16_whole(DT_GRID_CONSTA
                     if (o5 < s2) {
                         /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                            const bool vec9 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l9 = (int)((unsigned)e / 4u % 128u);
-                                    const int l10 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + 7)) < (unsigned)s2) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8)) < (unsigned)s2)) {
-                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l10 = (int)((unsigned)e / 4u % 128u);
+                                    const int l11 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec9 && (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 8 + 7)) < (unsigned)s2) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l10 * 40 + (l11 * 8)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + st * 2560))[l10 * 40 + (l11 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 0) + st * 2560))[l10 * 40 + (l11 * 8 + q)] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1651,21 +1654,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16_whole(DT_GRID_CONSTA
                         }
                         /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                            const bool vec12 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l12 = (int)((unsigned)e / 16u % 32u);
-                                    const int l13 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + 7)) < (unsigned)s1) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8)) < (unsigned)s1)) {
-                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l13 = (int)((unsigned)e / 16u % 32u);
+                                    const int l14 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec12 && (unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 8 + 7)) < (unsigned)s1) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l13 * 136 + (l14 * 8)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + st * 2176))[l13 * 136 + (l14 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 7680) + st * 2176))[l13 * 136 + (l14 * 8 + q)] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1678,25 +1681,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16_whole(DT_GRID_CONSTA
                     /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
                     dt_cp_async_wait<1>();
                     __syncthreads();
-                    const long long o14 = o5 + 64;
-                    if (o14 < s2) {
+                    const long long o15 = o5 + 64;
+                    if (o15 < s2) {
                         /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                            const bool vec16 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l16 = (int)((unsigned)e / 4u % 128u);
-                                    const int l17 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + 7)) < (unsigned)s2) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8)) < (unsigned)s2)) {
-                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l17 = (int)((unsigned)e / 4u % 128u);
+                                    const int l18 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec16 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 8 + 7)) < (unsigned)s2) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l17 * 40 + (l18 * 8)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l17 * 40 + (l18 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l17 * 40 + (l18 * 8 + q)] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1704,21 +1707,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16_whole(DT_GRID_CONSTA
                         }
                         /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                            const bool vec19 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 16u % 32u);
-                                    const int l20 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + 7)) < (unsigned)s1) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8)) < (unsigned)s1)) {
-                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l20 = (int)((unsigned)e / 16u % 32u);
+                                    const int l21 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec19 && (unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 8 + 7)) < (unsigned)s1) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l20 * 136 + (l21 * 8)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l20 * 136 + (l21 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l20 * 136 + (l21 * 8 + q)] = ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1815,21 +1818,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(DT_GRID_CONSTANT co
                     if (o5 < s2) {
                         /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                            const bool vec9 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l9 = (int)((unsigned)e / 4u % 128u);
-                                    const int l10 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + 7)) < (unsigned)s2) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8)) < (unsigned)s2)) {
-                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l10 = (int)((unsigned)e / 4u % 128u);
+                                    const int l11 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec9 && (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 8 + 7)) < (unsigned)s2) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l10 * 40 + (l11 * 8)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + st * 2560))[l10 * 40 + (l11 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 0) + st * 2560))[l10 * 40 + (l11 * 8 + q)] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1837,21 +1840,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(DT_GRID_CONSTANT co
                         }
                         /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                            const bool vec12 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l12 = (int)((unsigned)e / 16u % 32u);
-                                    const int l13 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + 7)) < (unsigned)s1) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8)) < (unsigned)s1)) {
-                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l13 = (int)((unsigned)e / 16u % 32u);
+                                    const int l14 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec12 && (unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 8 + 7)) < (unsigned)s1) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l13 * 136 + (l14 * 8)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + st * 2176))[l13 * 136 + (l14 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 7680) + st * 2176))[l13 * 136 + (l14 * 8 + q)] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1864,25 +1867,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(DT_GRID_CONSTANT co
                     /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
                     dt_cp_async_wait<1>();
                     __syncthreads();
-                    const long long o14 = o5 + 64;
-                    if (o14 < s2) {
+                    const long long o15 = o5 + 64;
+                    if (o15 < s2) {
                         /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                            const bool vec16 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l16 = (int)((unsigned)e / 4u % 128u);
-                                    const int l17 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + 7)) < (unsigned)s2) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8)) < (unsigned)s2)) {
-                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l17 = (int)((unsigned)e / 4u % 128u);
+                                    const int l18 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec16 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 8 + 7)) < (unsigned)s2) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l17 * 40 + (l18 * 8)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l17 * 40 + (l18 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l17 * 40 + (l18 * 8 + q)] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1890,21 +1893,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(DT_GRID_CONSTANT co
                         }
                         /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                            const bool vec19 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 16u % 32u);
-                                    const int l20 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + 7)) < (unsigned)s1) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8)) < (unsigned)s1)) {
-                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l20 = (int)((unsigned)e / 16u % 32u);
+                                    const int l21 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec19 && (unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 8 + 7)) < (unsigned)s1) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l20 * 136 + (l21 * 8)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l20 * 136 + (l21 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l20 * 136 + (l21 * 8 + q)] = ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1947,9 +1950,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(DT_GRID_CONSTANT co
             }
             #pragma unroll
             for (int r = 0; r < 128; r++) {
-                const int l23 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                const int l24 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1) out[(unsigned)(o1 + l23) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l24) * (unsigned)args.output_strides[1]] = dt_store_bf16(v3[r]);
+                const int l24 = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                const int l25 = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o2 + l25) < (unsigned)s1) out[(unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l25) * (unsigned)args.output_strides[1]] = dt_store_bf16(v3[r]);
             }
         }
     }
@@ -1999,21 +2002,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
                     if (o5 < s2) {
                         /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                            const bool vec9 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l9 = (int)((unsigned)e / 4u % 128u);
-                                    const int l10 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + 7)) < (unsigned)s2) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8)) < (unsigned)s2)) {
-                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l10 = (int)((unsigned)e / 4u % 128u);
+                                    const int l11 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec9 && (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 8 + 7)) < (unsigned)s2) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + st * 2560))[l10 * 40 + (l11 * 8)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + st * 2560))[l10 * 40 + (l11 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 0) + st * 2560))[l9 * 40 + (l10 * 8 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 0) + st * 2560))[l10 * 40 + (l11 * 8 + q)] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2021,21 +2024,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
                         }
                         /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                            const bool vec12 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l12 = (int)((unsigned)e / 16u % 32u);
-                                    const int l13 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + 7)) < (unsigned)s1) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8)) < (unsigned)s1)) {
-                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l13 = (int)((unsigned)e / 16u % 32u);
+                                    const int l14 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec12 && (unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 8 + 7)) < (unsigned)s1) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + st * 2176))[l13 * 136 + (l14 * 8)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + st * 2176))[l13 * 136 + (l14 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 7680) + st * 2176))[l12 * 136 + (l13 * 8 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 7680) + st * 2176))[l13 * 136 + (l14 * 8 + q)] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2048,25 +2051,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
                     /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
                     dt_cp_async_wait<1>();
                     __syncthreads();
-                    const long long o14 = o5 + 64;
-                    if (o14 < s2) {
+                    const long long o15 = o5 + 64;
+                    if (o15 < s2) {
                         /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
+                            const bool vec16 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l16 = (int)((unsigned)e / 4u % 128u);
-                                    const int l17 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + 7)) < (unsigned)s2) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8)) < (unsigned)s2)) {
-                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l17 = (int)((unsigned)e / 4u % 128u);
+                                    const int l18 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec16 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 8 + 7)) < (unsigned)s2) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l17 * 40 + (l18 * 8)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 8)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 8)) < (unsigned)s2)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l17 * 40 + (l18 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l16 * 40 + (l17 * 8 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 0) + wr7 * 2560))[l17 * 40 + (l18 * 8 + q)] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 8 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 8 + q)) * (unsigned)args.input_strides[0][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2074,21 +2077,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
                         }
                         /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
+                            const bool vec19 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 16u % 32u);
-                                    const int l20 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + 7)) < (unsigned)s1) {
-                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8)) < (unsigned)s1)) {
-                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l20 = (int)((unsigned)e / 16u % 32u);
+                                    const int l21 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec19 && (unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 8 + 7)) < (unsigned)s1) {
+                                        dt_cp_async16(&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l20 * 136 + (l21 * 8)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 8)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 8)) < (unsigned)s1)) {
+                                        *(uint4*)&((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l20 * 136 + (l21 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l19 * 136 + (l20 * 8 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
+                                            ((unsigned short*)((dt_smem + 7680) + wr7 * 2176))[l20 * 136 + (l21 * 8 + q)] = ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 8 + q)) < (unsigned)s1) ? in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 8 + q)) * (unsigned)args.input_strides[1][1]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2185,21 +2188,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32(DT_GRID_CONST
                     if (o5 < s2) {
                         /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            const bool vec9 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l9 = (int)((unsigned)e / 4u % 64u);
-                                    const int l10 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + 3)) < (unsigned)s2) {
-                                        dt_cp_async16(&((float*)((dt_smem + 0) + st * 1280))[l9 * 20 + (l10 * 4)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4)) < (unsigned)s2)) {
-                                        *(uint4*)&((float*)((dt_smem + 0) + st * 1280))[l9 * 20 + (l10 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l10 = (int)((unsigned)e / 4u % 64u);
+                                    const int l11 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec9 && (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + st * 1280))[l10 * 20 + (l11 * 4)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + st * 1280))[l10 * 20 + (l11 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + st * 1280))[l9 * 20 + (l10 * 4 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                            ((float*)((dt_smem + 0) + st * 1280))[l10 * 20 + (l11 * 4 + q)] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
                                         }
                                     }
                                 }
@@ -2207,21 +2210,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32(DT_GRID_CONST
                         }
                         /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            const bool vec12 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l12 = (int)((unsigned)e / 16u % 16u);
-                                    const int l13 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + 3)) < (unsigned)s1) {
-                                        dt_cp_async16(&((float*)((dt_smem + 3840) + st * 1088))[l12 * 68 + (l13 * 4)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4)) < (unsigned)s1)) {
-                                        *(uint4*)&((float*)((dt_smem + 3840) + st * 1088))[l12 * 68 + (l13 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l13 = (int)((unsigned)e / 16u % 16u);
+                                    const int l14 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec12 && (unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 3840) + st * 1088))[l13 * 68 + (l14 * 4)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 3840) + st * 1088))[l13 * 68 + (l14 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 3840) + st * 1088))[l12 * 68 + (l13 * 4 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                            ((float*)((dt_smem + 3840) + st * 1088))[l13 * 68 + (l14 * 4 + q)] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
                                         }
                                     }
                                 }
@@ -2234,25 +2237,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32(DT_GRID_CONST
                     /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
                     dt_cp_async_wait<1>();
                     __syncthreads();
-                    const long long o14 = o5 + 32;
-                    if (o14 < s2) {
+                    const long long o15 = o5 + 32;
+                    if (o15 < s2) {
                         /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            const bool vec16 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l16 = (int)((unsigned)e / 4u % 64u);
-                                    const int l17 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + 3)) < (unsigned)s2) {
-                                        dt_cp_async16(&((float*)((dt_smem + 0) + wr7 * 1280))[l16 * 20 + (l17 * 4)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4)) < (unsigned)s2)) {
-                                        *(uint4*)&((float*)((dt_smem + 0) + wr7 * 1280))[l16 * 20 + (l17 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l17 = (int)((unsigned)e / 4u % 64u);
+                                    const int l18 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec16 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + wr7 * 1280))[l17 * 20 + (l18 * 4)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + wr7 * 1280))[l17 * 20 + (l18 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + wr7 * 1280))[l16 * 20 + (l17 * 4 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                            ((float*)((dt_smem + 0) + wr7 * 1280))[l17 * 20 + (l18 * 4 + q)] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
                                         }
                                     }
                                 }
@@ -2260,21 +2263,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32(DT_GRID_CONST
                         }
                         /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            const bool vec19 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 16u % 16u);
-                                    const int l20 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + 3)) < (unsigned)s1) {
-                                        dt_cp_async16(&((float*)((dt_smem + 3840) + wr7 * 1088))[l19 * 68 + (l20 * 4)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4)) < (unsigned)s1)) {
-                                        *(uint4*)&((float*)((dt_smem + 3840) + wr7 * 1088))[l19 * 68 + (l20 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l20 = (int)((unsigned)e / 16u % 16u);
+                                    const int l21 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec19 && (unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 3840) + wr7 * 1088))[l20 * 68 + (l21 * 4)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 3840) + wr7 * 1088))[l20 * 68 + (l21 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 3840) + wr7 * 1088))[l19 * 68 + (l20 * 4 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                            ((float*)((dt_smem + 3840) + wr7 * 1088))[l20 * 68 + (l21 * 4 + q)] = ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
                                         }
                                     }
                                 }
@@ -2322,9 +2325,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32(DT_GRID_CONST
             }
             #pragma unroll
             for (int r = 0; r < 32; r++) {
-                const int l23 = (tid >> 5) / 2 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                const int l24 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1) out[(unsigned)(o1 + l23) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l24) * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r]);
+                const int l24 = (tid >> 5) / 2 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                const int l25 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o2 + l25) < (unsigned)s1) out[(unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l25) * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r]);
             }
         }
     }
@@ -2374,21 +2377,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32_whole(DT_GRID
                     if (o5 < s2) {
                         /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            const bool vec9 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l9 = (int)((unsigned)e / 4u % 64u);
-                                    const int l10 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + 3)) < (unsigned)s2) {
-                                        dt_cp_async16(&((float*)((dt_smem + 0) + st * 1280))[l9 * 20 + (l10 * 4)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4)) < (unsigned)s2)) {
-                                        *(uint4*)&((float*)((dt_smem + 0) + st * 1280))[l9 * 20 + (l10 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l10 = (int)((unsigned)e / 4u % 64u);
+                                    const int l11 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec9 && (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + st * 1280))[l10 * 20 + (l11 * 4)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + st * 1280))[l10 * 20 + (l11 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + st * 1280))[l9 * 20 + (l10 * 4 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                            ((float*)((dt_smem + 0) + st * 1280))[l10 * 20 + (l11 * 4 + q)] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
                                         }
                                     }
                                 }
@@ -2396,21 +2399,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32_whole(DT_GRID
                         }
                         /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            const bool vec12 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l12 = (int)((unsigned)e / 16u % 16u);
-                                    const int l13 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + 3)) < (unsigned)s1) {
-                                        dt_cp_async16(&((float*)((dt_smem + 3840) + st * 1088))[l12 * 68 + (l13 * 4)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4)) < (unsigned)s1)) {
-                                        *(uint4*)&((float*)((dt_smem + 3840) + st * 1088))[l12 * 68 + (l13 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l13 = (int)((unsigned)e / 16u % 16u);
+                                    const int l14 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec12 && (unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 3840) + st * 1088))[l13 * 68 + (l14 * 4)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 3840) + st * 1088))[l13 * 68 + (l14 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 3840) + st * 1088))[l12 * 68 + (l13 * 4 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                            ((float*)((dt_smem + 3840) + st * 1088))[l13 * 68 + (l14 * 4 + q)] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
                                         }
                                     }
                                 }
@@ -2423,25 +2426,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32_whole(DT_GRID
                     /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
                     dt_cp_async_wait<1>();
                     __syncthreads();
-                    const long long o14 = o5 + 32;
-                    if (o14 < s2) {
+                    const long long o15 = o5 + 32;
+                    if (o15 < s2) {
                         /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            const bool vec16 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l16 = (int)((unsigned)e / 4u % 64u);
-                                    const int l17 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + 3)) < (unsigned)s2) {
-                                        dt_cp_async16(&((float*)((dt_smem + 0) + wr7 * 1280))[l16 * 20 + (l17 * 4)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4)) < (unsigned)s2)) {
-                                        *(uint4*)&((float*)((dt_smem + 0) + wr7 * 1280))[l16 * 20 + (l17 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l17 = (int)((unsigned)e / 4u % 64u);
+                                    const int l18 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec16 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + wr7 * 1280))[l17 * 20 + (l18 * 4)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + wr7 * 1280))[l17 * 20 + (l18 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + wr7 * 1280))[l16 * 20 + (l17 * 4 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                            ((float*)((dt_smem + 0) + wr7 * 1280))[l17 * 20 + (l18 * 4 + q)] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
                                         }
                                     }
                                 }
@@ -2449,21 +2452,21 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32_whole(DT_GRID
                         }
                         /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            const bool vec19 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 16u % 16u);
-                                    const int l20 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + 3)) < (unsigned)s1) {
-                                        dt_cp_async16(&((float*)((dt_smem + 3840) + wr7 * 1088))[l19 * 68 + (l20 * 4)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4)) < (unsigned)s1)) {
-                                        *(uint4*)&((float*)((dt_smem + 3840) + wr7 * 1088))[l19 * 68 + (l20 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l20 = (int)((unsigned)e / 16u % 16u);
+                                    const int l21 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec19 && (unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 3840) + wr7 * 1088))[l20 * 68 + (l21 * 4)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 3840) + wr7 * 1088))[l20 * 68 + (l21 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 3840) + wr7 * 1088))[l19 * 68 + (l20 * 4 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                            ((float*)((dt_smem + 3840) + wr7 * 1088))[l20 * 68 + (l21 * 4 + q)] = ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
                                         }
                                     }
                                 }
@@ -2565,21 +2568,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32(DT_GRID_CONS
                     if (o5 < s2) {
                         /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            const bool vec9 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l9 = (int)((unsigned)e / 4u % 128u);
-                                    const int l10 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + 3)) < (unsigned)s2) {
-                                        dt_cp_async16(&((float*)((dt_smem + 0) + st * 2560))[l9 * 20 + (l10 * 4)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4)) < (unsigned)s2)) {
-                                        *(uint4*)&((float*)((dt_smem + 0) + st * 2560))[l9 * 20 + (l10 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l10 = (int)((unsigned)e / 4u % 128u);
+                                    const int l11 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec9 && (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + st * 2560))[l10 * 20 + (l11 * 4)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + st * 2560))[l10 * 20 + (l11 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + st * 2560))[l9 * 20 + (l10 * 4 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                            ((float*)((dt_smem + 0) + st * 2560))[l10 * 20 + (l11 * 4 + q)] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
                                         }
                                     }
                                 }
@@ -2587,21 +2590,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32(DT_GRID_CONS
                         }
                         /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            const bool vec12 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l12 = (int)((unsigned)e / 32u % 16u);
-                                    const int l13 = (int)((unsigned)e / 1u % 32u);
-                                    if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + 3)) < (unsigned)s1) {
-                                        dt_cp_async16(&((float*)((dt_smem + 7680) + st * 2112))[l12 * 132 + (l13 * 4)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4)) < (unsigned)s1)) {
-                                        *(uint4*)&((float*)((dt_smem + 7680) + st * 2112))[l12 * 132 + (l13 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l13 = (int)((unsigned)e / 32u % 16u);
+                                    const int l14 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec12 && (unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 7680) + st * 2112))[l13 * 132 + (l14 * 4)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 7680) + st * 2112))[l13 * 132 + (l14 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 7680) + st * 2112))[l12 * 132 + (l13 * 4 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                            ((float*)((dt_smem + 7680) + st * 2112))[l13 * 132 + (l14 * 4 + q)] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
                                         }
                                     }
                                 }
@@ -2614,25 +2617,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32(DT_GRID_CONS
                     /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
                     dt_cp_async_wait<1>();
                     __syncthreads();
-                    const long long o14 = o5 + 32;
-                    if (o14 < s2) {
+                    const long long o15 = o5 + 32;
+                    if (o15 < s2) {
                         /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            const bool vec16 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l16 = (int)((unsigned)e / 4u % 128u);
-                                    const int l17 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + 3)) < (unsigned)s2) {
-                                        dt_cp_async16(&((float*)((dt_smem + 0) + wr7 * 2560))[l16 * 20 + (l17 * 4)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4)) < (unsigned)s2)) {
-                                        *(uint4*)&((float*)((dt_smem + 0) + wr7 * 2560))[l16 * 20 + (l17 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l17 = (int)((unsigned)e / 4u % 128u);
+                                    const int l18 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec16 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + wr7 * 2560))[l17 * 20 + (l18 * 4)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + wr7 * 2560))[l17 * 20 + (l18 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + wr7 * 2560))[l16 * 20 + (l17 * 4 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                            ((float*)((dt_smem + 0) + wr7 * 2560))[l17 * 20 + (l18 * 4 + q)] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
                                         }
                                     }
                                 }
@@ -2640,21 +2643,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32(DT_GRID_CONS
                         }
                         /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            const bool vec19 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 32u % 16u);
-                                    const int l20 = (int)((unsigned)e / 1u % 32u);
-                                    if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + 3)) < (unsigned)s1) {
-                                        dt_cp_async16(&((float*)((dt_smem + 7680) + wr7 * 2112))[l19 * 132 + (l20 * 4)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4)) < (unsigned)s1)) {
-                                        *(uint4*)&((float*)((dt_smem + 7680) + wr7 * 2112))[l19 * 132 + (l20 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l20 = (int)((unsigned)e / 32u % 16u);
+                                    const int l21 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec19 && (unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 7680) + wr7 * 2112))[l20 * 132 + (l21 * 4)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 7680) + wr7 * 2112))[l20 * 132 + (l21 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 7680) + wr7 * 2112))[l19 * 132 + (l20 * 4 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                            ((float*)((dt_smem + 7680) + wr7 * 2112))[l20 * 132 + (l21 * 4 + q)] = ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
                                         }
                                     }
                                 }
@@ -2702,9 +2705,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32(DT_GRID_CONS
             }
             #pragma unroll
             for (int r = 0; r < 64; r++) {
-                const int l23 = (tid >> 5) / 2 * 32 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                const int l24 = (tid >> 5) % 2 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
-                if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1) out[(unsigned)(o1 + l23) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l24) * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r]);
+                const int l24 = (tid >> 5) / 2 * 32 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                const int l25 = (tid >> 5) % 2 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o2 + l25) < (unsigned)s1) out[(unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l25) * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r]);
             }
         }
     }
@@ -2754,21 +2757,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32_whole(DT_GRI
                     if (o5 < s2) {
                         /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec8 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            const bool vec9 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l9 = (int)((unsigned)e / 4u % 128u);
-                                    const int l10 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec8 && (unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + 3)) < (unsigned)s2) {
-                                        dt_cp_async16(&((float*)((dt_smem + 0) + st * 2560))[l9 * 20 + (l10 * 4)], &in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4)) < (unsigned)s2)) {
-                                        *(uint4*)&((float*)((dt_smem + 0) + st * 2560))[l9 * 20 + (l10 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l10 = (int)((unsigned)e / 4u % 128u);
+                                    const int l11 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec9 && (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + st * 2560))[l10 * 20 + (l11 * 4)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + st * 2560))[l10 * 20 + (l11 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + st * 2560))[l9 * 20 + (l10 * 4 + q)] = ((unsigned)(o1 + l9) < (unsigned)s0 && (unsigned)(o5 + (l10 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l9) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l10 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                            ((float*)((dt_smem + 0) + st * 2560))[l10 * 20 + (l11 * 4 + q)] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
                                         }
                                     }
                                 }
@@ -2776,21 +2779,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32_whole(DT_GRI
                         }
                         /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec11 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            const bool vec12 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l12 = (int)((unsigned)e / 32u % 16u);
-                                    const int l13 = (int)((unsigned)e / 1u % 32u);
-                                    if (vec11 && (unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + 3)) < (unsigned)s1) {
-                                        dt_cp_async16(&((float*)((dt_smem + 7680) + st * 2112))[l12 * 132 + (l13 * 4)], &in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4)) < (unsigned)s1)) {
-                                        *(uint4*)&((float*)((dt_smem + 7680) + st * 2112))[l12 * 132 + (l13 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l13 = (int)((unsigned)e / 32u % 16u);
+                                    const int l14 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec12 && (unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 7680) + st * 2112))[l13 * 132 + (l14 * 4)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 7680) + st * 2112))[l13 * 132 + (l14 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 7680) + st * 2112))[l12 * 132 + (l13 * 4 + q)] = ((unsigned)(o5 + l12) < (unsigned)s2 && (unsigned)(o2 + (l13 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l12) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l13 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                            ((float*)((dt_smem + 7680) + st * 2112))[l13 * 132 + (l14 * 4 + q)] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
                                         }
                                     }
                                 }
@@ -2803,25 +2806,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32_whole(DT_GRI
                     /* wait for the copies of this step (buffer rd6), then start those 2 steps ahead (buffer wr7) */
                     dt_cp_async_wait<1>();
                     __syncthreads();
-                    const long long o14 = o5 + 32;
-                    if (o14 < s2) {
+                    const long long o15 = o5 + 32;
+                    if (o15 < s2) {
                         /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec15 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            const bool vec16 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l16 = (int)((unsigned)e / 4u % 128u);
-                                    const int l17 = (int)((unsigned)e / 1u % 4u);
-                                    if (vec15 && (unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + 3)) < (unsigned)s2) {
-                                        dt_cp_async16(&((float*)((dt_smem + 0) + wr7 * 2560))[l16 * 20 + (l17 * 4)], &in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4)) * (unsigned)args.input_strides[0][1]]);
-                                    } else if (!((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4)) < (unsigned)s2)) {
-                                        *(uint4*)&((float*)((dt_smem + 0) + wr7 * 2560))[l16 * 20 + (l17 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l17 = (int)((unsigned)e / 4u % 128u);
+                                    const int l18 = (int)((unsigned)e / 1u % 4u);
+                                    if (vec16 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + wr7 * 2560))[l17 * 20 + (l18 * 4)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + wr7 * 2560))[l17 * 20 + (l18 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + wr7 * 2560))[l16 * 20 + (l17 * 4 + q)] = ((unsigned)(o1 + l16) < (unsigned)s0 && (unsigned)(o14 + (l17 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l16) * (unsigned)args.input_strides[0][0] + (unsigned)(o14 + (l17 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                            ((float*)((dt_smem + 0) + wr7 * 2560))[l17 * 20 + (l18 * 4 + q)] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
                                         }
                                     }
                                 }
@@ -2829,21 +2832,21 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32_whole(DT_GRI
                         }
                         /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec18 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            const bool vec19 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l19 = (int)((unsigned)e / 32u % 16u);
-                                    const int l20 = (int)((unsigned)e / 1u % 32u);
-                                    if (vec18 && (unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + 3)) < (unsigned)s1) {
-                                        dt_cp_async16(&((float*)((dt_smem + 7680) + wr7 * 2112))[l19 * 132 + (l20 * 4)], &in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4)) * (unsigned)args.input_strides[1][1]]);
-                                    } else if (!((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4)) < (unsigned)s1)) {
-                                        *(uint4*)&((float*)((dt_smem + 7680) + wr7 * 2112))[l19 * 132 + (l20 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l20 = (int)((unsigned)e / 32u % 16u);
+                                    const int l21 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec19 && (unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 7680) + wr7 * 2112))[l20 * 132 + (l21 * 4)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 7680) + wr7 * 2112))[l20 * 132 + (l21 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 7680) + wr7 * 2112))[l19 * 132 + (l20 * 4 + q)] = ((unsigned)(o14 + l19) < (unsigned)s2 && (unsigned)(o2 + (l20 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o14 + l19) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l20 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                            ((float*)((dt_smem + 7680) + wr7 * 2112))[l20 * 132 + (l21 * 4 + q)] = ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
                                         }
                                     }
                                 }

@@ -440,7 +440,8 @@ DT_FN float dt_cluster_load(const float* p, unsigned rank) {
  * `dst`, completing on barrier `bar`; what lies outside the tensor is read as zeros.
  * dt_wgmma_desc: a wgmma shared-memory matrix descriptor of 128-byte swizzled rows at `addr`.
  * dt_wgmma_m64nNk16_T (printed by dtc for the N a kernel uses): d += A B for a warpgroup, A and
- * B from descriptors, d in the mma.sync fragment layout of a warp per 16 rows. */
+ * B from descriptors, d in the mma.sync fragment layout of a warp per 16 rows; ..._T_rs: A from
+ * four registers per thread, in the mma.sync A fragment layout of a warp per 16 rows. */
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define DT_SM90A 1
 #else
@@ -585,6 +586,8 @@ DT_FN void dt_wgmma_wait() {
 /* Keeps the compiler from moving reads of an accumulator register above the wait that
  * completes the wgmma writing it. */
 DT_FN void dt_reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+/* The same for the registers of a wgmma's A operand: computed before the wgmma.fence. */
+DT_FN void dt_reg_fence_u32(unsigned& r) { asm volatile("" : "+r"(r)::"memory"); }
 template <int R>
 DT_FN void dt_setmaxnreg_inc() {
 #if DT_SM90A

@@ -267,7 +267,13 @@ fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>
     if kernel.is_none() && matches!(target, Target::C | Target::Hip) && kernels.iter().any(|k| !k.needs_sm90()) {
         let name = if matches!(target, Target::C) { "C" } else { "HIP" };
         for k in kernels.iter().filter(|k| k.needs_sm90()) {
-            let why = if k.warp_specialize { "warp-specialized" } else { "clustered" };
+            let why = if k.warp_specialize {
+                "warp-specialized"
+            } else if k.wgmma {
+                "built on wgmma"
+            } else {
+                "clustered"
+            };
             eprintln!("{}: note: kernel `{}` is {why} (CUDA sm_90 only): left out of the {name} file", file.display(), k.name);
         }
         kernels.retain(|k| !k.needs_sm90());

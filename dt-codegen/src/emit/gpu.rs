@@ -217,11 +217,23 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         // Every slot starts 16-byte aligned, as `ldmatrix` rows must.
         total += n.next_multiple_of(4);
     }
-    // The rings of loops that feed several dots (`plan::dot_rings`) come after the slots.
+    // The rings of loops that feed several dots (`plan::dot_rings`) come after the slots; in a
+    // `wgmma()` kernel, at a multiple of 1024 bytes from a base of 1024-byte alignment (1024
+    // bytes more to find it), where `wgmma`'s swizzle atoms start.
+    if k.wgmma {
+        check_warpgroup_dots(k, &plan)?;
+        total = total.next_multiple_of(ATOM_WORDS);
+    }
     let dot_rings = total;
     total += plan.ring_words;
-    let shared_bytes = (total * 4) as u32;
-    let limit = if plan.ring_words > 0 { MAX_STAGED_SHARED_BYTES } else { MAX_SHARED_BYTES };
+    let shared_bytes = (total * 4) as u32 + if k.wgmma { ATOM_WORDS as u32 * 4 } else { 0 };
+    let limit = if k.wgmma {
+        crate::plan::Target::SM90A.shared_bytes_per_block
+    } else if plan.ring_words > 0 {
+        MAX_STAGED_SHARED_BYTES
+    } else {
+        MAX_SHARED_BYTES
+    };
     if let Some(t) = target.filter(|_| ws.is_some()) {
         if shared_bytes > t.shared_bytes_per_block {
             return Err(EmitError(format!(
@@ -265,6 +277,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         specialized: layouts == Layouts::Specialized,
         barrier: if ws.is_some() { hopper::consumer_sync(threads) } else { "__syncthreads();".to_string() },
         ws: ws.clone(),
+        wgmma_shapes: Vec::new(),
     };
     if let Some(w) = &ws {
         let text = e.warp_specialized_kernel(w, symbol)?;
@@ -287,12 +300,29 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         _ => threads.to_string(),
     };
     let cluster = k.grid.cluster.map_or(String::new(), |(_, n)| format!(" DT_CLUSTER({n})"));
-    let _ = writeln!(
-        e.out,
-        "extern \"C\" __global__ void __launch_bounds__({bounds}){cluster} {symbol}(DT_GRID_CONSTANT const {} args) {{",
-        abi::GpuArgs::of(k).c_type()
-    );
-    e.line("extern __shared__ float dt_smem[];");
+    let args = abi::GpuArgs::of(k).c_type();
+    let tensor_maps = e.plan.tensor_maps.clone();
+    if tensor_maps.is_empty() {
+        let _ = writeln!(
+            e.out,
+            "extern \"C\" __global__ void __launch_bounds__({bounds}){cluster} {symbol}(DT_GRID_CONSTANT const {args} args) {{"
+        );
+    } else {
+        // The tensor maps of the rings' bulk copies ahead of the argument block.
+        let _ = writeln!(
+            e.out,
+            "extern \"C\" __global__ void __launch_bounds__({bounds}){cluster} {symbol}(DT_GRID_CONSTANT const dt_tma_args_t<{}, {args}> targs) {{",
+            tensor_maps.len()
+        );
+        e.line(&format!("const {args}& args = targs.args;"));
+    }
+    if k.wgmma {
+        e.line("extern __shared__ float dt_smem_base[];");
+        e.line("/* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */");
+        e.line("float* const dt_smem = dt_smem_base + ((1024u - (dt_smem_u32(dt_smem_base) & 1023u)) & 1023u) / 4;");
+    } else {
+        e.line("extern __shared__ float dt_smem[];");
+    }
     e.line("(void)dt_smem;");
     e.prologue();
     e.line("const long long pid = (long long)blockIdx.x;");
@@ -302,10 +332,16 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     e.stmts(&k.body)?;
     e.settle_cluster();
     e.out += "}\n";
+    if !tensor_maps.is_empty() {
+        e.drop_unused_inputs();
+    }
     // The rings of loads staged in shared memory come after the slots.
     let shared_bytes = shared_bytes + (e.ring_words * 4) as u32;
-    let head =
-        format!("/* kernel {} for {dtype}: grid {}; {threads} threads, {shared_bytes} bytes of shared memory */\n", k.name, k.grid.origin);
+    let helpers: String = e.wgmma_shapes.iter().map(|(n, rs)| hopper::wgmma_helper(*n, dtype, *rs)).collect();
+    let head = format!(
+        "{helpers}/* kernel {} for {dtype}: grid {}; {threads} threads, {shared_bytes} bytes of shared memory */\n",
+        k.name, k.grid.origin
+    );
     Ok((
         head + &e.out,
         LaunchInfo {
@@ -314,7 +350,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
             shared_bytes,
             cluster: k.grid.cluster.map_or(1, |(_, n)| n),
             layouts,
-            tensor_maps: Vec::new(),
+            tensor_maps,
             persistent: false,
         },
     ))
@@ -328,6 +364,51 @@ fn reduces_over_the_cluster(stmts: &[Stmt]) -> bool {
         Stmt::Loop(l) => reduces_over_the_cluster(&l.body),
         _ => false,
     })
+}
+
+/// 4-byte words of a 128-byte swizzle atom (eight lines of 128 bytes), the alignment `wgmma`
+/// reads swizzled operands at.
+const ATOM_WORDS: usize = 256;
+
+/// Refuses a `wgmma()` kernel whose dots are not all warpgroup products
+/// ([`crate::plan::layouts::warpgroup_fits`]), saying what each lacks; checks that the rings
+/// give them whole swizzle atoms.
+fn check_warpgroup_dots(k: &Kernel, plan: &Plan) -> Result<(), EmitError> {
+    for (id, d) in &plan.dots {
+        let t = d.tile;
+        // A warp-specialized loop's dot is on wgmma already (`gpu_hopper.rs`).
+        if d.wgmma {
+            continue;
+        }
+        if d.warpgroup {
+            let ring = d.ring.expect("a warpgroup dot reads a ring");
+            if (0..2).any(|i| d.direct[i].is_some() && ring.maps[i].is_none()) {
+                return Err(EmitError(format!(
+                    "kernel `{}` asks for wgmma(), but the operands of its dot %{} cannot be copied by tensor maps: each must run along its input's contiguous axis, its other axes one element or its lines (at most 256), 2 to 5 axes, at most {} maps",
+                    k.name,
+                    id.0,
+                    dt_core::abi::MAX_TENSOR_MAPS
+                )));
+            }
+            let aligned = (0..2).all(|i| ring.at[i].is_none_or(|at| at % ATOM_WORDS == 0 && d.buffer_words(i) % ATOM_WORDS == 0));
+            if !aligned {
+                return Err(EmitError(format!("kernel `{}`: the ring buffers of dot %{} are not whole swizzle atoms", k.name, id.0)));
+            }
+            continue;
+        }
+        let why = if t.isa != crate::plan::layouts::MatrixIsa::MmaSync {
+            "its element type has no wgmma here (f16 and bf16 have)".to_string()
+        } else if t.wn != 1 || t.rows != 16 * t.wm || !t.wm.is_multiple_of(4) {
+            format!("its {} rows are not 64 per warpgroup of 4 warps (num_warps({}) over {} rows)", t.rows, k.num_warps, t.rows)
+        } else if !t.cols.is_multiple_of(8) || t.cols > 256 {
+            format!("its {} columns are not a multiple of 8 up to 256", t.cols)
+        } else {
+            "its operands are not both copied by a reduction loop with num_stages(2) or more, or its staged lines are not a multiple of 64 elements"
+                .to_string()
+        };
+        return Err(EmitError(format!("kernel `{}` asks for wgmma(), but its dot %{} cannot run on it: {why}", k.name, id.0)));
+    }
+    Ok(())
 }
 
 /// Bytes a thread moves per vector load or store.
@@ -395,6 +476,8 @@ struct Emitter<'a> {
     barrier: String,
     /// The plan of a warp-specialized kernel's `rdot` loop (see `gpu_hopper.rs`).
     ws: Option<crate::plan::WarpSpecialized>,
+    /// The `wgmma` helpers the printed warpgroup dots call: N, and whether A is in registers.
+    wgmma_shapes: Vec<(u32, bool)>,
 }
 
 /// The ring of a staged loop over a block that has a buffer per step of the block

@@ -7,7 +7,9 @@
 use super::super::{program_coords, program_count, start_offset, GPU_INDEX};
 use super::{EmitError, Emitter};
 use crate::abi;
+use crate::plan::layouts::MmaDot;
 use crate::plan::warp_specialize::{StagedOperand, WarpSpecialized, STEP};
+use dt_core::algo::DimId;
 use dt_core::kir::*;
 use dt_core::DType;
 use std::fmt::Write;
@@ -28,29 +30,36 @@ pub(super) fn is_planned_loop(w: &WarpSpecialized, l: &Loop) -> bool {
 
 /// The `wgmma` helper for `m64n{n}k16` in `dtype`, once per file (a guard macro): a warpgroup's
 /// `d += A B` with A and B from descriptors, `TA` and `TB` the transpose flags of MN-major
-/// operands, `d` the accumulator fragments (`n / 2` per thread).
-fn wgmma_helper(n: u32, dtype: DType) -> String {
+/// operands, `d` the accumulator fragments (`n / 2` per thread); with `a_in_registers`
+/// (`..._rs`), A from four registers per thread (`a`) and only `TB`.
+pub(super) fn wgmma_helper(n: u32, dtype: DType, a_in_registers: bool) -> String {
     let t = dtype.name();
     let regs = n / 2;
-    let guard = format!("DT_WGMMA_M64N{n}K16_{}", t.to_uppercase());
+    let rs = if a_in_registers { "_rs" } else { "" };
+    let guard = format!("DT_WGMMA_M64N{n}K16_{}{}", t.to_uppercase(), rs.to_uppercase());
     let outs: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
     let cons: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
+    let (params, a, ins, flags, template) = if a_in_registers {
+        let a = format!("{{%{}, %{}, %{}, %{}}}", regs, regs + 1, regs + 2, regs + 3);
+        let ins = "\"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b), \"n\"(TB)";
+        ("const unsigned* a", a, ins, format!("%{}", regs + 5), "template <int TB>")
+    } else {
+        let ins = "\"l\"(a), \"l\"(b), \"n\"(TA), \"n\"(TB)";
+        ("unsigned long long a", format!("%{regs}"), ins, format!("%{}, %{}", regs + 2, regs + 3), "template <int TA, int TB>")
+    };
+    let b = if a_in_registers { regs + 4 } else { regs + 1 };
     let mut s = String::new();
     let _ = writeln!(s, "#ifndef {guard}\n#define {guard}");
-    let _ = writeln!(s, "template <int TA, int TB>");
-    let _ = writeln!(s, "DT_FN void dt_wgmma_m64n{n}k16_{t}(float* d, unsigned long long a, unsigned long long b) {{");
+    let _ = writeln!(s, "{template}");
+    let _ = writeln!(s, "DT_FN void dt_wgmma_m64n{n}k16_{t}{rs}(float* d, {params}, unsigned long long b) {{");
     let _ = writeln!(s, "#if DT_SM90A");
     let _ = writeln!(
         s,
-        "    asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, %{}, %{}, p, 1, 1, %{}, %{}; }}\"",
+        "    asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{}}}, {a}, %{b}, p, 1, 1, {flags}; }}\"",
         outs.join(", "),
-        regs,
-        regs + 1,
-        regs + 2,
-        regs + 3
     );
     let _ = writeln!(s, "                 : {}", cons.join(", "));
-    let _ = writeln!(s, "                 : \"l\"(a), \"l\"(b), \"n\"(TA), \"n\"(TB));");
+    let _ = writeln!(s, "                 : {ins});");
     let _ = writeln!(s, "#else\n    (void)d, (void)a, (void)b;\n    __trap();\n#endif\n}}\n#endif");
     s
 }
@@ -110,19 +119,10 @@ impl Emitter<'_> {
         self.line("}");
         self.out += "#endif\n";
         self.out += "}\n";
-        // The copies read the inputs through their tensor maps: an input that the epilogue does
-        // not read needs no pointer.
-        for i in 0..k.inputs.len() {
-            let name = format!("in{i}");
-            let declaration = |l: &str| l.trim_start().starts_with("const ") && l.contains(&format!("* __restrict__ {name} = "));
-            let used = self.out.lines().any(|l| !declaration(l) && super::mentions(l, &name));
-            if !used {
-                self.out = self.out.lines().filter(|l| !declaration(l)).map(|l| format!("{l}\n")).collect();
-            }
-        }
+        self.drop_unused_inputs();
         let head = format!(
             "{}/* kernel {} for {}: grid {}; {} threads, warp-specialized for sm_90a */\n",
-            wgmma_helper(w.wgmma_n, self.dtype),
+            wgmma_helper(w.wgmma_n, self.dtype, false),
             k.name,
             self.dtype,
             k.grid.origin,
@@ -270,5 +270,199 @@ impl Emitter<'_> {
         self.line("#pragma unroll");
         self.line(&format!("for (int r = 0; r < {regs}; r++) dt_reg_fence({acc}[r]);"));
         Ok(())
+    }
+}
+
+impl Emitter<'_> {
+    /// Leaves out of the printed kernel the pointers of the inputs it does not read: those its
+    /// copies read through tensor maps only.
+    pub(super) fn drop_unused_inputs(&mut self) {
+        for i in 0..self.k.inputs.len() {
+            let name = format!("in{i}");
+            let declaration = |l: &str| l.trim_start().starts_with("const ") && l.contains(&format!("* __restrict__ {name} = "));
+            let used = self.out.lines().any(|l| !declaration(l) && super::mentions(l, &name));
+            if !used {
+                self.out = self.out.lines().filter(|l| !declaration(l)).map(|l| format!("{l}\n")).collect();
+            }
+        }
+    }
+
+    /// The bulk tensor copies (TMA) of the operands of `dots` that change along `dim`, at offset
+    /// `at` (when in range), into their buffer `buf`, and, with `held`, of those the loop's
+    /// steps share (into their one buffer): thread 0 announces their bytes on the buffer's
+    /// barrier in `bars` (which completes its phase with none when there are none) and issues
+    /// one copy per 64-element piece of each operand's lines. What lies outside a tensor is
+    /// read as zeros, as the loads' fill is.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn ring_bulk_copies(
+        &mut self,
+        dots: &[(ValueId, MmaDot)],
+        dim: DimId,
+        at: &str,
+        size: &str,
+        buf: &str,
+        bars: &str,
+        held: bool,
+    ) {
+        self.offsets.push((dim, at.to_string()));
+        let bytes = |want_held: bool| -> u32 {
+            let mut n = 0;
+            for (_, d) in dots {
+                let r = d.ring.expect("a ring");
+                for i in 0..2 {
+                    if r.maps[i].is_some() && r.held[i] == want_held {
+                        n += d.buffer_words(i) as u32 * 4;
+                    }
+                }
+            }
+            n
+        };
+        let (step_bytes, held_bytes) = (bytes(false), if held { bytes(true) } else { 0 });
+        self.line("if (tid == 0) {");
+        self.depth += 1;
+        self.line(&format!("const unsigned bar = {bars} + 8 * {buf};"));
+        self.line(&format!("dt_mbar_expect_tx(bar, {held_bytes}u + ({at} < {size} ? {step_bytes}u : 0u));"));
+        for want_held in [true, false] {
+            if want_held && !held {
+                continue;
+            }
+            if !want_held {
+                self.line(&format!("if ({at} < {size}) {{"));
+                self.depth += 1;
+            }
+            for (_, d) in dots {
+                let r = d.ring.expect("a ring");
+                for i in 0..2 {
+                    if let Some(m) = r.maps[i].filter(|_| r.held[i] == want_held) {
+                        self.bulk_copy(d, i, m, if want_held { None } else { Some(buf) });
+                    }
+                }
+            }
+            if !want_held {
+                self.depth -= 1;
+                self.line("}");
+            }
+        }
+        self.depth -= 1;
+        self.line("}");
+        self.offsets.pop();
+    }
+
+    /// The copies of operand `i` of `d` through tensor map `map` into its buffer `buf` (its one
+    /// buffer when held), on barrier `bar`: one per 64-element piece of its lines, the piece's
+    /// block of the buffer (`MmaDot::atom_pieces`) from the tile's offsets.
+    fn bulk_copy(&mut self, d: &MmaDot, i: usize, map: usize, buf: Option<&str>) {
+        let k = self.k;
+        let load = d.direct[i].as_ref().expect("a copied operand");
+        let along = if d.trans(i) { d.rows(i).0 } else { d.k };
+        let pieces = d.pitch(i) / 64;
+        let piece_bytes = d.lines(i) * 128;
+        let coords: Vec<String> = load
+            .axes
+            .iter()
+            .rev()
+            .map(|a| {
+                let at = self.offset(*a);
+                if *a == along && pieces > 1 {
+                    format!("(int)({at} + c * 64)")
+                } else {
+                    format!("(int)({at})")
+                }
+            })
+            .collect();
+        let name = &k.inputs[load.input].name;
+        let dst = format!("dt_smem_u32({})", self.buffer(d, i, buf));
+        let call = format!(
+            "dt_tma_load_{}d({dst}{}, &targs.maps[{map}], bar, {});",
+            load.axes.len(),
+            if pieces > 1 { format!(" + c * {piece_bytes}") } else { String::new() },
+            coords.join(", ")
+        );
+        self.line(&format!(
+            "/* v{}: {name}, {pieces} piece{} of 64 along its last axis */",
+            if i == 0 { d.a.0 } else { d.b.0 },
+            if pieces == 1 { "" } else { "s" }
+        ));
+        if pieces > 1 {
+            self.line(&format!("for (int c = 0; c < {pieces}; c++) {call}"));
+        } else {
+            self.line(&call);
+        }
+    }
+
+    /// The contraction of a warpgroup dot ([`MmaDot::warpgroup`], a `wgmma()` kernel) on its
+    /// staged operands (buffer `buf` of their rings), into `acc`: each warpgroup issues one
+    /// `m64nNk16` per k16 step over its 64 rows, reading the swizzled buffers through matrix
+    /// descriptors (A from registers where the dot reads it from fragments, repacked first), and
+    /// waits for them. An operand staged [rows][K] is K-major: step `kk` starts `kk * 2` bytes
+    /// into its piece of 64 elements, pieces `lines * 128` bytes apart; one staged [K][rows] is
+    /// MN-major: step `kk` starts at line `kk`, its pieces of 64 rows `lines * 128` bytes apart
+    /// (the leading byte offset). Eight lines of 128 bytes make a swizzle atom (the stride
+    /// byte offset, 1024).
+    pub(super) fn warpgroup_steps(&mut self, d: &MmaDot, acc: &str, buf: Option<&str>) {
+        let t = d.tile;
+        let ty = self.dtype.name();
+        if !self.wgmma_shapes.contains(&(t.cols, d.a_in_fragments)) {
+            self.wgmma_shapes.push((t.cols, d.a_in_fragments));
+        }
+        self.line("{");
+        self.depth += 1;
+        let mut descs = Vec::new();
+        for (i, name) in ["fa", "fb"].into_iter().enumerate() {
+            if i == 0 && d.a_in_fragments {
+                continue;
+            }
+            let piece = d.lines(i) * 128;
+            // The warpgroup's 64 rows of A: 64 lines into each piece, or a piece of 64 rows.
+            let rows = match (i, d.trans(i)) {
+                (0, false) => format!(" + (tid >> 7) * {}", 64 * 128),
+                (0, true) => format!(" + (tid >> 7) * {piece}"),
+                _ => String::new(),
+            };
+            self.line(&format!("const unsigned {name} = dt_smem_u32({}){rows};", self.buffer(d, i, buf)));
+            descs.push(if d.trans(i) {
+                format!("dt_wgmma_desc({name} + kk * 128, {piece}, 1024)")
+            } else {
+                format!("dt_wgmma_desc({name} + (kk >> 6) * {piece} + (kk & 63) * 2, 16, 1024)")
+            });
+        }
+        let steps = d.depth / 16;
+        let regs = t.cols / 2;
+        if d.a_in_fragments {
+            // Every step's A registers before the fence that orders them before the wgmma.
+            self.line(&format!("unsigned fas[{steps}][4];"));
+            self.line("#pragma unroll");
+            self.line(&format!("for (int kk = 0; kk < {}; kk += 16) {{", d.depth));
+            self.depth += 1;
+            self.line("unsigned fa[1][4];");
+            self.a_from_fragments(d, 1);
+            self.line("#pragma unroll");
+            self.line("for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }");
+            self.depth -= 1;
+            self.line("}");
+        }
+        self.line("#pragma unroll");
+        self.line(&format!("for (int r = 0; r < {regs}; r++) dt_reg_fence({acc}[r]);"));
+        self.line("dt_wgmma_fence();");
+        self.line("#pragma unroll");
+        let call = if d.a_in_fragments {
+            format!("dt_wgmma_m64n{}k16_{ty}_rs<{}>({acc}, fas[kk / 16], {})", t.cols, u8::from(d.trans(1)), descs[0])
+        } else {
+            format!(
+                "dt_wgmma_m64n{}k16_{ty}<{}, {}>({acc}, {}, {})",
+                t.cols,
+                u8::from(d.trans(0)),
+                u8::from(d.trans(1)),
+                descs[0],
+                descs[1]
+            )
+        };
+        self.line(&format!("for (int kk = 0; kk < {}; kk += 16) {call};", d.depth));
+        self.line("dt_wgmma_commit();");
+        self.line("dt_wgmma_wait<0>();");
+        self.line("#pragma unroll");
+        self.line(&format!("for (int r = 0; r < {regs}; r++) dt_reg_fence({acc}[r]);"));
+        self.depth -= 1;
+        self.line("}");
     }
 }

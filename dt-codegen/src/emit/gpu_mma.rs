@@ -82,56 +82,109 @@ impl Emitter<'_> {
             self.line(&format!("/* {} */", l.origin));
         }
         let held = dots.iter().any(|(_, d)| d.ring.is_some_and(|r| r.held.contains(&true)));
+        // Bulk tensor copies (a `wgmma()` kernel): the first thread copies, the stages'
+        // barriers say when they have landed; `ph` is the parity of buffer `rd`'s phase.
+        let bulk = dots[0].1.ring.and_then(|r| r.barriers).map(|b| format!("dt_smem_u32(dt_smem + {})", self.dot_rings + b));
+        let ph = self.fresh("ph");
         self.line(&format!(
-            "/* num_stages({s}): the operands of the next {} steps are copied (cp.async) while the dots work on this one{} */",
+            "/* num_stages({s}): the operands of the next {} steps are copied ({}) while the dots work on this one{} */",
             s - 1,
+            if bulk.is_some() { "bulk tensor copies by thread 0" } else { "cp.async" },
             if held { "; those the steps share, once" } else { "" }
         ));
         self.line("{");
         self.depth += 1;
+        if let Some(bars) = &bulk {
+            self.line(&format!(
+                "if (tid == 0) {{ for (int st = 0; st < {s}; st++) dt_mbar_init({bars} + 8 * st, 1); dt_mbar_fence_init(); }}"
+            ));
+        }
         self.barrier();
         self.line(&format!("int {rd} = 0, {wr} = {};", s - 1));
-        for (_, d) in dots {
-            for i in 0..2 {
-                if d.ring.is_some_and(|r| r.held[i]) {
-                    self.stage(d, i, Some("0"));
+        if bulk.is_some() {
+            self.line(&format!("unsigned {ph} = 0;"));
+        } else {
+            for (_, d) in dots {
+                for i in 0..2 {
+                    if d.ring.is_some_and(|r| r.held[i]) {
+                        self.stage(d, i, Some("0"));
+                    }
                 }
             }
         }
         self.line(&format!("for (int st = 0; st < {}; st++) {{", s - 1));
         self.depth += 1;
         self.line(&format!("const long long {o} = (long long)st * {step};"));
-        self.ring_copies(dots, l.dim, &o, &size, "st");
+        match &bulk {
+            Some(bars) => self.ring_bulk_copies(dots, l.dim, &o, &size, "st", bars, true),
+            None => self.ring_copies(dots, l.dim, &o, &size, "st"),
+        }
         self.depth -= 1;
         self.line("}");
         self.line(&super::super::loop_header(self.k, l, &o));
         self.depth += 1;
         self.offsets.push((l.dim, o.clone()));
         self.line(&format!("/* wait for the copies of this step (buffer {rd}), then start those {} steps ahead (buffer {wr}) */", s - 1));
-        self.line(&format!("dt_cp_async_wait<{}>();", s - 2));
+        match &bulk {
+            Some(bars) => self.line(&format!("dt_mbar_wait({bars} + 8 * {rd}, {ph});")),
+            None => self.line(&format!("dt_cp_async_wait<{}>();", s - 2)),
+        }
         self.barrier();
         let ahead = self.fresh("o");
         self.line(&format!("const long long {ahead} = {o} + {};", (s - 1) * step));
-        self.ring_copies(dots, l.dim, &ahead, &size, &wr);
+        match &bulk {
+            Some(bars) => self.ring_bulk_copies(dots, l.dim, &ahead, &size, &wr, bars, false),
+            None => self.ring_copies(dots, l.dim, &ahead, &size, &wr),
+        }
+        // A body that masks the lanes past the end of the loop's dimension runs unmasked in the
+        // steps that lie wholly inside it (all but the last), as a loop split by pass
+        // `full_steps` would, which this loop is not: its rings run across all its steps.
+        let masks = l.body.iter().any(|s| matches!(s, Stmt::Let { op: Op::MaskFill { dim, .. }, .. } if *dim == l.dim));
+        if masks && !self.full.contains(&l.dim) {
+            self.line(&format!("if ({o} + {step} <= {}) {{", self.size(l.dim)));
+            self.depth += 1;
+            self.line("/* a full step: every lane valid */");
+            self.full.push(l.dim);
+            self.ring_body(l, dots, &rd)?;
+            self.full.pop();
+            self.depth -= 1;
+            self.line("} else {");
+            self.depth += 1;
+            self.ring_body(l, dots, &rd)?;
+            self.depth -= 1;
+            self.line("}");
+        } else {
+            self.ring_body(l, dots, &rd)?;
+        }
+        self.line(&format!("{rd} = {rd} + 1 == {s} ? 0 : {rd} + 1;"));
+        self.line(&format!("{wr} = {wr} + 1 == {s} ? 0 : {wr} + 1;"));
+        if bulk.is_some() {
+            self.line(&format!("{ph} ^= {rd} == 0 ? 1u : 0u;"));
+        }
+        self.offsets.pop();
+        self.depth -= 1;
+        self.line("}");
+        if bulk.is_none() {
+            self.line("dt_cp_async_wait<0>();");
+        }
+        self.barrier();
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// The statements of ring loop `l`'s body, its dots reading buffer `rd`.
+    fn ring_body(&mut self, l: &Loop, dots: &[(ValueId, MmaDot)], rd: &str) -> Result<(), super::EmitError> {
         for stmt in &l.body {
             let dot = match stmt {
                 Stmt::Let { value, .. } => dots.iter().find(|(id, _)| id == value),
                 _ => None,
             };
             match dot {
-                Some((id, d)) => self.mma_compute(*id, d, Some(&rd)),
+                Some((id, d)) => self.mma_compute(*id, d, Some(rd)),
                 None => self.stmt(stmt)?,
             }
         }
-        self.line(&format!("{rd} = {rd} + 1 == {s} ? 0 : {rd} + 1;"));
-        self.line(&format!("{wr} = {wr} + 1 == {s} ? 0 : {wr} + 1;"));
-        self.offsets.pop();
-        self.depth -= 1;
-        self.line("}");
-        self.line("dt_cp_async_wait<0>();");
-        self.barrier();
-        self.depth -= 1;
-        self.line("}");
         Ok(())
     }
 
@@ -156,7 +209,7 @@ impl Emitter<'_> {
 
     /// Shared memory of operand `i` of `d`: its buffer `buf` (a C expression) when pipelined or
     /// fed through a ring (a held operand has one buffer).
-    fn buffer(&self, d: &MmaDot, i: usize, buf: Option<&str>) -> String {
+    pub(super) fn buffer(&self, d: &MmaDot, i: usize, buf: Option<&str>) -> String {
         if let Some(r) = d.ring {
             let at = self.dot_rings + r.at[i].expect("a copied operand has a ring");
             return match buf {
@@ -203,6 +256,7 @@ impl Emitter<'_> {
             }
         };
         match t.isa {
+            MatrixIsa::MmaSync if d.warpgroup => self.warpgroup_steps(d, &acc, buf),
             MatrixIsa::MmaSync => self.mma_sync_steps(d, &acc, buf),
             MatrixIsa::Mfma => self.mfma_steps(d, &acc, buf),
             MatrixIsa::Fma => self.fma_steps(d, &acc, buf),
@@ -342,7 +396,7 @@ impl Emitter<'_> {
     /// `a` (see [`MmaDot::a_in_fragments`]): the A fragment of rows block `i` and k16 step `kk`
     /// is accumulator fragments `kk / 8` and `kk / 8 + 1` of that rows block, each register pair
     /// (columns `2t`, `2t + 1` of row `g`, then of row `g + 8`) rounded and packed in one word.
-    fn a_from_fragments(&mut self, d: &MmaDot, fm: u32) {
+    pub(super) fn a_from_fragments(&mut self, d: &MmaDot, fm: u32) {
         let per_row = d.depth / MatrixIsa::MmaSync.fragment().1;
         let (a, pack) = (format!("v{}", d.a.0), format!("dt_pack2_{}", self.dtype.name()));
         self.line(&format!("for (int i = 0; i < {fm}; i++) {{"));
@@ -504,10 +558,10 @@ impl Emitter<'_> {
     /// Pipelined (`buf` given), into that buffer and with `cp.async`.
     fn stage(&mut self, d: &MmaDot, i: usize, buf: Option<&str>) {
         let v = if i == 0 { d.a } else { d.b };
-        let (rows, k, pitch, swizzled) = (d.rows(i).0, d.k, d.pitch(i), d.swizzled(i));
+        let (rows, k, pitch, swizzled, pieces) = (d.rows(i).0, d.k, d.pitch(i), d.swizzled(i), d.atom_pieces(i));
         let at = move |l: &Lanes| {
             let (line, col) = if d.trans(i) { (l.lane(k), l.lane(rows)) } else { (l.lane(rows), l.lane(k)) };
-            staged_index(line, col, pitch, swizzled)
+            staged_index(line, col, pitch, swizzled, pieces)
         };
         let shape = self.k.value(v).shape.clone();
         // The staged type, its elements in 16 bytes, its zero, and the conversion of a computed
@@ -673,12 +727,16 @@ struct Walk {
 
 /// The index (a C expression, in elements) at which a staged operand of lines of `pitch`
 /// elements holds element `col` of line `line` (C expressions): 16-byte unit `col / 8` of a
-/// swizzled line at unit `col / 8 ^ line % 8`.
-fn staged_index(line: &str, col: &str, pitch: u32, swizzled: bool) -> String {
-    if swizzled {
-        format!("{line} * {pitch} + ((({col} >> 3) ^ ({line} & 7)) << 3) + ({col} & 7)")
-    } else {
-        format!("{line} * {pitch} + {col}")
+/// swizzled line at unit `col / 8 ^ line % 8`; cut in pieces of 64 elements (`pieces`: the
+/// lines, see `MmaDot::atom_pieces`), piece `col / 64` in the block of that piece, unit
+/// `col / 8 % 8` of it at `col / 8 % 8 ^ line % 8`.
+fn staged_index(line: &str, col: &str, pitch: u32, swizzled: bool, pieces: Option<u32>) -> String {
+    match (swizzled, pieces) {
+        (false, _) => format!("{line} * {pitch} + {col}"),
+        (true, None) => format!("{line} * {pitch} + ((({col} >> 3) ^ ({line} & 7)) << 3) + ({col} & 7)"),
+        (true, Some(lines)) => {
+            format!("({col} >> 6) * {} + {line} * 64 + (((({col} >> 3) & 7) ^ ({line} & 7)) << 3) + ({col} & 7)", lines * 64)
+        }
     }
 }
 
@@ -800,7 +858,7 @@ mod tests {
                             (_, false) => (format!("({wcol} + 8 * (f + ({m} >> 1)) + {r})"), format!("(kk + 8 * ({m} & 1))")),
                             (_, true) => (format!("(kk + {r} + 8 * ({m} & 1))"), format!("({wcol} + 8 * (f + ({m} >> 1)))")),
                         };
-                        c += &format!("            const unsigned want = ({}) * 2;\n", staged_index(&line, &col, pitch, swizzled));
+                        c += &format!("            const unsigned want = ({}) * 2;\n", staged_index(&line, &col, pitch, swizzled, None));
                         c += &format!(
                             "            checked++; if (got != want && bad++ < 5) printf(\"operand {i} trans {trans} swizzled {swizzled} tile {rows}x{cols} warps {wm}x{wn}: tid %d f %d kk %d: %u, not %u\\n\", tid, f, kk, got, want);\n"
                         );

@@ -57,16 +57,18 @@ pub fn check_no_cluster(k: &Kernel, target: &str) -> Result<(), EmitError> {
     }
 }
 
-/// Refuses a warp-specialized kernel (`warp_specialize()`) for a target without tensor-memory
-/// copies and `wgmma`: only CUDA GPUs of sm_90 have them.
+/// Refuses a warp-specialized kernel (`warp_specialize()`), or one whose dots run as `wgmma`
+/// (`wgmma()`), for a target without tensor-memory copies and `wgmma`: only CUDA GPUs of sm_90
+/// have them.
 pub fn check_not_warp_specialized(k: &Kernel, target: &str) -> Result<(), EmitError> {
-    match k.warp_specialize {
-        true => Err(EmitError(format!(
-            "kernel `{}` is warp-specialized (`warp_specialize()`), and {target} has no tensor-memory copies and wgmma (CUDA sm_90a has)",
-            k.name
-        ))),
-        false => Ok(()),
-    }
+    let how = if k.warp_specialize {
+        "is warp-specialized (`warp_specialize()`)"
+    } else if k.wgmma {
+        "computes its dots with wgmma (`wgmma()`)"
+    } else {
+        return Ok(());
+    };
+    Err(EmitError(format!("kernel `{}` {how}, and {target} has no tensor-memory copies and wgmma (CUDA sm_90a has)", k.name)))
 }
 
 /// C statements that turn the program id `pid` into block indices `b<slot>` for every blocked

@@ -13,8 +13,11 @@
 //! ([`MmaDot::a_in_fragments`]). A loop around a single dot that is all it does is the plain
 //! pipeline's (`layouts::pipeline`).
 //! The operands' lines are padded where the rings fit so, else swizzled ([`MmaDot::swizzle`]):
-//! S is lowered until the rings fit in [`RING_BYTES`]; a loop whose rings do not fit with two
-//! stages runs unpipelined.
+//! S is lowered until the rings fit in [`RING_BYTES`] (sm_90a's shared memory in a `wgmma()`
+//! kernel, see [`super::layouts::Plan::ring_bytes`]); a loop whose rings do not fit with two
+//! stages runs unpipelined. The operands of warpgroup dots ([`MmaDot::warpgroup`]) are always
+//! swizzled, and every buffer of such a loop's rings is a whole number of 1024-byte swizzle
+//! atoms, from a ring region that starts at a multiple of 1024 bytes (the printer's part).
 
 use super::layouts::{MmaDot, Plan, RingBuffers};
 use dt_core::kir::*;
@@ -25,12 +28,16 @@ use dt_core::kir::*;
 /// the target.
 pub(crate) const RING_BYTES: usize = 96 * 1024;
 
+/// Shared memory a `wgmma()` kernel (sm_90a only, which gives a block 227 KiB) keeps out of its
+/// rings: for its slots, and the 1024 bytes of alignment of its swizzle atoms.
+pub(crate) const SLOTS_RESERVE: usize = 4 * 1024;
+
 /// Gives the dots of every loop that qualifies (see the module docs) their rings, laid out one
 /// after another from `p.ring_words` on.
-pub(crate) fn plan_rings(stmts: &[Stmt], p: &mut Plan) {
+pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
     for s in stmts {
         let Stmt::Loop(l) = s else { continue };
-        plan_rings(&l.body, p);
+        plan_rings(k, &l.body, p);
         if l.stages < 2 || l.kind != LoopKind::Reduction || l.body.iter().any(|s| matches!(s, Stmt::Loop(_))) {
             continue;
         }
@@ -66,14 +73,14 @@ pub(crate) fn plan_rings(stmts: &[Stmt], p: &mut Plan) {
                 .sum()
         };
         // The most stages that fit, padded where that fits, else swizzled.
-        let fits = |stages: u32, swizzle: bool| (p.ring_words + words(stages, swizzle)) * 4 <= RING_BYTES;
+        let fits = |stages: u32, swizzle: bool| (p.ring_words + words(stages, swizzle)) * 4 <= p.ring_bytes;
         let choice = (2..=l.stages).rev().find_map(|s| [false, true].into_iter().find(|sw| fits(s, *sw)).map(|sw| (s, sw)));
         let Some((stages, swizzle)) = choice else { continue };
         for v in dots {
             let start = p.ring_words;
             let Some((_, d)) = p.dots.iter_mut().find(|(x, _)| *x == v) else { continue };
             *d = with_swizzle(d, swizzle);
-            let mut ring = RingBuffers { at: [None, None], held: [false, false], stages };
+            let mut ring = RingBuffers { at: [None, None], held: [false, false], stages, maps: [None, None], barriers: None };
             let mut next = start;
             for i in 0..2 {
                 if d.direct[i].is_none() {
@@ -86,14 +93,91 @@ pub(crate) fn plan_rings(stmts: &[Stmt], p: &mut Plan) {
             d.ring = Some(ring);
             p.ring_words = next;
         }
+        if k.wgmma {
+            bulk_copies(k, l, p);
+        }
     }
 }
 
-/// `d` with every operand it stages that can be swizzled swizzled, when `swizzle`.
+/// Most elements of one axis of a tensor map's box.
+const MAX_BOX: u32 = 256;
+
+/// Gives the rings of loop `l` of a `wgmma()` kernel bulk tensor copies (see
+/// [`RingBuffers::maps`]) where every dot the loop feeds is a warpgroup dot whose copied
+/// operands run along their input's contiguous axis (a [rows][K] operand's K, a [K][rows]
+/// one's rows: each 64-element piece of a line is 128 contiguous bytes) and whose other axes
+/// the tile covers with one element or with its lines, at most 256 of them; and the tensor
+/// maps fit the kernel's argument. Otherwise the rings keep `cp.async` (and the printer refuses
+/// the kernel).
+fn bulk_copies(k: &Kernel, l: &Loop, p: &mut Plan) {
+    let fed: Vec<usize> = (0..p.dots.len())
+        .filter(|x| {
+            let v = p.dots[*x].0;
+            p.dots[*x].1.ring.is_some() && l.body.iter().any(|s| matches!(s, Stmt::Let { value, .. } if *value == v))
+        })
+        .collect();
+    let mut maps = Vec::new();
+    for x in &fed {
+        let d = &p.dots[*x].1;
+        if !d.warpgroup {
+            return;
+        }
+        for i in 0..2 {
+            let Some(load) = &d.direct[i] else { continue };
+            let line_dim = if d.trans(i) { d.k } else { d.rows(i).0 };
+            let along = if d.trans(i) { d.rows(i).0 } else { d.k };
+            let shape = &k.value(if i == 0 { d.a } else { d.b }).shape;
+            let mut boxes = Vec::new();
+            for a in &load.axes {
+                let extent = shape.extent(*a).unwrap_or(1);
+                boxes.push(if *a == along {
+                    64
+                } else if *a == line_dim {
+                    extent
+                } else if extent == 1 {
+                    1
+                } else {
+                    return;
+                });
+            }
+            let lines = d.lines(i);
+            if !(2..=5).contains(&load.axes.len())
+                || load.axes.last() != Some(&along)
+                || !load.axes.contains(&line_dim)
+                || lines > MAX_BOX
+                || !d.swizzled(i)
+            {
+                return;
+            }
+            maps.push((*x, i, dt_core::abi::TensorMapSpec { tensor: Some(load.input), boxes: boxes.into(), swizzle: 128 }));
+        }
+    }
+    if maps.is_empty() || p.tensor_maps.len() + maps.len() > dt_core::abi::MAX_TENSOR_MAPS {
+        return;
+    }
+    // The barriers after the rings, 8-byte aligned (the buffers are whole swizzle atoms).
+    let stages = p.dots[fed[0]].1.ring.expect("fed by a ring").stages as usize;
+    let barriers = p.ring_words.next_multiple_of(2);
+    p.ring_words = barriers + 2 * stages;
+    for x in &fed {
+        if let Some(r) = &mut p.dots[*x].1.ring {
+            r.barriers = Some(barriers);
+        }
+    }
+    for (x, i, spec) in maps {
+        if let Some(r) = &mut p.dots[x].1.ring {
+            r.maps[i] = Some(p.tensor_maps.len());
+        }
+        p.tensor_maps.push(spec);
+    }
+}
+
+/// `d` with every operand it stages that can be swizzled swizzled, when `swizzle` or when the
+/// dot is a warpgroup product (`wgmma` reads swizzled atoms only).
 fn with_swizzle(d: &MmaDot, swizzle: bool) -> MmaDot {
     let mut d = d.clone();
     for i in 0..2 {
-        d.swizzle[i] = swizzle && d.direct[i].is_some() && d.can_swizzle(i);
+        d.swizzle[i] = (swizzle || d.warpgroup) && d.direct[i].is_some() && d.can_swizzle(i);
     }
     d
 }

@@ -273,11 +273,18 @@ pub(crate) struct MmaDot {
     /// For `a` and `b`: whether the operand's lines are swizzled rather than padded. 16-byte
     /// unit `u` of line `l` is stored at unit `u ^ (l % 8)`, so that the eight consecutive lines
     /// an `ldmatrix` reads at one unit fall in distinct banks without padding, and the lines
-    /// take no more shared memory than their elements. Each fragment's XORed unit then takes a
+    /// take no more shared memory than their elements. A warpgroup dot's lines are cut in the
+    /// 128-byte swizzle atoms of `wgmma` ([`MmaDot::atom_pieces`]). Each fragment's XORed unit then takes a
     /// register where a padded address is a constant offset (attention at d = 64 spilled when
     /// swizzled), so `super::dot_rings` swizzles only the rings that do not fit padded
     /// (attention's Q, K and V at d = 128 in steps of 64 keys).
     pub swizzle: [bool; 2],
+    /// Computed by `wgmma` (a `wgmma()` kernel, CUDA sm_90a): each warpgroup of four warps
+    /// multiplies its 64 rows (16 per warp, the `mma.sync` accumulator layout of one warp across)
+    /// by the whole of `b`, both operands read from their swizzled ring buffers through matrix
+    /// descriptors, or `a` from its registers ([`MmaDot::a_in_fragments`]). See
+    /// [`warpgroup_fits`] for what such a dot needs.
+    pub warpgroup: bool,
 }
 
 /// The buffers of a dot's operands in the rings of its loop (`super::dot_rings`): for operand
@@ -289,6 +296,14 @@ pub(crate) struct RingBuffers {
     pub at: [Option<usize>; 2],
     pub held: [bool; 2],
     pub stages: u32,
+    /// In a `wgmma()` kernel, the loop's copies are bulk tensor copies (TMA) that its first
+    /// thread issues: for operand `i`, its tensor map (an index into [`Plan::tensor_maps`]),
+    /// one copy per 64-element piece of its lines (`MmaDot::atom_pieces`); and where the
+    /// loop's `stages` barriers (8 bytes each, one per stage, completing when the stage's
+    /// bytes have landed) start, in words from the rings' region. `None`: `cp.async` copies by
+    /// every thread.
+    pub maps: [Option<usize>; 2],
+    pub barriers: Option<usize>,
 }
 
 /// A load of input `input`, axis `i` along `axes[i]`.
@@ -355,11 +370,30 @@ impl MmaDot {
         }
     }
 
+    /// For a warpgroup dot's swizzled operand `i` whose lines are longer than 64 elements: its
+    /// lines, which its pieces are that many times 64 elements apart. `wgmma` reads 128-byte
+    /// swizzle atoms (eight lines of 64 16-bit elements), so such lines are cut in pieces of
+    /// 64 elements, piece `c` of every line in a block of its own (at `c * lines * 64`, the lines
+    /// 64 elements apart in it), each swizzled as a line of 64. `None`: the lines are whole
+    /// (`ldmatrix` reads them, and the XOR of a unit past the eighth costs `mma.sync` attention
+    /// at d = 128 registers: it spilled 240 bytes so).
+    pub fn atom_pieces(&self, i: usize) -> Option<u32> {
+        (self.warpgroup && self.swizzled(i) && self.line_len(i) > 64).then(|| self.lines(i))
+    }
+
+    /// Lines of one buffer of operand `i`: K of one staged [K][rows], else its rows.
+    pub fn lines(&self, i: usize) -> u32 {
+        if self.trans(i) {
+            self.depth
+        } else {
+            self.rows(i).1
+        }
+    }
+
     /// Shared memory (in 4-byte words) that one buffer of operand `i` takes: a multiple of 4,
     /// so that every buffer starts 16-byte aligned.
     pub fn buffer_words(&self, i: usize) -> usize {
-        let lines = if self.trans(i) { self.depth } else { self.rows(i).1 };
-        ((lines * self.pitch(i) * self.tile.isa.operand_bytes()).div_ceil(4) as usize).next_multiple_of(4)
+        ((self.lines(i) * self.pitch(i) * self.tile.isa.operand_bytes()).div_ceil(4) as usize).next_multiple_of(4)
     }
 
     /// Shared memory (in 4-byte words) that staging operand `i` takes: all its buffers.
@@ -376,9 +410,16 @@ pub(crate) struct Plan {
     pub dots: Vec<(ValueId, MmaDot)>,
     /// Shared memory (4-byte words) of the rings of `super::dot_rings`, after the slots.
     pub ring_words: usize,
+    /// Most shared memory (bytes) those rings may take: [`super::dot_rings::RING_BYTES`], or
+    /// in a kernel only sm_90a runs (`wgmma()`), what that target gives a block less
+    /// [`super::dot_rings::SLOTS_RESERVE`].
+    pub ring_bytes: usize,
     /// Whether the dialect copies to shared memory asynchronously (`cp.async`, CUDA): the
     /// pipelines and rings of `num_stages` need it.
     pub async_copies: bool,
+    /// The tensor maps the kernel takes (ahead of its argument block), for the bulk tensor
+    /// copies of its rings ([`RingBuffers::maps`]).
+    pub tensor_maps: Vec<dt_core::abi::TensorMapSpec>,
 }
 
 impl Plan {
@@ -452,7 +493,13 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
         vars: vec![RegLayout::Blocked; k.vars.len()],
         dots: Vec::new(),
         ring_words: 0,
+        ring_bytes: if k.wgmma {
+            crate::plan::Target::SM90A.shared_bytes_per_block as usize - super::dot_rings::SLOTS_RESERVE
+        } else {
+            super::dot_rings::RING_BYTES
+        },
         async_copies: dialect == Dialect::Cuda,
+        tensor_maps: Vec::new(),
     };
     let mut lets = Vec::new();
     let mut updates = Vec::new();
@@ -482,6 +529,7 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
                     a_in_fragments: false,
                     ring: None,
                     swizzle: [false, false],
+                    warpgroup: false,
                 };
                 p.values[id.0 as usize] = RegLayout::Mma(tile);
                 p.dots.push((*id, d));
@@ -583,9 +631,38 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
     for (_, d) in &mut p.dots {
         d.a_in_fragments = fragments_fit(d, values[d.a.0 as usize]);
     }
+    if k.wgmma {
+        for (_, d) in &mut p.dots {
+            d.warpgroup = warpgroup_fits(d);
+        }
+    }
     pipeline(&k.body, &mut p);
-    super::dot_rings::plan_rings(&k.body, &mut p);
+    super::dot_rings::plan_rings(k, &k.body, &mut p);
+    // A warpgroup dot reads its operands from a ring, swizzled as `wgmma` reads them.
+    for (_, d) in &mut p.dots {
+        let swizzled = (0..2).all(|i| d.direct[i].is_none() || d.swizzled(i));
+        d.warpgroup &= d.ring.is_some() && swizzled;
+    }
     p
+}
+
+/// Whether dot `d` of a `wgmma()` kernel can be a warpgroup product ([`MmaDot::warpgroup`]):
+/// a tensor-core dot whose warps each hold 16 whole rows, in warpgroups of four (64 rows each),
+/// of at most 256 columns (`m64nNk16`, N a multiple of 8); `b` copied by the dot, `a` copied
+/// too or read from fragments; every copied operand in lines of whole 128-byte swizzle atoms
+/// (64 elements). The rings then give it its buffers (`super::dot_rings`).
+pub(crate) fn warpgroup_fits(d: &MmaDot) -> bool {
+    let t = d.tile;
+    t.isa == MatrixIsa::MmaSync
+        && !d.wgmma
+        && t.wn == 1
+        && t.wm.is_multiple_of(4)
+        && t.rows == 16 * t.wm
+        && t.cols.is_multiple_of(8)
+        && t.cols <= 256
+        && d.direct[1].is_some()
+        && (d.direct[0].is_some() || d.a_in_fragments)
+        && (0..2).all(|i| d.direct[i].is_none() || d.can_swizzle(i))
 }
 
 /// Whether operand `a` of dot `d`, in `layout`, is held as `d`'s warps want their A fragments
@@ -803,6 +880,7 @@ fn geometry(k: &Kernel, isa: MatrixIsa, warps: u32, id: ValueId, a: ValueId, b: 
         a_in_fragments: false,
         ring: None,
         swizzle: [false, false],
+        warpgroup: false,
     })
 }
 
@@ -889,6 +967,8 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
         let (fr, fc) = t.isa.fragment();
         let unit = if d.wgmma {
             "wgmma (the warp-specialized loop)".to_string()
+        } else if d.warpgroup {
+            format!("wgmma m64n{}k16 by {} warpgroups (wgmma()), the mma.sync layout", t.cols, t.wm / 4)
         } else {
             format!("{} m{fr}n{fc}k{}", t.isa.name(), t.isa.k_step())
         };
@@ -911,6 +991,8 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
         }
         for (i, (name, v)) in [("A", d.a), ("B", d.b)].into_iter().enumerate() {
             let lines = match (d.trans(i), t.isa) {
+                (true, _) if d.warpgroup => "[K][rows], MN-major descriptors",
+                (false, _) if d.warpgroup => "[rows][K], K-major descriptors",
                 (true, MatrixIsa::MmaSync) => "[K][rows], ldmatrix.trans",
                 (false, MatrixIsa::MmaSync) => "[rows][K], ldmatrix",
                 (true, _) => "[K][rows]",
@@ -926,12 +1008,20 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
                 None if t.isa == MatrixIsa::Fma => "computed, from registers".to_string(),
                 None => format!("computed, from registers (rounded to {})", dtype.name()),
             };
+            let copies = |r: RingBuffers| match r.maps[i] {
+                Some(m) => {
+                    let spec = &p.tensor_maps[m];
+                    let boxes: Vec<String> = spec.boxes.iter().map(|b| b.to_string()).collect();
+                    format!("bulk tensor copies through map {m}, box [{}]", boxes.join(", "))
+                }
+                None => "cp.async".to_string(),
+            };
             let ring = match d.ring {
-                Some(r) if r.held[i] => ", held for the loop (one buffer, copied before it)".to_string(),
-                Some(r) => format!(", a ring of {} buffers (cp.async, num_stages)", r.stages),
+                Some(r) if r.held[i] => format!(", held for the loop (one buffer, copied before it, {})", copies(r)),
+                Some(r) => format!(", a ring of {} buffers ({}, num_stages)", r.stages, copies(r)),
                 None => String::new(),
             };
-            let swizzled = if d.swizzled(i) { " (swizzled)" } else { "" };
+            let swizzled = if d.swizzled(i) { " (swizzled in 128-byte atoms)" } else { "" };
             let _ = writeln!(out, "    {name}      %{}: {from}, staged {lines}, lines of {} elements{swizzled}{ring}", v.0, d.pitch(i));
         }
         if d.stages > 1 {

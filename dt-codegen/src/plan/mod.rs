@@ -134,7 +134,8 @@ pub fn print_cuda(k: &Kernel) -> Result<String, PlanError> {
                 let dialect = crate::emit::gpu::Dialect::Cuda;
                 let mapping = layouts::Mapping::of(k, *dtype, dialect);
                 let registers = register_layouts(k, *dtype, dialect, None, mapping);
-                let _ = writeln!(out, "plan {} for {} on sm_80 and newer", k.name, dtype.name());
+                let on = if k.wgmma { "sm_90a (wgmma())" } else { "sm_80 and newer" };
+                let _ = writeln!(out, "plan {} for {} on {on}", k.name, dtype.name());
                 let _ = writeln!(out, "  threads   {}", mapping.threads);
                 layouts::print(k, *dtype, &registers, &mut out);
                 let shared = publishing::plan_publishing(k, &registers, mapping);

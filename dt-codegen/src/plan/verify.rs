@@ -111,7 +111,8 @@ fn collect<'a>(stmts: &'a [Stmt], out: &mut Vec<(dt_core::kir::ValueId, &'a Op)>
 /// every accumulator-layout tile is its dot's [rows, cols] (other dimensions of one lane) and the
 /// warps divide it into whole fragments; a dot accumulates only into an accumulator of its own
 /// layout, and stages directly only loads; an operand it reads from fragments is held as its A
-/// fragments; only an `mma.sync` operand it copies into a ring is swizzled; its pipeline buffers
+/// fragments; only an `mma.sync` operand it copies into a ring is swizzled; a `wgmma` dot
+/// (`wgmma()`) is a warpgroup product whose copied operands are swizzled in a ring; its pipeline buffers
 /// fit the older path's shared memory; a replicated tile has
 /// one element, a tile in accumulator rows is those rows.
 pub(crate) fn verify_registers(k: &Kernel, p: &super::layouts::Plan) -> Result<(), String> {
@@ -180,6 +181,25 @@ pub(crate) fn verify_registers(k: &Kernel, p: &super::layouts::Plan) -> Result<(
                 ));
             }
         }
+        if d.warpgroup {
+            let staged_swizzled = (0..2).all(|i| d.direct[i].is_none() || d.swizzled(i));
+            if !super::layouts::warpgroup_fits(d) || d.ring.is_none() || !staged_swizzled {
+                return Err(format!(
+                    "dot %{} runs on wgmma, but its tile, operands or rings are not those of a warpgroup product (64 rows per 4 warps, operands swizzled in a ring)",
+                    id.0
+                ));
+            }
+        }
+        if let Some(r) = d.ring {
+            let mapped = r.maps.iter().flatten().all(|m| *m < p.tensor_maps.len());
+            let copied = (0..2).all(|i| r.maps[i].is_none() || d.direct[i].is_some());
+            if r.maps.iter().any(Option::is_some) && (!d.warpgroup || r.barriers.is_none() || !mapped || !copied) {
+                return Err(format!(
+                    "dot %{}'s ring takes bulk tensor copies, but only a warpgroup dot's copied operands, with the loop's barriers and a map each, can",
+                    id.0
+                ));
+            }
+        }
         let words = (d.buffer_words(0) + d.buffer_words(1)) * d.stages as usize;
         if d.stages > 1 && words * 4 > crate::emit::gpu::MAX_SHARED_BYTES as usize {
             return Err(format!("dot %{}'s {} pipeline buffers take {} bytes of shared memory", id.0, d.stages, words * 4));
@@ -225,6 +245,30 @@ mod tests {
         let mut broken = plan.clone();
         broken.values[pv.1.a.0 as usize] = RegLayout::Blocked;
         assert!(verify_registers(&k, &broken).unwrap_err().contains("fragments"));
+    }
+
+    /// The `wgmma()` classes of attention plan both dots as warpgroup products fed by rings of
+    /// swizzled buffers, and a warpgroup dot whose operands are padded is caught.
+    #[test]
+    fn hopper_attention_runs_both_dots_on_wgmma_and_padding_them_is_caught() {
+        let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../dt-kernels/specs/attention.dt")).expect("spec");
+        let p = dt_core::compile_spec(&src).expect("checks");
+        let kernels = dt_core::lower::lower_all(&p).expect("lowers");
+        for name in ["attention_90a_64", "attention_90a_128", "attention_causal_90a_128"] {
+            let k = kernels.iter().find(|k| k.name == name).expect("the class");
+            let mapping = Mapping::of(k, DType::BF16, Dialect::Cuda);
+            let plan = crate::plan::register_layouts(k, DType::BF16, Dialect::Cuda, None, mapping);
+            verify_registers(k, &plan).unwrap();
+            assert_eq!(plan.dots.len(), 2, "{name}: Q K^T and P V");
+            assert!(plan.dots.iter().all(|(_, d)| d.warpgroup && d.ring.is_some()), "{name}: both on wgmma, from rings");
+            assert_eq!(plan.tensor_maps.len(), 3, "{name}: Q, K and V by bulk tensor copies");
+            let mut broken = plan.clone();
+            broken.dots[0].1.swizzle = [false, false];
+            assert!(verify_registers(k, &broken).unwrap_err().contains("warpgroup"), "{name}");
+            let mut broken = plan.clone();
+            broken.dots[1].1.ring.as_mut().expect("a ring").barriers = None;
+            assert!(verify_registers(k, &broken).unwrap_err().contains("bulk tensor copies"), "{name}");
+        }
     }
 
     #[test]

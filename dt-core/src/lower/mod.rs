@@ -94,6 +94,7 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
         max_registers: f.schedule.max_registers,
         fast_math: f.schedule.fast_math,
         warp_specialize: f.schedule.warp_specialize,
+        wgmma: f.schedule.wgmma,
         persistent: f.schedule.persistent,
         values: Vec::new(),
         vars: Vec::new(),
