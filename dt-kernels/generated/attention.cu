@@ -618,13 +618,13 @@ struct dt_args_t {
     float scalars[C];
 };
 
-#ifndef DT_WGMMA_M64N128K16_F16
-#define DT_WGMMA_M64N128K16_F16
+#ifndef DT_WGMMA_M64N64K16_F16
+#define DT_WGMMA_M64N64K16_F16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n128k16_f16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -646,7 +646,7 @@ DT_FN void dt_wgmma_m64n64k16_f16_rs(float* d, const unsigned* a, unsigned long 
 #endif
 }
 #endif
-/* kernel attention_90a_64 for f16: grid block(b:1, h:1, i:128, e:64); 256 threads, 115736 bytes of shared memory */
+/* kernel attention_90a_64 for f16: grid block(b:1, h:1, i:128, e:64); 256 threads, 66584 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -730,81 +730,81 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_90a_64.tensorize(j:128) num_stages(3) + rsum attention_90a_64.tensorize(j:128) num_stages(3) + rdot attention_90a_64.tensorize(j:128) num_stages(3), online */
+                    /* rmax attention_90a_64.tensorize(j:64) num_stages(3) + rsum attention_90a_64.tensorize(j:64) num_stages(3) + rdot attention_90a_64.tensorize(j:64) num_stages(3), online */
                     /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 28672) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
                         unsigned ph18 = 0;
                         for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 128;
+                            const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 28672) + 8 * st;
-                                dt_mbar_expect_tx(bar, 16384u + (o15 < s3 ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
+                                dt_mbar_expect_tx(bar, 16384u + (o15 < s3 ? 16384u : 0u));
                                 /* v0: Q, 1 piece of 64 along its last axis */
                                 dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
                                 if (o15 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 4096)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
                                     /* v34: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < s3; o15 += 128) {
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
                             /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 28672) + 8 * rd16, ph18);
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 16384) + 8 * rd16, ph18);
                             __syncthreads();
-                            const long long o19 = o15 + 256;
+                            const long long o19 = o15 + 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 28672) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < s3 ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, 0u + (o19 < s3 ? 16384u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 4096)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
                                     /* v34: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 128 <= s3) {
+                            if (o15 + 64 <= s3) {
                                 /* a full step: every lane valid */
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v2: accumulated by the dot above */
-                                float v3[64];
+                                float v3[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = (v3[r] * v5[0]);
                                 }
-                                float v7[64];
+                                float v7[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v7[r] = (1) ? v6[r] : (-INFINITY);
                                 }
                                 float v8[2];
@@ -814,7 +814,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -871,19 +871,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[64];
+                                float v18[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v19[64];
+                                float v19[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v19[r] = dt_fast_exp(v18[r]);
                                 }
-                                float v20[64];
+                                float v20[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v20[r] = (1) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
@@ -893,7 +893,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -921,15 +921,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
                                             fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
                                             fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
@@ -942,7 +942,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 16384, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -951,42 +951,42 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                 /* acc6 += v35: accumulated by the dot above */
                             } else {
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v2: accumulated by the dot above */
-                                float v3[64];
+                                float v3[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = (v3[r] * v5[0]);
                                 }
-                                float v7[64];
+                                float v7[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l108 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l108 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v7[r] = ((unsigned)(o15 + l108) < (unsigned)s3) ? v6[r] : (-INFINITY);
                                 }
                                 float v8[2];
@@ -996,7 +996,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -1053,20 +1053,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[64];
+                                float v18[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v19[64];
+                                float v19[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v19[r] = dt_fast_exp(v18[r]);
                                 }
-                                float v20[64];
+                                float v20[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l150 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l150 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v20[r] = ((unsigned)(o15 + l150) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
@@ -1076,7 +1076,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -1104,15 +1104,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
                                             fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
                                             fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
@@ -1125,7 +1125,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 16384, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -1168,13 +1168,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
     }
 }
 
-#ifndef DT_WGMMA_M64N128K16_F16
-#define DT_WGMMA_M64N128K16_F16
+#ifndef DT_WGMMA_M64N64K16_F16
+#define DT_WGMMA_M64N64K16_F16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n128k16_f16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -1196,7 +1196,7 @@ DT_FN void dt_wgmma_m64n64k16_f16_rs(float* d, const unsigned* a, unsigned long 
 #endif
 }
 #endif
-/* kernel attention_90a_64 for f16: grid block(b:1, h:1, i:128, e:64); 256 threads, 115736 bytes of shared memory */
+/* kernel attention_90a_64 for f16: grid block(b:1, h:1, i:128, e:64); 256 threads, 66584 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -1280,81 +1280,81 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_90a_64.tensorize(j:128) num_stages(3) + rsum attention_90a_64.tensorize(j:128) num_stages(3) + rdot attention_90a_64.tensorize(j:128) num_stages(3), online */
+                    /* rmax attention_90a_64.tensorize(j:64) num_stages(3) + rsum attention_90a_64.tensorize(j:64) num_stages(3) + rdot attention_90a_64.tensorize(j:64) num_stages(3), online */
                     /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 28672) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
                         unsigned ph18 = 0;
                         for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 128;
+                            const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 28672) + 8 * st;
-                                dt_mbar_expect_tx(bar, 16384u + (o15 < s3 ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
+                                dt_mbar_expect_tx(bar, 16384u + (o15 < s3 ? 16384u : 0u));
                                 /* v0: Q, 1 piece of 64 along its last axis */
                                 dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
                                 if (o15 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 4096)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
                                     /* v34: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < s3; o15 += 128) {
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
                             /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 28672) + 8 * rd16, ph18);
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 16384) + 8 * rd16, ph18);
                             __syncthreads();
-                            const long long o19 = o15 + 256;
+                            const long long o19 = o15 + 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 28672) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < s3 ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, 0u + (o19 < s3 ? 16384u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 4096)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
                                     /* v34: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 128 <= s3) {
+                            if (o15 + 64 <= s3) {
                                 /* a full step: every lane valid */
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v2: accumulated by the dot above */
-                                float v3[64];
+                                float v3[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = (v3[r] * v5[0]);
                                 }
-                                float v7[64];
+                                float v7[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v7[r] = (1) ? v6[r] : (-INFINITY);
                                 }
                                 float v8[2];
@@ -1364,7 +1364,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -1421,19 +1421,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[64];
+                                float v18[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v19[64];
+                                float v19[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v19[r] = dt_fast_exp(v18[r]);
                                 }
-                                float v20[64];
+                                float v20[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v20[r] = (1) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
@@ -1443,7 +1443,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -1471,15 +1471,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
                                             fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
                                             fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
@@ -1492,7 +1492,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 16384, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -1501,42 +1501,42 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                 /* acc6 += v35: accumulated by the dot above */
                             } else {
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v2: accumulated by the dot above */
-                                float v3[64];
+                                float v3[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = (v3[r] * v5[0]);
                                 }
-                                float v7[64];
+                                float v7[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l108 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l108 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v7[r] = ((unsigned)(o15 + l108) < (unsigned)s3) ? v6[r] : (-INFINITY);
                                 }
                                 float v8[2];
@@ -1546,7 +1546,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -1603,20 +1603,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[64];
+                                float v18[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v19[64];
+                                float v19[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v19[r] = dt_fast_exp(v18[r]);
                                 }
-                                float v20[64];
+                                float v20[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l150 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l150 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v20[r] = ((unsigned)(o15 + l150) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
@@ -1626,7 +1626,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -1654,15 +1654,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
                                             fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
                                             fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
@@ -1675,7 +1675,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 16384, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -1718,13 +1718,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
     }
 }
 
-#ifndef DT_WGMMA_M64N128K16_BF16
-#define DT_WGMMA_M64N128K16_BF16
+#ifndef DT_WGMMA_M64N64K16_BF16
+#define DT_WGMMA_M64N64K16_BF16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n128k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -1746,7 +1746,7 @@ DT_FN void dt_wgmma_m64n64k16_bf16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_90a_64 for bf16: grid block(b:1, h:1, i:128, e:64); 256 threads, 115736 bytes of shared memory */
+/* kernel attention_90a_64 for bf16: grid block(b:1, h:1, i:128, e:64); 256 threads, 66584 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -1830,81 +1830,81 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_90a_64.tensorize(j:128) num_stages(3) + rsum attention_90a_64.tensorize(j:128) num_stages(3) + rdot attention_90a_64.tensorize(j:128) num_stages(3), online */
+                    /* rmax attention_90a_64.tensorize(j:64) num_stages(3) + rsum attention_90a_64.tensorize(j:64) num_stages(3) + rdot attention_90a_64.tensorize(j:64) num_stages(3), online */
                     /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 28672) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
                         unsigned ph18 = 0;
                         for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 128;
+                            const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 28672) + 8 * st;
-                                dt_mbar_expect_tx(bar, 16384u + (o15 < s3 ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
+                                dt_mbar_expect_tx(bar, 16384u + (o15 < s3 ? 16384u : 0u));
                                 /* v0: Q, 1 piece of 64 along its last axis */
                                 dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
                                 if (o15 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 4096)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
                                     /* v34: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < s3; o15 += 128) {
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
                             /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 28672) + 8 * rd16, ph18);
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 16384) + 8 * rd16, ph18);
                             __syncthreads();
-                            const long long o19 = o15 + 256;
+                            const long long o19 = o15 + 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 28672) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < s3 ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, 0u + (o19 < s3 ? 16384u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 4096)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
                                     /* v34: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 128 <= s3) {
+                            if (o15 + 64 <= s3) {
                                 /* a full step: every lane valid */
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v2: accumulated by the dot above */
-                                float v3[64];
+                                float v3[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = (v3[r] * v5[0]);
                                 }
-                                float v7[64];
+                                float v7[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v7[r] = (1) ? v6[r] : (-INFINITY);
                                 }
                                 float v8[2];
@@ -1914,7 +1914,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -1971,19 +1971,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[64];
+                                float v18[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v19[64];
+                                float v19[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v19[r] = dt_fast_exp(v18[r]);
                                 }
-                                float v20[64];
+                                float v20[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v20[r] = (1) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
@@ -1993,7 +1993,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -2021,15 +2021,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
                                             fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
                                             fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
@@ -2042,7 +2042,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 16384, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -2051,42 +2051,42 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                 /* acc6 += v35: accumulated by the dot above */
                             } else {
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v2: accumulated by the dot above */
-                                float v3[64];
+                                float v3[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = (v3[r] * v5[0]);
                                 }
-                                float v7[64];
+                                float v7[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l108 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l108 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v7[r] = ((unsigned)(o15 + l108) < (unsigned)s3) ? v6[r] : (-INFINITY);
                                 }
                                 float v8[2];
@@ -2096,7 +2096,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -2153,20 +2153,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[64];
+                                float v18[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v19[64];
+                                float v19[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v19[r] = dt_fast_exp(v18[r]);
                                 }
-                                float v20[64];
+                                float v20[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l150 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l150 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v20[r] = ((unsigned)(o15 + l150) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
@@ -2176,7 +2176,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -2204,15 +2204,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
                                             fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
                                             fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
@@ -2225,7 +2225,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 16384, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -2268,13 +2268,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
     }
 }
 
-#ifndef DT_WGMMA_M64N128K16_BF16
-#define DT_WGMMA_M64N128K16_BF16
+#ifndef DT_WGMMA_M64N64K16_BF16
+#define DT_WGMMA_M64N64K16_BF16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n128k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -2296,7 +2296,7 @@ DT_FN void dt_wgmma_m64n64k16_bf16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_90a_64 for bf16: grid block(b:1, h:1, i:128, e:64); 256 threads, 115736 bytes of shared memory */
+/* kernel attention_90a_64 for bf16: grid block(b:1, h:1, i:128, e:64); 256 threads, 66584 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -2380,81 +2380,81 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_90a_64.tensorize(j:128) num_stages(3) + rsum attention_90a_64.tensorize(j:128) num_stages(3) + rdot attention_90a_64.tensorize(j:128) num_stages(3), online */
+                    /* rmax attention_90a_64.tensorize(j:64) num_stages(3) + rsum attention_90a_64.tensorize(j:64) num_stages(3) + rdot attention_90a_64.tensorize(j:64) num_stages(3), online */
                     /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 28672) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
                         unsigned ph18 = 0;
                         for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 128;
+                            const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 28672) + 8 * st;
-                                dt_mbar_expect_tx(bar, 16384u + (o15 < s3 ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
+                                dt_mbar_expect_tx(bar, 16384u + (o15 < s3 ? 16384u : 0u));
                                 /* v0: Q, 1 piece of 64 along its last axis */
                                 dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
                                 if (o15 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 4096)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
                                     /* v34: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < s3; o15 += 128) {
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
                             /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 28672) + 8 * rd16, ph18);
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 16384) + 8 * rd16, ph18);
                             __syncthreads();
-                            const long long o19 = o15 + 256;
+                            const long long o19 = o15 + 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 28672) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < s3 ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, 0u + (o19 < s3 ? 16384u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 4096)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
                                     /* v34: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 128 <= s3) {
+                            if (o15 + 64 <= s3) {
                                 /* a full step: every lane valid */
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v2: accumulated by the dot above */
-                                float v3[64];
+                                float v3[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = (v3[r] * v5[0]);
                                 }
-                                float v7[64];
+                                float v7[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v7[r] = (1) ? v6[r] : (-INFINITY);
                                 }
                                 float v8[2];
@@ -2464,7 +2464,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -2521,19 +2521,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[64];
+                                float v18[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v19[64];
+                                float v19[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v19[r] = dt_fast_exp(v18[r]);
                                 }
-                                float v20[64];
+                                float v20[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v20[r] = (1) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
@@ -2543,7 +2543,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -2571,15 +2571,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
                                             fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
                                             fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
@@ -2592,7 +2592,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 16384, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -2601,42 +2601,42 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                 /* acc6 += v35: accumulated by the dot above */
                             } else {
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v2: accumulated by the dot above */
-                                float v3[64];
+                                float v3[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = (v3[r] * v5[0]);
                                 }
-                                float v7[64];
+                                float v7[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l108 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l108 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v7[r] = ((unsigned)(o15 + l108) < (unsigned)s3) ? v6[r] : (-INFINITY);
                                 }
                                 float v8[2];
@@ -2646,7 +2646,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -2703,20 +2703,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[64];
+                                float v18[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v19[64];
+                                float v19[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v19[r] = dt_fast_exp(v18[r]);
                                 }
-                                float v20[64];
+                                float v20[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l150 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l150 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v20[r] = ((unsigned)(o15 + l150) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
@@ -2726,7 +2726,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -2754,15 +2754,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
                                             fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
                                             fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
@@ -2775,7 +2775,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 16384, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -2818,13 +2818,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
     }
 }
 
-#ifndef DT_WGMMA_M64N128K16_F16
-#define DT_WGMMA_M64N128K16_F16
+#ifndef DT_WGMMA_M64N64K16_F16
+#define DT_WGMMA_M64N64K16_F16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n128k16_f16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -2846,7 +2846,7 @@ DT_FN void dt_wgmma_m64n64k16_f16_rs(float* d, const unsigned* a, unsigned long 
 #endif
 }
 #endif
-/* kernel attention_causal_90a_64 for f16: grid block(b:1, h:1, i:128, e:64); 256 threads, 115736 bytes of shared memory */
+/* kernel attention_causal_90a_64 for f16: grid block(b:1, h:1, i:128, e:64); 256 threads, 66584 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -2942,95 +2942,95 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_90a_64.tensorize(j:128) num_stages(3) + rsum attention_causal_90a_64.tensorize(j:128) num_stages(3) + rdot attention_causal_90a_64.tensorize(j:128) num_stages(3), online */
+                    /* rmax attention_causal_90a_64.tensorize(j:64) num_stages(3) + rsum attention_causal_90a_64.tensorize(j:64) num_stages(3) + rdot attention_causal_90a_64.tensorize(j:64) num_stages(3), online */
                     /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 28672) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
                         unsigned ph18 = 0;
                         for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 128;
+                            const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 28672) + 8 * st;
-                                dt_mbar_expect_tx(bar, 16384u + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
+                                dt_mbar_expect_tx(bar, 16384u + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
                                 /* v3: Q, 1 piece of 64 along its last axis */
                                 dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 4096)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
                                     /* v52: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 128) {
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
                             /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 28672) + 8 * rd16, ph18);
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 16384) + 8 * rd16, ph18);
                             __syncthreads();
-                            const long long o19 = o15 + 256;
+                            const long long o19 = o15 + 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 28672) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, 0u + (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
                                 if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 4096)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
                                     /* v52: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 128 <= s3) {
+                            if (o15 + 64 <= s3) {
                                 /* a full step: every lane valid */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
-                                float v2[64];
+                                float v2[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l21 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l21 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v5: accumulated by the dot above */
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[64];
+                                float v9[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v9[r] = (v6[r] * v8[0]);
                                 }
-                                float v12[64];
+                                float v12[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                                 }
-                                float v13[64];
+                                float v13[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v13[r] = (1) ? v12[r] : (-INFINITY);
                                 }
                                 float v14[2];
@@ -3040,7 +3040,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -3097,19 +3097,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[64];
+                                float v30[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v31[64];
+                                float v31[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v31[r] = dt_fast_exp(v30[r]);
                                 }
-                                float v32[64];
+                                float v32[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v32[r] = (1) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
@@ -3119,7 +3119,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -3147,15 +3147,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     acc6[r] = v68[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                             fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                             fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -3168,7 +3168,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 16384, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -3178,55 +3178,55 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                             } else {
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
-                                float v2[64];
+                                float v2[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l99 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l100 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l99 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l100 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v2[r] = (((float)(o15 + l100)) <= ((float)(o3 + l99)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v5: accumulated by the dot above */
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[64];
+                                float v9[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v9[r] = (v6[r] * v8[0]);
                                 }
-                                float v12[64];
+                                float v12[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                                 }
-                                float v13[64];
+                                float v13[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l120 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l120 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v13[r] = ((unsigned)(o15 + l120) < (unsigned)s3) ? v12[r] : (-INFINITY);
                                 }
                                 float v14[2];
@@ -3236,7 +3236,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -3293,20 +3293,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[64];
+                                float v30[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v31[64];
+                                float v31[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v31[r] = dt_fast_exp(v30[r]);
                                 }
-                                float v32[64];
+                                float v32[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v32[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
@@ -3316,7 +3316,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -3344,15 +3344,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     acc6[r] = v68[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                             fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                             fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -3365,7 +3365,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 16384, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -3408,13 +3408,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
     }
 }
 
-#ifndef DT_WGMMA_M64N128K16_F16
-#define DT_WGMMA_M64N128K16_F16
+#ifndef DT_WGMMA_M64N64K16_F16
+#define DT_WGMMA_M64N64K16_F16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n128k16_f16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -3436,7 +3436,7 @@ DT_FN void dt_wgmma_m64n64k16_f16_rs(float* d, const unsigned* a, unsigned long 
 #endif
 }
 #endif
-/* kernel attention_causal_90a_64 for f16: grid block(b:1, h:1, i:128, e:64); 256 threads, 115736 bytes of shared memory */
+/* kernel attention_causal_90a_64 for f16: grid block(b:1, h:1, i:128, e:64); 256 threads, 66584 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -3532,95 +3532,95 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_90a_64.tensorize(j:128) num_stages(3) + rsum attention_causal_90a_64.tensorize(j:128) num_stages(3) + rdot attention_causal_90a_64.tensorize(j:128) num_stages(3), online */
+                    /* rmax attention_causal_90a_64.tensorize(j:64) num_stages(3) + rsum attention_causal_90a_64.tensorize(j:64) num_stages(3) + rdot attention_causal_90a_64.tensorize(j:64) num_stages(3), online */
                     /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 28672) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
                         unsigned ph18 = 0;
                         for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 128;
+                            const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 28672) + 8 * st;
-                                dt_mbar_expect_tx(bar, 16384u + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
+                                dt_mbar_expect_tx(bar, 16384u + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
                                 /* v3: Q, 1 piece of 64 along its last axis */
                                 dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 4096)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
                                     /* v52: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 128) {
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
                             /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 28672) + 8 * rd16, ph18);
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 16384) + 8 * rd16, ph18);
                             __syncthreads();
-                            const long long o19 = o15 + 256;
+                            const long long o19 = o15 + 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 28672) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, 0u + (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
                                 if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 4096)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
                                     /* v52: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 128 <= s3) {
+                            if (o15 + 64 <= s3) {
                                 /* a full step: every lane valid */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
-                                float v2[64];
+                                float v2[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l21 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l21 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v5: accumulated by the dot above */
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[64];
+                                float v9[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v9[r] = (v6[r] * v8[0]);
                                 }
-                                float v12[64];
+                                float v12[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                                 }
-                                float v13[64];
+                                float v13[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v13[r] = (1) ? v12[r] : (-INFINITY);
                                 }
                                 float v14[2];
@@ -3630,7 +3630,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -3687,19 +3687,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[64];
+                                float v30[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v31[64];
+                                float v31[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v31[r] = dt_fast_exp(v30[r]);
                                 }
-                                float v32[64];
+                                float v32[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v32[r] = (1) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
@@ -3709,7 +3709,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -3737,15 +3737,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     acc6[r] = v68[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                             fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                             fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -3758,7 +3758,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 16384, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -3768,55 +3768,55 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                             } else {
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
-                                float v2[64];
+                                float v2[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l99 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l100 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l99 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l100 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v2[r] = (((float)(o15 + l100)) <= ((float)(o3 + l99)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v5: accumulated by the dot above */
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[64];
+                                float v9[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v9[r] = (v6[r] * v8[0]);
                                 }
-                                float v12[64];
+                                float v12[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                                 }
-                                float v13[64];
+                                float v13[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l120 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l120 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v13[r] = ((unsigned)(o15 + l120) < (unsigned)s3) ? v12[r] : (-INFINITY);
                                 }
                                 float v14[2];
@@ -3826,7 +3826,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -3883,20 +3883,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[64];
+                                float v30[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v31[64];
+                                float v31[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v31[r] = dt_fast_exp(v30[r]);
                                 }
-                                float v32[64];
+                                float v32[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v32[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
@@ -3906,7 +3906,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -3934,15 +3934,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     acc6[r] = v68[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                             fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                             fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -3955,7 +3955,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 16384, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -3998,13 +3998,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
     }
 }
 
-#ifndef DT_WGMMA_M64N128K16_BF16
-#define DT_WGMMA_M64N128K16_BF16
+#ifndef DT_WGMMA_M64N64K16_BF16
+#define DT_WGMMA_M64N64K16_BF16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n128k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -4026,7 +4026,7 @@ DT_FN void dt_wgmma_m64n64k16_bf16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_causal_90a_64 for bf16: grid block(b:1, h:1, i:128, e:64); 256 threads, 115736 bytes of shared memory */
+/* kernel attention_causal_90a_64 for bf16: grid block(b:1, h:1, i:128, e:64); 256 threads, 66584 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -4122,95 +4122,95 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_90a_64.tensorize(j:128) num_stages(3) + rsum attention_causal_90a_64.tensorize(j:128) num_stages(3) + rdot attention_causal_90a_64.tensorize(j:128) num_stages(3), online */
+                    /* rmax attention_causal_90a_64.tensorize(j:64) num_stages(3) + rsum attention_causal_90a_64.tensorize(j:64) num_stages(3) + rdot attention_causal_90a_64.tensorize(j:64) num_stages(3), online */
                     /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 28672) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
                         unsigned ph18 = 0;
                         for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 128;
+                            const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 28672) + 8 * st;
-                                dt_mbar_expect_tx(bar, 16384u + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
+                                dt_mbar_expect_tx(bar, 16384u + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
                                 /* v3: Q, 1 piece of 64 along its last axis */
                                 dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 4096)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
                                     /* v52: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 128) {
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
                             /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 28672) + 8 * rd16, ph18);
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 16384) + 8 * rd16, ph18);
                             __syncthreads();
-                            const long long o19 = o15 + 256;
+                            const long long o19 = o15 + 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 28672) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, 0u + (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
                                 if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 4096)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
                                     /* v52: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 128 <= s3) {
+                            if (o15 + 64 <= s3) {
                                 /* a full step: every lane valid */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
-                                float v2[64];
+                                float v2[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l21 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l21 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v5: accumulated by the dot above */
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[64];
+                                float v9[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v9[r] = (v6[r] * v8[0]);
                                 }
-                                float v12[64];
+                                float v12[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                                 }
-                                float v13[64];
+                                float v13[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v13[r] = (1) ? v12[r] : (-INFINITY);
                                 }
                                 float v14[2];
@@ -4220,7 +4220,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -4277,19 +4277,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[64];
+                                float v30[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v31[64];
+                                float v31[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v31[r] = dt_fast_exp(v30[r]);
                                 }
-                                float v32[64];
+                                float v32[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v32[r] = (1) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
@@ -4299,7 +4299,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -4327,15 +4327,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     acc6[r] = v68[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                             fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                             fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -4348,7 +4348,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 16384, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -4358,55 +4358,55 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                             } else {
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
-                                float v2[64];
+                                float v2[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l99 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l100 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l99 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l100 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v2[r] = (((float)(o15 + l100)) <= ((float)(o3 + l99)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v5: accumulated by the dot above */
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[64];
+                                float v9[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v9[r] = (v6[r] * v8[0]);
                                 }
-                                float v12[64];
+                                float v12[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                                 }
-                                float v13[64];
+                                float v13[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l120 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l120 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v13[r] = ((unsigned)(o15 + l120) < (unsigned)s3) ? v12[r] : (-INFINITY);
                                 }
                                 float v14[2];
@@ -4416,7 +4416,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -4473,20 +4473,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[64];
+                                float v30[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v31[64];
+                                float v31[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v31[r] = dt_fast_exp(v30[r]);
                                 }
-                                float v32[64];
+                                float v32[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v32[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
@@ -4496,7 +4496,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -4524,15 +4524,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     acc6[r] = v68[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                             fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                             fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -4545,7 +4545,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 16384, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -4588,13 +4588,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
     }
 }
 
-#ifndef DT_WGMMA_M64N128K16_BF16
-#define DT_WGMMA_M64N128K16_BF16
+#ifndef DT_WGMMA_M64N64K16_BF16
+#define DT_WGMMA_M64N64K16_BF16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n128k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -4616,7 +4616,7 @@ DT_FN void dt_wgmma_m64n64k16_bf16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_causal_90a_64 for bf16: grid block(b:1, h:1, i:128, e:64); 256 threads, 115736 bytes of shared memory */
+/* kernel attention_causal_90a_64 for bf16: grid block(b:1, h:1, i:128, e:64); 256 threads, 66584 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -4712,95 +4712,95 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_90a_64.tensorize(j:128) num_stages(3) + rsum attention_causal_90a_64.tensorize(j:128) num_stages(3) + rdot attention_causal_90a_64.tensorize(j:128) num_stages(3), online */
+                    /* rmax attention_causal_90a_64.tensorize(j:64) num_stages(3) + rsum attention_causal_90a_64.tensorize(j:64) num_stages(3) + rdot attention_causal_90a_64.tensorize(j:64) num_stages(3), online */
                     /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 28672) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
                         unsigned ph18 = 0;
                         for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 128;
+                            const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 28672) + 8 * st;
-                                dt_mbar_expect_tx(bar, 16384u + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
+                                dt_mbar_expect_tx(bar, 16384u + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
                                 /* v3: Q, 1 piece of 64 along its last axis */
                                 dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 4096)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
                                     /* v52: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 128) {
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
                             /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 28672) + 8 * rd16, ph18);
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 16384) + 8 * rd16, ph18);
                             __syncthreads();
-                            const long long o19 = o15 + 256;
+                            const long long o19 = o15 + 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 28672) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, 0u + (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
                                 if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 4096)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
                                     /* v52: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 128 <= s3) {
+                            if (o15 + 64 <= s3) {
                                 /* a full step: every lane valid */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
-                                float v2[64];
+                                float v2[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l21 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l21 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v5: accumulated by the dot above */
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[64];
+                                float v9[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v9[r] = (v6[r] * v8[0]);
                                 }
-                                float v12[64];
+                                float v12[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                                 }
-                                float v13[64];
+                                float v13[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v13[r] = (1) ? v12[r] : (-INFINITY);
                                 }
                                 float v14[2];
@@ -4810,7 +4810,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -4867,19 +4867,19 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[64];
+                                float v30[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v31[64];
+                                float v31[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v31[r] = dt_fast_exp(v30[r]);
                                 }
-                                float v32[64];
+                                float v32[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v32[r] = (1) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
@@ -4889,7 +4889,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -4917,15 +4917,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     acc6[r] = v68[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                             fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                             fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -4938,7 +4938,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 16384, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -4948,55 +4948,55 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                             } else {
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
-                                float v2[64];
+                                float v2[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l99 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l100 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l99 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l100 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v2[r] = (((float)(o15 + l100)) <= ((float)(o3 + l99)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v5: accumulated by the dot above */
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[64];
+                                float v9[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v9[r] = (v6[r] * v8[0]);
                                 }
-                                float v12[64];
+                                float v12[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                                 }
-                                float v13[64];
+                                float v13[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l120 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l120 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v13[r] = ((unsigned)(o15 + l120) < (unsigned)s3) ? v12[r] : (-INFINITY);
                                 }
                                 float v14[2];
@@ -5006,7 +5006,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -5063,20 +5063,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[64];
+                                float v30[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v31[64];
+                                float v31[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v31[r] = dt_fast_exp(v30[r]);
                                 }
-                                float v32[64];
+                                float v32[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
                                     v32[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
@@ -5086,7 +5086,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -5114,15 +5114,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     acc6[r] = v68[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                             fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                             fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -5135,7 +5135,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 16384, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll

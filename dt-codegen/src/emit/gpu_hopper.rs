@@ -466,3 +466,48 @@ impl Emitter<'_> {
         self.line("}");
     }
 }
+
+/// 4-byte words of a 128-byte swizzle atom (eight lines of 128 bytes), the alignment `wgmma`
+/// reads swizzled operands at.
+pub(super) const ATOM_WORDS: usize = 256;
+
+/// Refuses a `wgmma()` kernel whose dots are not all warpgroup products
+/// ([`crate::plan::layouts::warpgroup_fits`]), saying what each lacks; checks that the rings
+/// give them whole swizzle atoms.
+pub(super) fn check_warpgroup_dots(k: &Kernel, plan: &crate::plan::layouts::Plan) -> Result<(), EmitError> {
+    for (id, d) in &plan.dots {
+        let t = d.tile;
+        // A warp-specialized loop's dot is on wgmma already (`gpu_hopper.rs`).
+        if d.wgmma {
+            continue;
+        }
+        if d.warpgroup {
+            let ring = d.ring.expect("a warpgroup dot reads a ring");
+            if (0..2).any(|i| d.direct[i].is_some() && ring.maps[i].is_none()) {
+                return Err(EmitError(format!(
+                    "kernel `{}` asks for wgmma(), but the operands of its dot %{} cannot be copied by tensor maps: each must run along its input's contiguous axis, its other axes one element or its lines (at most 256), 2 to 5 axes, at most {} maps",
+                    k.name,
+                    id.0,
+                    dt_core::abi::MAX_TENSOR_MAPS
+                )));
+            }
+            let aligned = (0..2).all(|i| ring.at[i].is_none_or(|at| at % ATOM_WORDS == 0 && d.buffer_words(i) % ATOM_WORDS == 0));
+            if !aligned {
+                return Err(EmitError(format!("kernel `{}`: the ring buffers of dot %{} are not whole swizzle atoms", k.name, id.0)));
+            }
+            continue;
+        }
+        let why = if t.isa != crate::plan::layouts::MatrixIsa::MmaSync {
+            "its element type has no wgmma here (f16 and bf16 have)".to_string()
+        } else if t.wn != 1 || t.rows != 16 * t.wm || !t.wm.is_multiple_of(4) {
+            format!("its {} rows are not 64 per warpgroup of 4 warps (num_warps({}) over {} rows)", t.rows, k.num_warps, t.rows)
+        } else if !t.cols.is_multiple_of(8) || t.cols > 256 {
+            format!("its {} columns are not a multiple of 8 up to 256", t.cols)
+        } else {
+            "its operands are not both copied by a reduction loop with num_stages(2) or more, or its staged lines are not a multiple of 64 elements"
+                .to_string()
+        };
+        return Err(EmitError(format!("kernel `{}` asks for wgmma(), but its dot %{} cannot run on it: {why}", k.name, id.0)));
+    }
+    Ok(())
+}

@@ -46,6 +46,11 @@
 //! operand that does not change along the loop copied once before it. Any other loop, a dot
 //! whose S buffers do not fit in shared memory, and HIP (no asynchronous copies to overlap)
 //! run unpipelined (S lowered until they fit).
+//!
+//! In a `wgmma()` kernel (CUDA sm_90a) the dots are warpgroup products instead
+//! (`MmaDot::warpgroup`, printed by `gpu_hopper.rs`): the rings are filled by bulk tensor
+//! copies that the first thread issues, each stage completing on an `mbarrier`, and the
+//! operands are read through `wgmma` matrix descriptors, not `ldmatrix`.
 
 use super::{Emitter, Lanes};
 use crate::plan::layouts::{MatrixIsa, MmaDot, MmaTile, RegLayout};

@@ -22,7 +22,8 @@
 //! The older path (every kernel on sm_80 and HIP, and the parts of a warp-specialized kernel
 //! outside its loop) is planned by `register_layouts`, in order: `layouts::plan` (register
 //! layouts, tensor-core dots with their staging, `cp.async` pipelines, and the rings of
-//! `dot_rings` for loops of several dots), `rows` (row statistics
+//! `dot_rings` for loops of several dots, which in a `wgmma()` kernel feed warpgroup dots
+//! through bulk tensor copies), `rows` (row statistics
 //! in the accumulator's rows), `replicate` and `runs`, `verify::verify_registers` after each in debug builds and tests; then
 //! `publishing` (which operands go through shared memory). The GPU printer
 //! runs them and prints what they decide; `dtc emit --target gpu-plan` prints them too. Still
