@@ -137,7 +137,11 @@ fn wgmma_kernels_whose_dots_cannot_run_on_it_say_why() {
     emit(&good, DType::F16, Dialect::Cuda).expect("two warpgroups of 64 rows, fed by a ring");
     let cases = [
         (attention("o.num_warps(4); o.num_stages(2);", "f16"), DType::F16, "are not 64 per warpgroup of 4 warps"),
-        (attention("o.num_warps(8); o.num_stages(1);", "f16"), DType::F16, "not both copied by a reduction loop with num_stages(2)"),
+        (
+            attention("o.num_warps(8); o.num_stages(1);", "f16"),
+            DType::F16,
+            "not copied through the rings of a reduction loop with num_stages(2)",
+        ),
         (attention("o.num_warps(8); o.num_stages(2);", "f32"), DType::F32, "its element type has no wgmma here"),
     ];
     for (src, dtype, want) in cases {
@@ -146,4 +150,7 @@ fn wgmma_kernels_whose_dots_cannot_run_on_it_say_why() {
     }
     let err = emit(&good, DType::F16, Dialect::Hip).expect_err("HIP has no wgmma");
     assert!(err.contains("computes its dots with wgmma"), "{err}");
+    let no_dot = "Func y; In A; Var i, j; y[i, j] = A[i, j] * 2.0; y.block(i:64, j:64); y.wgmma(); y.dtypes(f16); y.compile();\n";
+    let err = emit(no_dot, DType::F16, Dialect::Cuda).expect_err("nothing for wgmma to do");
+    assert!(err.contains("none of its rdots runs on the tensor cores"), "{err}");
 }

@@ -741,9 +741,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
-                                dt_mbar_expect_tx(bar, 16384u + (o15 < s3 ? 16384u : 0u));
-                                /* v0: Q, 1 piece of 64 along its last axis */
-                                dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
+                                dt_mbar_expect_tx(bar, (st == 0 ? 16384u : 0u) + (o15 < s3 ? 16384u : 0u));
+                                if (st == 0) {
+                                    /* v0: Q, 1 piece of 64 along its last axis */
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
+                                }
                                 if (o15 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
@@ -759,7 +761,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < s3 ? 16384u : 0u));
+                                dt_mbar_expect_tx(bar, (o19 < s3 ? 16384u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
@@ -1137,6 +1139,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 16384), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -1291,9 +1294,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
-                                dt_mbar_expect_tx(bar, 16384u + (o15 < s3 ? 16384u : 0u));
-                                /* v0: Q, 1 piece of 64 along its last axis */
-                                dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
+                                dt_mbar_expect_tx(bar, (st == 0 ? 16384u : 0u) + (o15 < s3 ? 16384u : 0u));
+                                if (st == 0) {
+                                    /* v0: Q, 1 piece of 64 along its last axis */
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
+                                }
                                 if (o15 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
@@ -1309,7 +1314,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < s3 ? 16384u : 0u));
+                                dt_mbar_expect_tx(bar, (o19 < s3 ? 16384u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
@@ -1687,6 +1692,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 16384), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -1841,9 +1847,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
-                                dt_mbar_expect_tx(bar, 16384u + (o15 < s3 ? 16384u : 0u));
-                                /* v0: Q, 1 piece of 64 along its last axis */
-                                dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
+                                dt_mbar_expect_tx(bar, (st == 0 ? 16384u : 0u) + (o15 < s3 ? 16384u : 0u));
+                                if (st == 0) {
+                                    /* v0: Q, 1 piece of 64 along its last axis */
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
+                                }
                                 if (o15 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
@@ -1859,7 +1867,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < s3 ? 16384u : 0u));
+                                dt_mbar_expect_tx(bar, (o19 < s3 ? 16384u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
@@ -2237,6 +2245,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 16384), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -2391,9 +2400,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
-                                dt_mbar_expect_tx(bar, 16384u + (o15 < s3 ? 16384u : 0u));
-                                /* v0: Q, 1 piece of 64 along its last axis */
-                                dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
+                                dt_mbar_expect_tx(bar, (st == 0 ? 16384u : 0u) + (o15 < s3 ? 16384u : 0u));
+                                if (st == 0) {
+                                    /* v0: Q, 1 piece of 64 along its last axis */
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
+                                }
                                 if (o15 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
@@ -2409,7 +2420,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < s3 ? 16384u : 0u));
+                                dt_mbar_expect_tx(bar, (o19 < s3 ? 16384u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
@@ -2787,6 +2798,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 16384), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -2953,9 +2965,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
-                                dt_mbar_expect_tx(bar, 16384u + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
-                                /* v3: Q, 1 piece of 64 along its last axis */
-                                dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
+                                dt_mbar_expect_tx(bar, (st == 0 ? 16384u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
+                                if (st == 0) {
+                                    /* v3: Q, 1 piece of 64 along its last axis */
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
+                                }
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
@@ -2971,7 +2985,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
                                 if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
@@ -3377,6 +3391,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 16384), 0);
                         __syncthreads();
                     }
                     float v34[2];
@@ -3543,9 +3558,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
-                                dt_mbar_expect_tx(bar, 16384u + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
-                                /* v3: Q, 1 piece of 64 along its last axis */
-                                dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
+                                dt_mbar_expect_tx(bar, (st == 0 ? 16384u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
+                                if (st == 0) {
+                                    /* v3: Q, 1 piece of 64 along its last axis */
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
+                                }
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
@@ -3561,7 +3578,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
                                 if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
@@ -3967,6 +3984,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 16384), 0);
                         __syncthreads();
                     }
                     float v34[2];
@@ -4133,9 +4151,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
-                                dt_mbar_expect_tx(bar, 16384u + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
-                                /* v3: Q, 1 piece of 64 along its last axis */
-                                dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
+                                dt_mbar_expect_tx(bar, (st == 0 ? 16384u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
+                                if (st == 0) {
+                                    /* v3: Q, 1 piece of 64 along its last axis */
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
+                                }
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
@@ -4151,7 +4171,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
                                 if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
@@ -4557,6 +4577,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 16384), 0);
                         __syncthreads();
                     }
                     float v34[2];
@@ -4723,9 +4744,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
-                                dt_mbar_expect_tx(bar, 16384u + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
-                                /* v3: Q, 1 piece of 64 along its last axis */
-                                dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
+                                dt_mbar_expect_tx(bar, (st == 0 ? 16384u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
+                                if (st == 0) {
+                                    /* v3: Q, 1 piece of 64 along its last axis */
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
+                                }
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
@@ -4741,7 +4764,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
                                 if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
@@ -5147,6 +5170,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 16384), 0);
                         __syncthreads();
                     }
                     float v34[2];
@@ -5301,9 +5325,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * st;
-                                dt_mbar_expect_tx(bar, 32768u + (o15 < s3 ? 32768u : 0u));
-                                /* v0: Q, 2 pieces of 64 along its last axis */
-                                for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 32768u : 0u));
+                                if (st == 0) {
+                                    /* v0: Q, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                }
                                 if (o15 < s3) {
                                     /* v1: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
@@ -5319,7 +5345,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < s3 ? 32768u : 0u));
+                                dt_mbar_expect_tx(bar, (o19 < s3 ? 32768u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
@@ -5697,6 +5723,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 32768), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -5851,9 +5878,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * st;
-                                dt_mbar_expect_tx(bar, 32768u + (o15 < s3 ? 32768u : 0u));
-                                /* v0: Q, 2 pieces of 64 along its last axis */
-                                for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 32768u : 0u));
+                                if (st == 0) {
+                                    /* v0: Q, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                }
                                 if (o15 < s3) {
                                     /* v1: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
@@ -5869,7 +5898,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < s3 ? 32768u : 0u));
+                                dt_mbar_expect_tx(bar, (o19 < s3 ? 32768u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
@@ -6247,6 +6276,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 32768), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -6401,9 +6431,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * st;
-                                dt_mbar_expect_tx(bar, 32768u + (o15 < s3 ? 32768u : 0u));
-                                /* v0: Q, 2 pieces of 64 along its last axis */
-                                for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 32768u : 0u));
+                                if (st == 0) {
+                                    /* v0: Q, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                }
                                 if (o15 < s3) {
                                     /* v1: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
@@ -6419,7 +6451,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < s3 ? 32768u : 0u));
+                                dt_mbar_expect_tx(bar, (o19 < s3 ? 32768u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
@@ -6797,6 +6829,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 32768), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -6951,9 +6984,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * st;
-                                dt_mbar_expect_tx(bar, 32768u + (o15 < s3 ? 32768u : 0u));
-                                /* v0: Q, 2 pieces of 64 along its last axis */
-                                for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 32768u : 0u));
+                                if (st == 0) {
+                                    /* v0: Q, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                }
                                 if (o15 < s3) {
                                     /* v1: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
@@ -6969,7 +7004,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < s3 ? 32768u : 0u));
+                                dt_mbar_expect_tx(bar, (o19 < s3 ? 32768u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
@@ -7347,6 +7382,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 32768), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -7513,9 +7549,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * st;
-                                dt_mbar_expect_tx(bar, 32768u + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
-                                /* v3: Q, 2 pieces of 64 along its last axis */
-                                for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                if (st == 0) {
+                                    /* v3: Q, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                }
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
@@ -7531,7 +7569,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
                                 if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
@@ -7937,6 +7975,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 32768), 0);
                         __syncthreads();
                     }
                     float v34[2];
@@ -8103,9 +8142,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * st;
-                                dt_mbar_expect_tx(bar, 32768u + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
-                                /* v3: Q, 2 pieces of 64 along its last axis */
-                                for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                if (st == 0) {
+                                    /* v3: Q, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                }
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
@@ -8121,7 +8162,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
                                 if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
@@ -8527,6 +8568,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 32768), 0);
                         __syncthreads();
                     }
                     float v34[2];
@@ -8693,9 +8735,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * st;
-                                dt_mbar_expect_tx(bar, 32768u + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
-                                /* v3: Q, 2 pieces of 64 along its last axis */
-                                for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                if (st == 0) {
+                                    /* v3: Q, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                }
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
@@ -8711,7 +8755,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
                                 if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
@@ -9117,6 +9161,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 32768), 0);
                         __syncthreads();
                     }
                     float v34[2];
@@ -9283,9 +9328,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * st;
-                                dt_mbar_expect_tx(bar, 32768u + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
-                                /* v3: Q, 2 pieces of 64 along its last axis */
-                                for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                if (st == 0) {
+                                    /* v3: Q, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                }
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
@@ -9301,7 +9348,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, 0u + (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
                                 if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
@@ -9707,6 +9754,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 32768), 0);
                         __syncthreads();
                     }
                     float v34[2];

@@ -288,8 +288,8 @@ impl Emitter<'_> {
     }
 
     /// The bulk tensor copies (TMA) of the operands of `dots` that change along `dim`, at offset
-    /// `at` (when in range), into their buffer `buf`, and, with `held`, of those the loop's
-    /// steps share (into their one buffer): thread 0 announces their bytes on the buffer's
+    /// `at` (when in range), into their buffer `buf`, and, where condition `held` holds, of those
+    /// the loop's steps share (into their one buffer): thread 0 announces their bytes on the buffer's
     /// barrier in `bars` (which completes its phase with none when there are none) and issues
     /// one copy per 64-element piece of each operand's lines. What lies outside a tensor is
     /// read as zeros, as the loads' fill is.
@@ -302,7 +302,7 @@ impl Emitter<'_> {
         size: &str,
         buf: &str,
         bars: &str,
-        held: bool,
+        held: Option<&str>,
     ) {
         self.offsets.push((dim, at.to_string()));
         let bytes = |want_held: bool| -> u32 {
@@ -317,19 +317,23 @@ impl Emitter<'_> {
             }
             n
         };
-        let (step_bytes, held_bytes) = (bytes(false), if held { bytes(true) } else { 0 });
+        let step_bytes = bytes(false);
+        let held_bytes = match held {
+            Some(when) => format!("({when} ? {}u : 0u) + ", bytes(true)),
+            None => String::new(),
+        };
         self.line("if (tid == 0) {");
         self.depth += 1;
         self.line(&format!("const unsigned bar = {bars} + 8 * {buf};"));
-        self.line(&format!("dt_mbar_expect_tx(bar, {held_bytes}u + ({at} < {size} ? {step_bytes}u : 0u));"));
+        self.line(&format!("dt_mbar_expect_tx(bar, {held_bytes}({at} < {size} ? {step_bytes}u : 0u));"));
         for want_held in [true, false] {
-            if want_held && !held {
-                continue;
-            }
-            if !want_held {
-                self.line(&format!("if ({at} < {size}) {{"));
-                self.depth += 1;
-            }
+            let when = match (want_held, held) {
+                (true, None) => continue,
+                (true, Some(when)) => when.to_string(),
+                (false, _) => format!("{at} < {size}"),
+            };
+            self.line(&format!("if ({when}) {{"));
+            self.depth += 1;
             for (_, d) in dots {
                 let r = d.ring.expect("a ring");
                 for i in 0..2 {
@@ -338,10 +342,8 @@ impl Emitter<'_> {
                     }
                 }
             }
-            if !want_held {
-                self.depth -= 1;
-                self.line("}");
-            }
+            self.depth -= 1;
+            self.line("}");
         }
         self.depth -= 1;
         self.line("}");
@@ -355,8 +357,7 @@ impl Emitter<'_> {
         let k = self.k;
         let load = d.direct[i].as_ref().expect("a copied operand");
         let along = if d.trans(i) { d.rows(i).0 } else { d.k };
-        let pieces = d.pitch(i) / 64;
-        let piece_bytes = d.lines(i) * 128;
+        let (pieces, piece_bytes) = d.atom_pieces(i);
         let coords: Vec<String> = load
             .axes
             .iter()
@@ -412,7 +413,7 @@ impl Emitter<'_> {
             if i == 0 && d.a_in_fragments {
                 continue;
             }
-            let piece = d.lines(i) * 128;
+            let (_, piece) = d.atom_pieces(i);
             // The warpgroup's 64 rows of A: 64 lines into each piece, or a piece of 64 rows.
             let rows = match (i, d.trans(i)) {
                 (0, false) => format!(" + (tid >> 7) * {}", 64 * 128),
@@ -475,12 +476,20 @@ pub(super) const ATOM_WORDS: usize = 256;
 /// ([`crate::plan::layouts::warpgroup_fits`]), saying what each lacks; checks that the rings
 /// give them whole swizzle atoms.
 pub(super) fn check_warpgroup_dots(k: &Kernel, plan: &crate::plan::layouts::Plan) -> Result<(), EmitError> {
+    if k.warp_specialize {
+        return Err(EmitError(format!(
+            "kernel `{}` asks for wgmma() and warp_specialize(); a warp-specialized loop computes its dot with wgmma already: drop wgmma()",
+            k.name
+        )));
+    }
+    if plan.dots.is_empty() {
+        return Err(EmitError(format!(
+            "kernel `{}` asks for wgmma(), but none of its rdots runs on the tensor cores (a dot of two loaded or computed tiles over a tensorized dimension); drop wgmma()",
+            k.name
+        )));
+    }
     for (id, d) in &plan.dots {
         let t = d.tile;
-        // A warp-specialized loop's dot is on wgmma already (`gpu_hopper.rs`).
-        if d.wgmma {
-            continue;
-        }
         if d.warpgroup {
             let ring = d.ring.expect("a warpgroup dot reads a ring");
             if (0..2).any(|i| d.direct[i].is_some() && ring.maps[i].is_none()) {
@@ -499,12 +508,14 @@ pub(super) fn check_warpgroup_dots(k: &Kernel, plan: &crate::plan::layouts::Plan
         }
         let why = if t.isa != crate::plan::layouts::MatrixIsa::MmaSync {
             "its element type has no wgmma here (f16 and bf16 have)".to_string()
-        } else if t.wn != 1 || t.rows != 16 * t.wm || !t.wm.is_multiple_of(4) {
-            format!("its {} rows are not 64 per warpgroup of 4 warps (num_warps({}) over {} rows)", t.rows, k.num_warps, t.rows)
+        } else if t.wn != 1 {
+            format!("its {} x {} tile is not split over its rows alone by num_warps({})", t.rows, t.cols, k.num_warps)
+        } else if t.rows != 16 * t.wm || !t.wm.is_multiple_of(4) {
+            format!("its {} rows are not 64 per warpgroup of 4 warps (num_warps({}): {} rows)", t.rows, k.num_warps, 16 * t.wm)
         } else if !t.cols.is_multiple_of(8) || t.cols > 256 {
             format!("its {} columns are not a multiple of 8 up to 256", t.cols)
         } else {
-            "its operands are not both copied by a reduction loop with num_stages(2) or more, or its staged lines are not a multiple of 64 elements"
+            "its operands are not copied through the rings of a reduction loop with num_stages(2) or more that does more than this dot (a loop of the dot alone, a matmul's, is warp_specialize()'s), or its staged lines are not a multiple of 64 elements"
                 .to_string()
         };
         return Err(EmitError(format!("kernel `{}` asks for wgmma(), but its dot %{} cannot run on it: {why}", k.name, id.0)));

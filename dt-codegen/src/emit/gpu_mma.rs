@@ -121,7 +121,7 @@ impl Emitter<'_> {
         self.depth += 1;
         self.line(&format!("const long long {o} = (long long)st * {step};"));
         match &bulk {
-            Some(bars) => self.ring_bulk_copies(dots, l.dim, &o, &size, "st", bars, true),
+            Some(bars) => self.ring_bulk_copies(dots, l.dim, &o, &size, "st", bars, Some("st == 0")),
             None => self.ring_copies(dots, l.dim, &o, &size, "st"),
         }
         self.depth -= 1;
@@ -138,7 +138,7 @@ impl Emitter<'_> {
         let ahead = self.fresh("o");
         self.line(&format!("const long long {ahead} = {o} + {};", (s - 1) * step));
         match &bulk {
-            Some(bars) => self.ring_bulk_copies(dots, l.dim, &ahead, &size, &wr, bars, false),
+            Some(bars) => self.ring_bulk_copies(dots, l.dim, &ahead, &size, &wr, bars, None),
             None => self.ring_copies(dots, l.dim, &ahead, &size, &wr),
         }
         // A body that masks the lanes past the end of the loop's dimension runs unmasked in the
@@ -169,8 +169,11 @@ impl Emitter<'_> {
         self.offsets.pop();
         self.depth -= 1;
         self.line("}");
-        if bulk.is_none() {
-            self.line("dt_cp_async_wait<0>();");
+        match &bulk {
+            // A loop of no steps waits for the copies of what the steps share.
+            Some(bars) if held => self.line(&format!("if (!(0 < {size})) dt_mbar_wait({bars}, 0);")),
+            Some(_) => {}
+            None => self.line("dt_cp_async_wait<0>();"),
         }
         self.barrier();
         self.depth -= 1;
@@ -563,10 +566,10 @@ impl Emitter<'_> {
     /// Pipelined (`buf` given), into that buffer and with `cp.async`.
     fn stage(&mut self, d: &MmaDot, i: usize, buf: Option<&str>) {
         let v = if i == 0 { d.a } else { d.b };
-        let (rows, k, pitch, swizzled, pieces) = (d.rows(i).0, d.k, d.pitch(i), d.swizzled(i), d.atom_pieces(i));
+        let (rows, k, pitch, swizzled) = (d.rows(i).0, d.k, d.pitch(i), d.swizzled(i));
         let at = move |l: &Lanes| {
             let (line, col) = if d.trans(i) { (l.lane(k), l.lane(rows)) } else { (l.lane(rows), l.lane(k)) };
-            staged_index(line, col, pitch, swizzled, pieces)
+            staged_index(line, col, pitch, swizzled)
         };
         let shape = self.k.value(v).shape.clone();
         // The staged type, its elements in 16 bytes, its zero, and the conversion of a computed
@@ -732,16 +735,13 @@ struct Walk {
 
 /// The index (a C expression, in elements) at which a staged operand of lines of `pitch`
 /// elements holds element `col` of line `line` (C expressions): 16-byte unit `col / 8` of a
-/// swizzled line at unit `col / 8 ^ line % 8`; cut in pieces of 64 elements (`pieces`: the
-/// lines, see `MmaDot::atom_pieces`), piece `col / 64` in the block of that piece, unit
-/// `col / 8 % 8` of it at `col / 8 % 8 ^ line % 8`.
-fn staged_index(line: &str, col: &str, pitch: u32, swizzled: bool, pieces: Option<u32>) -> String {
-    match (swizzled, pieces) {
-        (false, _) => format!("{line} * {pitch} + {col}"),
-        (true, None) => format!("{line} * {pitch} + ((({col} >> 3) ^ ({line} & 7)) << 3) + ({col} & 7)"),
-        (true, Some(lines)) => {
-            format!("({col} >> 6) * {} + {line} * 64 + (((({col} >> 3) & 7) ^ ({line} & 7)) << 3) + ({col} & 7)", lines * 64)
-        }
+/// swizzled line at unit `col / 8 ^ line % 8`. (A warpgroup dot's operands, in pieces of 64
+/// elements, are written by bulk copies: `MmaDot::atom_pieces`.)
+fn staged_index(line: &str, col: &str, pitch: u32, swizzled: bool) -> String {
+    if swizzled {
+        format!("{line} * {pitch} + ((({col} >> 3) ^ ({line} & 7)) << 3) + ({col} & 7)")
+    } else {
+        format!("{line} * {pitch} + {col}")
     }
 }
 
@@ -863,7 +863,7 @@ mod tests {
                             (_, false) => (format!("({wcol} + 8 * (f + ({m} >> 1)) + {r})"), format!("(kk + 8 * ({m} & 1))")),
                             (_, true) => (format!("(kk + {r} + 8 * ({m} & 1))"), format!("({wcol} + 8 * (f + ({m} >> 1)))")),
                         };
-                        c += &format!("            const unsigned want = ({}) * 2;\n", staged_index(&line, &col, pitch, swizzled, None));
+                        c += &format!("            const unsigned want = ({}) * 2;\n", staged_index(&line, &col, pitch, swizzled));
                         c += &format!(
                             "            checked++; if (got != want && bad++ < 5) printf(\"operand {i} trans {trans} swizzled {swizzled} tile {rows}x{cols} warps {wm}x{wn}: tid %d f %d kk %d: %u, not %u\\n\", tid, f, kk, got, want);\n"
                         );

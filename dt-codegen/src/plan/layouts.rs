@@ -273,11 +273,12 @@ pub(crate) struct MmaDot {
     /// For `a` and `b`: whether the operand's lines are swizzled rather than padded. 16-byte
     /// unit `u` of line `l` is stored at unit `u ^ (l % 8)`, so that the eight consecutive lines
     /// an `ldmatrix` reads at one unit fall in distinct banks without padding, and the lines
-    /// take no more shared memory than their elements. A warpgroup dot's lines are cut in the
-    /// 128-byte swizzle atoms of `wgmma` ([`MmaDot::atom_pieces`]). Each fragment's XORed unit then takes a
+    /// take no more shared memory than their elements. Each fragment's XORed unit then takes a
     /// register where a padded address is a constant offset (attention at d = 64 spilled when
-    /// swizzled), so `super::dot_rings` swizzles only the rings that do not fit padded
-    /// (attention's Q, K and V at d = 128 in steps of 64 keys).
+    /// swizzled), so `super::dot_rings` swizzles the `mma.sync` rings only where they do not fit
+    /// padded (attention's Q, K and V at d = 128 in steps of 64 keys). A warpgroup dot's
+    /// operands are always swizzled, their lines cut in the 128-byte swizzle atoms of `wgmma`
+    /// ([`MmaDot::atom_pieces`]).
     pub swizzle: [bool; 2],
     /// Computed by `wgmma` (a `wgmma()` kernel, CUDA sm_90a): each warpgroup of four warps
     /// multiplies its 64 rows (16 per warp, the `mma.sync` accumulator layout of one warp across)
@@ -370,15 +371,15 @@ impl MmaDot {
         }
     }
 
-    /// For a warpgroup dot's swizzled operand `i` whose lines are longer than 64 elements: its
-    /// lines, which its pieces are that many times 64 elements apart. `wgmma` reads 128-byte
-    /// swizzle atoms (eight lines of 64 16-bit elements), so such lines are cut in pieces of
-    /// 64 elements, piece `c` of every line in a block of its own (at `c * lines * 64`, the lines
-    /// 64 elements apart in it), each swizzled as a line of 64. `None`: the lines are whole
-    /// (`ldmatrix` reads them, and the XOR of a unit past the eighth costs `mma.sync` attention
-    /// at d = 128 registers: it spilled 240 bytes so).
-    pub fn atom_pieces(&self, i: usize) -> Option<u32> {
-        (self.warpgroup && self.swizzled(i) && self.line_len(i) > 64).then(|| self.lines(i))
+    /// How a warpgroup dot's operand `i` lies in its buffer: in how many pieces of 64 elements,
+    /// how many bytes apart. `wgmma` reads 128-byte swizzle atoms (eight lines of 64 16-bit
+    /// elements), so its lines are cut in pieces of 64 elements, piece `c` of every line in a
+    /// block of its own (`c * lines * 128` bytes in, the lines 128 bytes apart in it), each
+    /// swizzled as a line of 64 (16-byte unit `u` of line `l` at `u ^ (l % 8)`). The bulk
+    /// copies write one box per piece; `ldmatrix` operands keep whole lines (cut so, `mma.sync`
+    /// attention at d = 128 spilled 240 bytes).
+    pub fn atom_pieces(&self, i: usize) -> (u32, u32) {
+        (self.line_len(i) / 64, self.lines(i) * 128)
     }
 
     /// Lines of one buffer of operand `i`: K of one staged [K][rows], else its rows.
@@ -458,12 +459,14 @@ impl Plan {
 /// rows, all the columns, which is `mma.sync`'s fragments with one warp across.
 ///
 /// Where the kernel reduces a dot's tile over its columns (a row maximum or sum, as attention's
-/// softmax does), every dot gets warps that hold whole rows, when the tiles allow it: the row
+/// softmax does), or computes its dots with `wgmma()`, every dot gets warps that hold whole
+/// rows, when the tiles allow it: the row
 /// statistics then combine within warps and stay in the rows' registers (`super::rows`), and
 /// the weights can feed the next dot from registers ([`MmaDot::a_in_fragments`]).
 pub(crate) fn plan(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan::WarpSpecialized>) -> Plan {
     let p = plan_with(k, dtype, dialect, ws, false);
-    if row_reductions(k, &p).is_empty() || p.dots.iter().all(|(_, d)| d.tile.wn == 1) {
+    // A `wgmma()` kernel's dots need warps that hold whole rows (warpgroup products).
+    if (row_reductions(k, &p).is_empty() && !k.wgmma) || p.dots.iter().all(|(_, d)| d.tile.wn == 1) {
         return p;
     }
     let whole = plan_with(k, dtype, dialect, ws, true);
