@@ -777,20 +777,26 @@ impl Kernel {
     /// Whether a GPU offering `f` runs this kernel: its clusters fit, and a warp-specialized or `wgmma`
     /// kernel has sm_90's copies and tensor-core instructions.
     pub fn runs_on(&self, f: GpuFeatures) -> bool {
-        self.grid.runs_with_clusters_of(f.max_cluster) && (!(self.warp_specialize || self.wgmma) || f.hopper)
+        self.grid.runs_with_clusters_of(f.max_cluster) && (!self.takes_tensor_maps() || f.hopper)
     }
 
     /// Whether only CUDA GPUs of sm_90 and newer run this kernel (clustered, warp-specialized or `wgmma`):
     /// the CPU and HIP files go without it, and the library runs another size class there.
     pub fn needs_sm90(&self) -> bool {
-        self.grid.cluster.is_some() || self.warp_specialize || self.wgmma
+        self.grid.cluster.is_some() || self.takes_tensor_maps()
     }
 
     /// Whether the tensors of a launch (as for [`tma_describable`]) suit this kernel: any do,
     /// but a warp-specialized kernel reads and writes through tensor maps, and a `wgmma` kernel
     /// copies its dots' operands through them.
     pub fn admits_tensors(&self, elem_bytes: usize, tensors: &[LaunchTensor<'_>]) -> bool {
-        !(self.warp_specialize || self.wgmma) || tma_describable(self, elem_bytes, tensors)
+        !self.takes_tensor_maps() || tma_describable(self, elem_bytes, tensors)
+    }
+
+    /// Whether the kernel copies through tensor maps (`warp_specialize()`, `wgmma()`): sm_90's
+    /// bulk tensor copies, which only sm_90 has.
+    pub fn takes_tensor_maps(&self) -> bool {
+        self.warp_specialize || self.wgmma
     }
 }
 

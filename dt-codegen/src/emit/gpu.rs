@@ -193,7 +193,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     check_abi(k)?;
     if dialect == Dialect::Hip {
         super::check_no_cluster(k, "HIP")?;
-        super::check_not_warp_specialized(k, "HIP")?;
+        super::check_not_hopper_only(k, "HIP")?;
     }
     // The decisions of the GPU plan stage (`crate::plan`), where the kernel has any.
     let target = crate::plan::cuda_target(k);

@@ -489,7 +489,6 @@ pub(super) fn check_warpgroup_dots(k: &Kernel, plan: &crate::plan::layouts::Plan
         )));
     }
     for (id, d) in &plan.dots {
-        let t = d.tile;
         if d.warpgroup {
             let ring = d.ring.expect("a warpgroup dot reads a ring");
             if (0..2).any(|i| d.direct[i].is_some() && ring.maps[i].is_none()) {
@@ -506,18 +505,7 @@ pub(super) fn check_warpgroup_dots(k: &Kernel, plan: &crate::plan::layouts::Plan
             }
             continue;
         }
-        let why = if t.isa != crate::plan::layouts::MatrixIsa::MmaSync {
-            "its element type has no wgmma here (f16 and bf16 have)".to_string()
-        } else if t.wn != 1 {
-            format!("its {} x {} tile is not split over its rows alone by num_warps({})", t.rows, t.cols, k.num_warps)
-        } else if t.rows != 16 * t.wm || !t.wm.is_multiple_of(4) {
-            format!("its {} rows are not 64 per warpgroup of 4 warps (num_warps({}): {} rows)", t.rows, k.num_warps, 16 * t.wm)
-        } else if !t.cols.is_multiple_of(8) || t.cols > 256 {
-            format!("its {} columns are not a multiple of 8 up to 256", t.cols)
-        } else {
-            "its operands are not copied through the rings of a reduction loop with num_stages(2) or more that does more than this dot (a loop of the dot alone, a matmul's, is warp_specialize()'s), or its staged lines are not a multiple of 64 elements"
-                .to_string()
-        };
+        let why = crate::plan::layouts::warpgroup_misfit(d).unwrap_or_else(|| crate::plan::layouts::RINGS_MISFIT.into());
         return Err(EmitError(format!("kernel `{}` asks for wgmma(), but its dot %{} cannot run on it: {why}", k.name, id.0)));
     }
     Ok(())

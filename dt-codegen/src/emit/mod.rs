@@ -60,7 +60,7 @@ pub fn check_no_cluster(k: &Kernel, target: &str) -> Result<(), EmitError> {
 /// Refuses a warp-specialized kernel (`warp_specialize()`), or one whose dots run as `wgmma`
 /// (`wgmma()`), for a target without tensor-memory copies and `wgmma`: only CUDA GPUs of sm_90
 /// have them.
-pub fn check_not_warp_specialized(k: &Kernel, target: &str) -> Result<(), EmitError> {
+pub fn check_not_hopper_only(k: &Kernel, target: &str) -> Result<(), EmitError> {
     let how = if k.warp_specialize {
         "is warp-specialized (`warp_specialize()`)"
     } else if k.wgmma {

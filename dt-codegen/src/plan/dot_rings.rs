@@ -14,7 +14,7 @@
 //! pipeline's (`layouts::pipeline`).
 //! The operands' lines are padded where the rings fit so, else swizzled ([`MmaDot::swizzle`]):
 //! S is lowered until the rings fit in [`RING_BYTES`] (sm_90a's shared memory in a `wgmma()`
-//! kernel, see [`super::layouts::Plan::ring_bytes`]); a loop whose rings do not fit with two
+//! kernel, see [`ring_bytes`]); a loop whose rings do not fit with two
 //! stages runs unpipelined. The operands of warpgroup dots ([`MmaDot::warpgroup`]) are always
 //! swizzled, and every buffer of such a loop's rings is a whole number of 1024-byte swizzle
 //! atoms, from a ring region that starts at a multiple of 1024 bytes (the printer's part).
@@ -31,6 +31,16 @@ pub(crate) const RING_BYTES: usize = 96 * 1024;
 /// Shared memory a `wgmma()` kernel (sm_90a only, which gives a block 227 KiB) keeps out of its
 /// rings: for its slots, and the 1024 bytes of alignment of its swizzle atoms.
 pub(crate) const SLOTS_RESERVE: usize = 4 * 1024;
+
+/// Most shared memory (bytes) the rings of kernel `k` may take: [`RING_BYTES`], or in a kernel
+/// only sm_90a runs (`wgmma()`), what that target gives a block less [`SLOTS_RESERVE`].
+fn ring_bytes(k: &Kernel) -> usize {
+    if k.wgmma {
+        crate::plan::Target::SM90A.shared_bytes_per_block as usize - SLOTS_RESERVE
+    } else {
+        RING_BYTES
+    }
+}
 
 /// Gives the dots of every loop that qualifies (see the module docs) their rings, laid out one
 /// after another from `p.ring_words` on.
@@ -73,12 +83,12 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
                 .sum()
         };
         // The most stages that fit, padded where that fits, else swizzled.
-        let fits = |stages: u32, swizzle: bool| (p.ring_words + words(stages, swizzle)) * 4 <= p.ring_bytes;
+        let fits = |stages: u32, swizzle: bool| (p.ring_words + words(stages, swizzle)) * 4 <= ring_bytes(k);
         let choice = (2..=l.stages).rev().find_map(|s| [false, true].into_iter().find(|sw| fits(s, *sw)).map(|sw| (s, sw)));
         let Some((stages, swizzle)) = choice else { continue };
-        for v in dots {
+        for v in &dots {
             let start = p.ring_words;
-            let Some((_, d)) = p.dots.iter_mut().find(|(x, _)| *x == v) else { continue };
+            let Some((_, d)) = p.dots.iter_mut().find(|(x, _)| x == v) else { continue };
             *d = with_swizzle(d, swizzle);
             let mut ring = RingBuffers { at: [None, None], held: [false, false], stages, maps: [None, None], barriers: None };
             let mut next = start;
@@ -94,7 +104,7 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
             p.ring_words = next;
         }
         if k.wgmma {
-            bulk_copies(k, l, p);
+            bulk_copies(k, &dots, p);
         }
     }
 }
@@ -102,20 +112,15 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
 /// Most elements of one axis of a tensor map's box.
 const MAX_BOX: u32 = 256;
 
-/// Gives the rings of loop `l` of a `wgmma()` kernel bulk tensor copies (see
+/// Gives the rings of a loop of a `wgmma()` kernel, which feeds `dots`, bulk tensor copies (see
 /// [`RingBuffers::maps`]) where every dot the loop feeds is a warpgroup dot whose copied
 /// operands run along their input's contiguous axis (a [rows][K] operand's K, a [K][rows]
 /// one's rows: each 64-element piece of a line is 128 contiguous bytes) and whose other axes
 /// the tile covers with one element or with its lines, at most 256 of them; and the tensor
 /// maps fit the kernel's argument. Otherwise the rings keep `cp.async` (and the printer refuses
 /// the kernel).
-fn bulk_copies(k: &Kernel, l: &Loop, p: &mut Plan) {
-    let fed: Vec<usize> = (0..p.dots.len())
-        .filter(|x| {
-            let v = p.dots[*x].0;
-            p.dots[*x].1.ring.is_some() && l.body.iter().any(|s| matches!(s, Stmt::Let { value, .. } if *value == v))
-        })
-        .collect();
+fn bulk_copies(k: &Kernel, dots: &[ValueId], p: &mut Plan) {
+    let fed: Vec<usize> = dots.iter().filter_map(|v| p.dots.iter().position(|(x, _)| x == v)).collect();
     let mut maps = Vec::new();
     for x in &fed {
         let d = &p.dots[*x].1;

@@ -315,6 +315,26 @@ pub(crate) struct DirectLoad {
 }
 
 impl MmaDot {
+    /// The dot of tile `t` of `a` by `b` over `depth` of `k`, before the passes decide how it
+    /// is fed: into a fresh tile, its operands loaded apart, unstaged, unswizzled, on `mma.sync`.
+    pub(crate) fn new(tile: MmaTile, a: ValueId, b: ValueId, k: DimId, depth: u32) -> MmaDot {
+        MmaDot {
+            tile,
+            a,
+            b,
+            k,
+            depth,
+            into: None,
+            direct: [None, None],
+            stages: 1,
+            wgmma: false,
+            a_in_fragments: false,
+            ring: None,
+            swizzle: [false, false],
+            warpgroup: false,
+        }
+    }
+
     /// The dimension along the rows of operand `i` (0: `a`, 1: `b`), and their number.
     pub(crate) fn rows(&self, i: usize) -> (DimId, u32) {
         if i == 0 {
@@ -411,10 +431,6 @@ pub(crate) struct Plan {
     pub dots: Vec<(ValueId, MmaDot)>,
     /// Shared memory (4-byte words) of the rings of `super::dot_rings`, after the slots.
     pub ring_words: usize,
-    /// Most shared memory (bytes) those rings may take: [`super::dot_rings::RING_BYTES`], or
-    /// in a kernel only sm_90a runs (`wgmma()`), what that target gives a block less
-    /// [`super::dot_rings::SLOTS_RESERVE`].
-    pub ring_bytes: usize,
     /// Whether the dialect copies to shared memory asynchronously (`cp.async`, CUDA): the
     /// pipelines and rings of `num_stages` need it.
     pub async_copies: bool,
@@ -496,11 +512,6 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
         vars: vec![RegLayout::Blocked; k.vars.len()],
         dots: Vec::new(),
         ring_words: 0,
-        ring_bytes: if k.wgmma {
-            crate::plan::Target::SM90A.shared_bytes_per_block as usize - super::dot_rings::SLOTS_RESERVE
-        } else {
-            super::dot_rings::RING_BYTES
-        },
         async_copies: dialect == Dialect::Cuda,
         tensor_maps: Vec::new(),
     };
@@ -519,21 +530,7 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
                 let tile =
                     MmaTile { isa: MatrixIsa::MmaSync, m: w.m, n: w.n, rows: w.rows, cols: w.cols, wm: 4 * w.roles.consumers, wn: 1 };
                 let (ra, rb) = (w.operands[0].value, w.operands[1].value);
-                let d = MmaDot {
-                    tile,
-                    a: ra,
-                    b: rb,
-                    k: w.k,
-                    depth: w.step,
-                    into: Some(w.acc),
-                    direct: [None, None],
-                    stages: 1,
-                    wgmma: true,
-                    a_in_fragments: false,
-                    ring: None,
-                    swizzle: [false, false],
-                    warpgroup: false,
-                };
+                let d = MmaDot { into: Some(w.acc), wgmma: true, ..MmaDot::new(tile, ra, rb, w.k, w.step) };
                 p.values[id.0 as usize] = RegLayout::Mma(tile);
                 p.dots.push((*id, d));
                 continue;
@@ -655,18 +652,35 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
 /// too or read from fragments; every copied operand in lines of whole 128-byte swizzle atoms
 /// (64 elements). The rings then give it its buffers (`super::dot_rings`).
 pub(crate) fn warpgroup_fits(d: &MmaDot) -> bool {
-    let t = d.tile;
-    t.isa == MatrixIsa::MmaSync
-        && !d.wgmma
-        && t.wn == 1
-        && t.wm.is_multiple_of(4)
-        && t.rows == 16 * t.wm
-        && t.cols.is_multiple_of(8)
-        && t.cols <= 256
-        && d.direct[1].is_some()
-        && (d.direct[0].is_some() || d.a_in_fragments)
-        && (0..2).all(|i| d.direct[i].is_none() || d.can_swizzle(i))
+    warpgroup_misfit(d).is_none()
 }
+
+/// Why dot `d` cannot be a warpgroup product (see [`warpgroup_fits`]), as the error of a
+/// `wgmma()` kernel says it; `None` where it can, though the rings may still not serve it
+/// ([`RINGS_MISFIT`]).
+pub(crate) fn warpgroup_misfit(d: &MmaDot) -> Option<String> {
+    let t = d.tile;
+    if t.isa != MatrixIsa::MmaSync || d.wgmma {
+        return Some("its element type has no wgmma here (f16 and bf16 have)".into());
+    }
+    if t.wn != 1 {
+        return Some(format!("its {} x {} tile is not split over its rows alone by its warps", t.rows, t.cols));
+    }
+    if t.rows != 16 * t.wm || !t.wm.is_multiple_of(4) {
+        return Some(format!("its {} rows are not 64 per warpgroup of 4 warps ({} warps over them)", t.rows, t.wm));
+    }
+    if !t.cols.is_multiple_of(8) || t.cols > 256 {
+        return Some(format!("its {} columns are not a multiple of 8 up to 256", t.cols));
+    }
+    let copied = d.direct[1].is_some() && (d.direct[0].is_some() || d.a_in_fragments);
+    if !copied || (0..2).any(|i| d.direct[i].is_some() && !d.can_swizzle(i)) {
+        return Some(RINGS_MISFIT.into());
+    }
+    None
+}
+
+/// Why a dot that could be a warpgroup product is not one: its loop's rings do not feed it.
+pub(crate) const RINGS_MISFIT: &str = "its operands are not copied through the rings of a reduction loop with num_stages(2) or more that does more than this dot (a loop of the dot alone, a matmul's, is warp_specialize()'s), or its staged lines are not a multiple of 64 elements";
 
 /// Whether operand `a` of dot `d`, in `layout`, is held as `d`'s warps want their A fragments
 /// (see [`MmaDot::a_in_fragments`]): `mma.sync` accumulator fragments over the dot's rows and
@@ -870,21 +884,7 @@ fn geometry(k: &Kernel, isa: MatrixIsa, warps: u32, id: ValueId, a: ValueId, b: 
         .filter(|(wm, wn)| rows % (fr * wm) == 0 && cols % (fc * wn) == 0 && (!whole_rows || *wn == 1))
         .min_by_key(|(wm, wn)| (rows / wm + cols / wn, *wn))?;
     let tile = MmaTile { isa, m, n, rows, cols, wm, wn };
-    Some(MmaDot {
-        tile,
-        a: ra,
-        b: rb,
-        k: dim,
-        depth,
-        into: None,
-        direct: [None, None],
-        stages: 1,
-        wgmma: false,
-        a_in_fragments: false,
-        ring: None,
-        swizzle: [false, false],
-        warpgroup: false,
-    })
+    Some(MmaDot::new(tile, ra, rb, dim, depth))
 }
 
 /// Whether tiles of shapes `a` and `b` put each element in the same register of the same thread:
