@@ -67,3 +67,16 @@ pub fn attention_into<T: Element>(
 ) -> Result<()> {
     gpu::run_into(gpu, op(causal), &[q, k, v], &[], out)
 }
+
+/// The symbol of the kernel [`attention`] launches for these arguments on `gpu`, its size class
+/// and twin (e.g. `dt_attention_90a_128_f16`, the wgmma class, on an H100 for tensors a tensor
+/// map describes), for diagnostics; nothing is launched.
+pub fn attention_kernel<T: Element>(
+    gpu: &Gpu,
+    q: &DeviceTensor<T>,
+    k: &DeviceTensor<T>,
+    v: &DeviceTensor<T>,
+    causal: bool,
+) -> Result<String> {
+    gpu::launch_symbol(gpu, op(causal), &[q, k, v], &[])
+}

@@ -536,3 +536,65 @@ fn hopper_run<T: Element>(gpu: &Gpu, case: &Case, placements: &[Placement]) -> (
     };
     (out.unwrap().to_host().unwrap().into_iter().map(T::to_f32).collect(), symbol.unwrap())
 }
+
+/// The wgmma attention classes (`attention_90a_64`, `attention_90a_128` and their causal twins:
+/// TMA rings, wgmma) at head dimensions up to and at their bounds, query and key counts that are
+/// no multiple of their blocks (128 queries, 64 keys), contiguous and padded rows (which tensor
+/// maps describe: they run the wgmma class on sm_90) and transposed ones (which run the class for
+/// any layout); f16 and bf16. On a GPU without sm_90 every case runs the other classes.
+#[test]
+fn hopper_attention_matches_reference() {
+    if !available(Backend::Gpu, "hopper_attention_matches_reference") {
+        return;
+    }
+    let gpu = gpu().unwrap();
+    let hopper = runs_hopper_classes(gpu);
+    if !hopper {
+        eprintln!("hopper_attention_matches_reference: this GPU runs no wgmma class; checking the fallback");
+    }
+    let padded = |rank| Placement { order: (0..rank).collect(), pad: 8 };
+    let mut transposed = Placement::row_major(4);
+    transposed.order.swap(2, 3);
+    // (batch, heads, seq_q, seq_k, d, e): the `_64` class up to 64, the `_128` class above.
+    let shapes: [AttentionShape; 7] = [
+        (1, 2, 1, 1, 64, 64),
+        (2, 3, 127, 65, 64, 64),
+        (2, 2, 65, 300, 40, 24),
+        (1, 2, 300, 200, 128, 128),
+        (1, 1, 129, 257, 128, 128),
+        (1, 2, 200, 130, 80, 80),
+        (1, 1, 64, 190, 128, 64),
+    ];
+    for (i, &shape) in shapes.iter().enumerate() {
+        for (name, placement, tma) in
+            [("contiguous", Placement::row_major(4), true), ("padded", padded(4), true), ("transposed", transposed.clone(), false)]
+        {
+            for causal in [false, true] {
+                let run = |dtype: dt_core::DType| {
+                    let case = common::attention(shape, causal, dtype, 1.0, i as u64);
+                    let placements = [placement.clone(), placement.clone(), placement.clone()];
+                    let (got, symbol) = match dtype {
+                        dt_core::DType::BF16 => hopper_attention_run::<bf16>(gpu, &case, &placements, causal),
+                        _ => hopper_attention_run::<f16>(gpu, &case, &placements, causal),
+                    };
+                    let what = format!("attention{} {shape:?} {dtype} {name} ({symbol})", if causal { " causal" } else { "" });
+                    case.check(&what, &got).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_eq!(symbol.contains("_90a_"), hopper && tma, "{what}: ran `{symbol}`");
+                };
+                run(dt_core::DType::F16);
+                run(dt_core::DType::BF16);
+            }
+        }
+    }
+}
+
+/// Runs an attention case on the GPU; returns the result and the kernel it ran.
+fn hopper_attention_run<T: Element>(gpu: &Gpu, case: &Case, placements: &[Placement], causal: bool) -> (Vec<f32>, String) {
+    let t: Vec<DeviceTensor<T>> = placed::<T>(case, placements)
+        .into_iter()
+        .map(|(shape, strides, data)| DeviceTensor::from_host_strided(gpu, shape, strides, &data).unwrap())
+        .collect();
+    let out = dt_kernels::attention::attention(gpu, &t[0], &t[1], &t[2], causal);
+    let symbol = dt_kernels::attention::attention_kernel(gpu, &t[0], &t[1], &t[2], causal);
+    (out.unwrap().to_host().unwrap().into_iter().map(T::to_f32).collect(), symbol.unwrap())
+}
