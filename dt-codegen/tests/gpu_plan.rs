@@ -114,6 +114,34 @@ fn the_verifier_catches_a_broken_plan() {
     assert!(dt_codegen::plan::verify::verify(&k, &small).unwrap_err().contains("bytes of shared memory"));
 }
 
+/// The epilogue stores through shared memory where the ring leaves room for the staging buffers
+/// (a 128 x 256 tile in 4 stages), and from the fragments where it does not (128 x 128 in 7
+/// stages); the verifier refuses staging buffers that overlap the barriers or a box that is not
+/// a warpgroup's rows.
+#[test]
+fn the_epilogue_stores_through_shared_memory_where_there_is_room() {
+    let planned = |schedule: &str| {
+        let p = dt_core::compile_spec(&matmul(schedule, "f16")).expect("checks");
+        let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+        let gp = plan(&k, DType::F16, &Target::SM90A).expect("plans");
+        (k, gp)
+    };
+    let (k, roomy) = planned("mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:64); mm.num_warps(8); mm.num_stages(4);");
+    let w = roomy.warp_specialized.as_ref().expect("warp-specialized");
+    let s = w.store.as_ref().expect("a staged store");
+    assert_eq!((s.chunks, s.map, w.tensor_maps().len()), (4, 2, 3));
+    assert!(w.shared_bytes <= Target::SM90A.shared_bytes_per_block);
+    let (_, full) = planned("mm.block(x:128, y:128); mm.tensorize(x:128, y:128, k:64); mm.num_warps(8); mm.num_stages(7);");
+    let w_full = full.warp_specialized.as_ref().expect("warp-specialized");
+    assert!(w_full.store.is_none() && w_full.tensor_maps().len() == 2, "7 stages of 128 x 128 leave no room for staging");
+    let mut overlapping = roomy.clone();
+    overlapping.warp_specialized.as_mut().and_then(|w| w.store.as_mut()).expect("staged").offset -= 1024;
+    assert!(dt_codegen::plan::verify::verify(&k, &overlapping).unwrap_err().contains("staging buffers"));
+    let mut wide = roomy.clone();
+    wide.warp_specialized.as_mut().and_then(|w| w.store.as_mut()).expect("staged").boxes[1] = 128;
+    assert!(dt_codegen::plan::verify::verify(&k, &wide).unwrap_err().contains("box"));
+}
+
 /// A `wgmma()` kernel whose dots cannot all be warpgroup products is refused by the CUDA
 /// printer with the reason, and refused by HIP.
 #[test]

@@ -554,6 +554,55 @@ DT_FN void dt_tma_load_5d(unsigned dst, const dt_tensor_map* map, unsigned bar, 
     __trap();
 #endif
 }
+/* A bulk tensor store (TMA): the box at `src` in shared memory (laid out as the map's swizzle
+ * says) to the tensor of `map` at coordinates (c0 innermost, c1), leaving out what lies outside
+ * the tensor. It joins this thread's open bulk group, which dt_bulk_commit closes;
+ * dt_bulk_wait_read<N> waits until at most N of the thread's groups still read shared memory,
+ * dt_bulk_wait<N> until at most N are not yet complete. */
+DT_FN void dt_tma_store_2d(const dt_tensor_map* map, unsigned src, int c0, int c1) {
+#if DT_SM90A
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map), "r"(src), "r"(c0), "r"(c1)
+                 : "memory");
+#else
+    (void)map, (void)src, (void)c0, (void)c1;
+    __trap();
+#endif
+}
+DT_FN void dt_bulk_commit() {
+#if DT_SM90A
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+template <int N>
+DT_FN void dt_bulk_wait_read() {
+#if DT_SM90A
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+#else
+    __trap();
+#endif
+}
+template <int N>
+DT_FN void dt_bulk_wait() {
+#if DT_SM90A
+    asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+#else
+    __trap();
+#endif
+}
+/* Makes this thread's writes to shared memory visible to the bulk copies issued after the
+ * barrier that follows. */
+DT_FN void dt_fence_proxy_async() {
+#if DT_SM90A
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+/* The barrier of one warpgroup (named barrier `id`, 128 threads). */
+DT_FN void dt_warpgroup_sync(unsigned id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
+DT_FN void dt_st_shared_u32(unsigned addr, unsigned v) { asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory"); }
 DT_FN unsigned long long dt_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
     return (unsigned long long)((addr & 0x3ffffu) >> 4) | ((unsigned long long)((lbo & 0x3ffffu) >> 4) << 16) |
            ((unsigned long long)((sbo & 0x3ffffu) >> 4) << 32) | (1ull << 62);

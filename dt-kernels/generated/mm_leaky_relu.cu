@@ -554,6 +554,55 @@ DT_FN void dt_tma_load_5d(unsigned dst, const dt_tensor_map* map, unsigned bar, 
     __trap();
 #endif
 }
+/* A bulk tensor store (TMA): the box at `src` in shared memory (laid out as the map's swizzle
+ * says) to the tensor of `map` at coordinates (c0 innermost, c1), leaving out what lies outside
+ * the tensor. It joins this thread's open bulk group, which dt_bulk_commit closes;
+ * dt_bulk_wait_read<N> waits until at most N of the thread's groups still read shared memory,
+ * dt_bulk_wait<N> until at most N are not yet complete. */
+DT_FN void dt_tma_store_2d(const dt_tensor_map* map, unsigned src, int c0, int c1) {
+#if DT_SM90A
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map), "r"(src), "r"(c0), "r"(c1)
+                 : "memory");
+#else
+    (void)map, (void)src, (void)c0, (void)c1;
+    __trap();
+#endif
+}
+DT_FN void dt_bulk_commit() {
+#if DT_SM90A
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+template <int N>
+DT_FN void dt_bulk_wait_read() {
+#if DT_SM90A
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+#else
+    __trap();
+#endif
+}
+template <int N>
+DT_FN void dt_bulk_wait() {
+#if DT_SM90A
+    asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+#else
+    __trap();
+#endif
+}
+/* Makes this thread's writes to shared memory visible to the bulk copies issued after the
+ * barrier that follows. */
+DT_FN void dt_fence_proxy_async() {
+#if DT_SM90A
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+/* The barrier of one warpgroup (named barrier `id`, 128 threads). */
+DT_FN void dt_warpgroup_sync(unsigned id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
+DT_FN void dt_st_shared_u32(unsigned addr, unsigned v) { asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory"); }
 DT_FN unsigned long long dt_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
     return (unsigned long long)((addr & 0x3ffffu) >> 4) | ((unsigned long long)((lbo & 0x3ffffu) >> 4) << 16) |
            ((unsigned long long)((sbo & 0x3ffffu) >> 4) << 32) | (1ull << 62);
@@ -633,7 +682,7 @@ DT_FN void dt_wgmma_m64n128k16_f16(float* d, unsigned long long a, unsigned long
 }
 #endif
 /* kernel out_90a_m64 for f16: grid block(x:64, y:128); 256 threads, warp-specialized for sm_90a */
-extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_f16(DT_GRID_CONSTANT const dt_tma_args_t<2, dt_args_t<2, 2, 3, 1>> targs) {
+extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
 #if defined(__CUDA_ARCH__) && !DT_SM90A
     __trap(); /* built for sm_90a, where the library runs it */
 #else
@@ -688,6 +737,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_f16(DT_GRID_
     } else {
         dt_setmaxnreg_inc<248>();
         unsigned dt_step = 0;
+        unsigned dt_stored = 0;
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
@@ -760,17 +810,26 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_f16(DT_GRID_
                     for (int r = 0; r < 64; r++) {
                         v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
-                        if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(unsigned*)(out + a) = dt_pack2_f16(v11[r], v11[r + 1]);
-                        else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f16(v11[r]);
+                    for (int c = 0; c < 2; c++, dt_stored++) {
+                        const unsigned buf = dt_ring + 148480 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
+                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        #pragma unroll
+                        for (int j = 0; j < 32; j += 2) {
+                            const int r = c * 32 + j;
+                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
+                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_f16(v11[r], v11[r + 1]));
+                        }
+                        dt_fence_proxy_async();
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 128) + c * 64), (int)((b0 * 64) + (tid >> 7) * 64)); dt_bulk_commit(); }
                     }
                 }
             }
         }
+        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
     }
 #endif
 }
@@ -790,7 +849,7 @@ DT_FN void dt_wgmma_m64n128k16_bf16(float* d, unsigned long long a, unsigned lon
 }
 #endif
 /* kernel out_90a_m64 for bf16: grid block(x:64, y:128); 256 threads, warp-specialized for sm_90a */
-extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_bf16(DT_GRID_CONSTANT const dt_tma_args_t<2, dt_args_t<2, 2, 3, 1>> targs) {
+extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
 #if defined(__CUDA_ARCH__) && !DT_SM90A
     __trap(); /* built for sm_90a, where the library runs it */
 #else
@@ -845,6 +904,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_bf16(DT_GRID
     } else {
         dt_setmaxnreg_inc<248>();
         unsigned dt_step = 0;
+        unsigned dt_stored = 0;
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
@@ -917,17 +977,26 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_bf16(DT_GRID
                     for (int r = 0; r < 64; r++) {
                         v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
-                        if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(unsigned*)(out + a) = dt_pack2_bf16(v11[r], v11[r + 1]);
-                        else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_bf16(v11[r]);
+                    for (int c = 0; c < 2; c++, dt_stored++) {
+                        const unsigned buf = dt_ring + 148480 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
+                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        #pragma unroll
+                        for (int j = 0; j < 32; j += 2) {
+                            const int r = c * 32 + j;
+                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
+                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_bf16(v11[r], v11[r + 1]));
+                        }
+                        dt_fence_proxy_async();
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 128) + c * 64), (int)((b0 * 64) + (tid >> 7) * 64)); dt_bulk_commit(); }
                     }
                 }
             }
         }
+        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
     }
 #endif
 }
@@ -947,7 +1016,7 @@ DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long 
 }
 #endif
 /* kernel out_90a_1k for f16: grid block(x:64, y:64); 256 threads, warp-specialized for sm_90a */
-extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_1k_f16(DT_GRID_CONSTANT const dt_tma_args_t<2, dt_args_t<2, 2, 3, 1>> targs) {
+extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_1k_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
 #if defined(__CUDA_ARCH__) && !DT_SM90A
     __trap(); /* built for sm_90a, where the library runs it */
 #else
@@ -1001,6 +1070,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_1k_f16(DT_GRID_C
     } else {
         dt_setmaxnreg_inc<248>();
         unsigned dt_step = 0;
+        unsigned dt_stored = 0;
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
@@ -1073,17 +1143,26 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_1k_f16(DT_GRID_C
                     for (int r = 0; r < 32; r++) {
                         v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
                     #pragma unroll
-                    for (int r = 0; r < 32; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
-                        if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(unsigned*)(out + a) = dt_pack2_f16(v11[r], v11[r + 1]);
-                        else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f16(v11[r]);
+                    for (int c = 0; c < 1; c++, dt_stored++) {
+                        const unsigned buf = dt_ring + 132096 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
+                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        #pragma unroll
+                        for (int j = 0; j < 32; j += 2) {
+                            const int r = c * 32 + j;
+                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
+                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_f16(v11[r], v11[r + 1]));
+                        }
+                        dt_fence_proxy_async();
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 64) + c * 64), (int)((b0 * 64) + (tid >> 7) * 64)); dt_bulk_commit(); }
                     }
                 }
             }
         }
+        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
     }
 #endif
 }
@@ -1103,7 +1182,7 @@ DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long
 }
 #endif
 /* kernel out_90a_1k for bf16: grid block(x:64, y:64); 256 threads, warp-specialized for sm_90a */
-extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_1k_bf16(DT_GRID_CONSTANT const dt_tma_args_t<2, dt_args_t<2, 2, 3, 1>> targs) {
+extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_1k_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
 #if defined(__CUDA_ARCH__) && !DT_SM90A
     __trap(); /* built for sm_90a, where the library runs it */
 #else
@@ -1157,6 +1236,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_1k_bf16(DT_GRID_
     } else {
         dt_setmaxnreg_inc<248>();
         unsigned dt_step = 0;
+        unsigned dt_stored = 0;
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
@@ -1229,17 +1309,26 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_1k_bf16(DT_GRID_
                     for (int r = 0; r < 32; r++) {
                         v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
                     #pragma unroll
-                    for (int r = 0; r < 32; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
-                        if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(unsigned*)(out + a) = dt_pack2_bf16(v11[r], v11[r + 1]);
-                        else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_bf16(v11[r]);
+                    for (int c = 0; c < 1; c++, dt_stored++) {
+                        const unsigned buf = dt_ring + 132096 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
+                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        #pragma unroll
+                        for (int j = 0; j < 32; j += 2) {
+                            const int r = c * 32 + j;
+                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
+                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_bf16(v11[r], v11[r + 1]));
+                        }
+                        dt_fence_proxy_async();
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 64) + c * 64), (int)((b0 * 64) + (tid >> 7) * 64)); dt_bulk_commit(); }
                     }
                 }
             }
         }
+        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
     }
 #endif
 }
@@ -1259,7 +1348,7 @@ DT_FN void dt_wgmma_m64n256k16_f16(float* d, unsigned long long a, unsigned long
 }
 #endif
 /* kernel out_90a for f16: grid block(x:128, y:256) map(x:x1/8, y, x1); 384 threads, warp-specialized for sm_90a */
-extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_f16(DT_GRID_CONSTANT const dt_tma_args_t<2, dt_args_t<2, 2, 3, 1>> targs) {
+extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
 #if defined(__CUDA_ARCH__) && !DT_SM90A
     __trap(); /* built for sm_90a, where the library runs it */
 #else
@@ -1316,6 +1405,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_f16(DT_GRID_CONS
     } else {
         dt_setmaxnreg_inc<232>();
         unsigned dt_step = 0;
+        unsigned dt_stored = 0;
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
@@ -1390,17 +1480,26 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_f16(DT_GRID_CONS
                     for (int r = 0; r < 128; r++) {
                         v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
                     #pragma unroll
-                    for (int r = 0; r < 128; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 32 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 256 + (r >> 2) % 32 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
-                        if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(unsigned*)(out + a) = dt_pack2_f16(v11[r], v11[r + 1]);
-                        else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f16(v11[r]);
+                    for (int c = 0; c < 4; c++, dt_stored++) {
+                        const unsigned buf = dt_ring + 197632 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
+                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        #pragma unroll
+                        for (int j = 0; j < 32; j += 2) {
+                            const int r = c * 32 + j;
+                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 32 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 256 + (r >> 2) % 32 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
+                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_f16(v11[r], v11[r + 1]));
+                        }
+                        dt_fence_proxy_async();
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 256) + c * 64), (int)((b0 * 128) + (tid >> 7) * 64)); dt_bulk_commit(); }
                     }
                 }
             }
         }
+        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
     }
 #endif
 }
@@ -1420,7 +1519,7 @@ DT_FN void dt_wgmma_m64n256k16_bf16(float* d, unsigned long long a, unsigned lon
 }
 #endif
 /* kernel out_90a for bf16: grid block(x:128, y:256) map(x:x1/8, y, x1); 384 threads, warp-specialized for sm_90a */
-extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_bf16(DT_GRID_CONSTANT const dt_tma_args_t<2, dt_args_t<2, 2, 3, 1>> targs) {
+extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
 #if defined(__CUDA_ARCH__) && !DT_SM90A
     __trap(); /* built for sm_90a, where the library runs it */
 #else
@@ -1477,6 +1576,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_bf16(DT_GRID_CON
     } else {
         dt_setmaxnreg_inc<232>();
         unsigned dt_step = 0;
+        unsigned dt_stored = 0;
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
@@ -1551,17 +1651,26 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_bf16(DT_GRID_CON
                     for (int r = 0; r < 128; r++) {
                         v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
                     #pragma unroll
-                    for (int r = 0; r < 128; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 32 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 256 + (r >> 2) % 32 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
-                        if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(unsigned*)(out + a) = dt_pack2_bf16(v11[r], v11[r + 1]);
-                        else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_bf16(v11[r]);
+                    for (int c = 0; c < 4; c++, dt_stored++) {
+                        const unsigned buf = dt_ring + 197632 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
+                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        #pragma unroll
+                        for (int j = 0; j < 32; j += 2) {
+                            const int r = c * 32 + j;
+                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 32 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 256 + (r >> 2) % 32 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
+                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_bf16(v11[r], v11[r + 1]));
+                        }
+                        dt_fence_proxy_async();
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 256) + c * 64), (int)((b0 * 128) + (tid >> 7) * 64)); dt_bulk_commit(); }
                     }
                 }
             }
         }
+        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
     }
 #endif
 }

@@ -863,7 +863,10 @@ impl Emitter<'_> {
                 let (RegLayout::Mma(t), name) = (self.layout(*value), name.clone()) else {
                     return Err(EmitError(format!("kernel `{}`: a tile stored in pairs is not in fragments", self.k.name)));
                 };
-                self.store_pairs(&name, t, tile);
+                match self.ws.as_ref().and_then(|w| w.store.clone()).filter(|s| s.value == *value) {
+                    Some(s) => self.store_staged(&name, t, &s),
+                    None => self.store_pairs(&name, t, tile),
+                }
             }
             Stmt::Store { value, tile } => {
                 let src = self.sources(Reader::Store(*value), &[*value]);

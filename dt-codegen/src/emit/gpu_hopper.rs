@@ -8,7 +8,10 @@ use super::super::{program_coords, program_count, start_offset, GPU_INDEX};
 use super::{EmitError, Emitter};
 use crate::abi;
 use crate::plan::layouts::MmaDot;
-use crate::plan::warp_specialize::{StagedOperand, WarpSpecialized, STEP};
+use crate::plan::layouts::MmaTile;
+use crate::plan::warp_specialize::{
+    StagedOperand, StagedStore, WarpSpecialized, ROWS_PER_CONSUMER, ROW_BYTES, STEP, STORE_BUFFERS, STORE_COLS,
+};
 use dt_core::algo::DimId;
 use dt_core::kir::*;
 use dt_core::DType;
@@ -17,6 +20,9 @@ use std::fmt::Write;
 /// The C variable counting the steps of the `rdot` loop a role has run, over all its blocks:
 /// step `i` uses stage `i % stages` in phase `(i / stages) % 2`.
 const STEP_COUNTER: &str = "dt_step";
+/// The C variable counting the chunks a consumer warpgroup has stored through shared memory:
+/// chunk `i` uses staging buffer `i % 2`.
+const STORE_COUNTER: &str = "dt_stored";
 
 /// The barrier of `threads` consumer threads (a named barrier the producer never reaches).
 pub(super) fn consumer_sync(threads: u32) -> String {
@@ -71,7 +77,7 @@ impl Emitter<'_> {
         let r = w.roles;
         let consumers = r.producer_thread();
         let args = abi::GpuArgs::of(k).c_type();
-        let maps = w.operands.len();
+        let maps = w.tensor_maps().len();
         let _ = writeln!(
             self.out,
             "extern \"C\" __global__ void __launch_bounds__({}, 1) {symbol}(DT_GRID_CONSTANT const dt_tma_args_t<{maps}, {args}> targs) {{",
@@ -114,7 +120,13 @@ impl Emitter<'_> {
         self.depth += 1;
         self.line(&format!("dt_setmaxnreg_inc<{}>();", r.consumer_registers));
         self.line(&format!("unsigned {STEP_COUNTER} = 0;"));
+        if w.store.is_some() {
+            self.line(&format!("unsigned {STORE_COUNTER} = 0;"));
+        }
         self.program_loop(w, |e| e.stmts(&k.body))?;
+        if w.store.is_some() {
+            self.line("if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */");
+        }
         self.depth -= 1;
         self.line("}");
         self.out += "#endif\n";
@@ -270,6 +282,52 @@ impl Emitter<'_> {
         self.line("#pragma unroll");
         self.line(&format!("for (int r = 0; r < {regs}; r++) dt_reg_fence({acc}[r]);"));
         Ok(())
+    }
+}
+
+impl Emitter<'_> {
+    /// The store of fragments `src` (layout `t`) through shared memory by plan `s`: each
+    /// consumer warpgroup writes its 64 rows, a chunk of 64 columns at a time, into its next
+    /// staging buffer (once the store that read it last is done), two adjacent columns per
+    /// 4-byte write at the 128-byte swizzle's place, and its first thread stores the chunk with
+    /// a bulk tensor copy, which leaves out what lies outside the output.
+    pub(super) fn store_staged(&mut self, src: &str, t: MmaTile, s: &StagedStore) {
+        let w = self.ws.clone().expect("a staged store belongs to a warp-specialized kernel");
+        let per_consumer = STORE_BUFFERS * s.buffer_bytes;
+        let (row, col) = t.row_col("r");
+        let (m0, n0) = (start_offset(self.k, w.m), start_offset(self.k, w.n));
+        let sync = format!("dt_warpgroup_sync({} + (tid >> 7));", s.first_barrier);
+        self.line(&format!(
+            "/* the tile through shared memory: {STORE_COLS} columns of the warpgroup's {ROWS_PER_CONSUMER} rows at a time, into one of its {STORE_BUFFERS} buffers, stored by a bulk tensor copy */"
+        ));
+        self.line("#pragma unroll");
+        self.line(&format!("for (int c = 0; c < {}; c++, {STORE_COUNTER}++) {{", s.chunks));
+        self.depth += 1;
+        self.line(&format!(
+            "const unsigned buf = dt_ring + {} + (tid >> 7) * {per_consumer} + ({STORE_COUNTER} % {STORE_BUFFERS}u) * {};",
+            s.offset, s.buffer_bytes
+        ));
+        self.line(&format!("if ((tid & 127) == 0) dt_bulk_wait_read<{}>(); /* the store that read buf is done */", STORE_BUFFERS - 1));
+        self.line(&sync);
+        self.line("#pragma unroll");
+        self.line(&format!("for (int j = 0; j < {}; j += 2) {{", s.registers_per_chunk));
+        self.depth += 1;
+        self.line(&format!("const int r = c * {} + j;", s.registers_per_chunk));
+        self.line(&format!("const int lr = ({row}) % {ROWS_PER_CONSUMER}, lc = ({col}) % {STORE_COLS};"));
+        self.line(&format!(
+            "dt_st_shared_u32(buf + lr * {ROW_BYTES} + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_{}({src}[r], {src}[r + 1]));",
+            self.dtype.name()
+        ));
+        self.depth -= 1;
+        self.line("}");
+        self.line("dt_fence_proxy_async();");
+        self.line(&sync);
+        self.line(&format!(
+            "if ((tid & 127) == 0) {{ dt_tma_store_2d(&targs.maps[{}], buf, (int)({n0} + c * {STORE_COLS}), (int)({m0} + (tid >> 7) * {ROWS_PER_CONSUMER})); dt_bulk_commit(); }}",
+            s.map
+        ));
+        self.depth -= 1;
+        self.line("}");
     }
 }
 

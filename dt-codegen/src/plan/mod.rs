@@ -244,10 +244,33 @@ pub fn print(k: &Kernel, p: &GpuPlan) -> String {
         dim(w.n),
         w.cols
     );
+    if let Some(s) = &w.store {
+        let _ = writeln!(
+            out,
+            "  store     {}[{}:{}, {}:{}] through shared memory: map {}, {} bulk stores of box [{}:{}, {}:{}] per consumer; {} buffers of {} bytes per consumer at +{}, 128-byte swizzle; named barriers {} on",
+            k.output.name,
+            dim(w.m),
+            w.rows,
+            dim(w.n),
+            w.cols,
+            s.map,
+            s.chunks,
+            dim(w.m),
+            s.boxes[0],
+            dim(w.n),
+            s.boxes[1],
+            warp_specialize::STORE_BUFFERS,
+            s.buffer_bytes,
+            s.offset,
+            s.first_barrier
+        );
+    }
     let _ = writeln!(
         out,
-        "  shared    {} bytes for the ring (1024-aligned, barriers included) of {}",
-        w.shared_bytes, p.target.shared_bytes_per_block
+        "  shared    {} bytes for the ring{} (1024-aligned, barriers included) of {}",
+        w.shared_bytes,
+        if w.store.is_some() { " and the staging buffers" } else { "" },
+        p.target.shared_bytes_per_block
     );
     out
 }

@@ -2,7 +2,7 @@
 //! a pass that breaks one fails where it breaks it rather than as a wrong result or a hung
 //! kernel on the GPU.
 
-use super::warp_specialize::{Major, WarpSpecialized, ROWS_PER_CONSUMER, ROW_BYTES, WARPGROUP};
+use super::warp_specialize::{Major, StagedStore, WarpSpecialized, ROWS_PER_CONSUMER, ROW_BYTES, STORE_BUFFERS, STORE_COLS, WARPGROUP};
 use super::GpuPlan;
 use dt_core::kir::{Kernel, Op, Stmt};
 
@@ -93,6 +93,36 @@ fn warp_specialized(k: &Kernel, p: &GpuPlan, w: &WarpSpecialized) -> Result<(), 
     }
     if k.var(w.acc) != &k.value(w.dot).shape {
         return Err("the accumulator is not the dot's shape".into());
+    }
+    if let Some(s) = &w.store {
+        staged_store(k, w, s)?;
+    }
+    Ok(())
+}
+
+/// The epilogue's store through shared memory: buffers of 1024-byte-aligned 128-byte rows after
+/// the barriers and within the plan's shared memory, a box of 64 rows by one such row, the map
+/// after the operands', chunks that cover the tile's columns, barriers after the consumers'.
+fn staged_store(k: &Kernel, w: &WarpSpecialized, s: &StagedStore) -> Result<(), String> {
+    let consumers = w.roles.consumers;
+    if !s.offset.is_multiple_of(1024) || s.offset < w.empty.offset + 8 * w.stages || !s.buffer_bytes.is_multiple_of(1024) {
+        return Err("the staging buffers are not 1024-byte aligned after the barriers".into());
+    }
+    if 1024 + s.offset + consumers * STORE_BUFFERS * s.buffer_bytes != w.shared_bytes {
+        return Err("the staging buffers are not the end of the plan's shared memory".into());
+    }
+    if s.boxes != [ROWS_PER_CONSUMER, STORE_COLS] || STORE_COLS * 2 != ROW_BYTES || s.buffer_bytes != ROWS_PER_CONSUMER * ROW_BYTES {
+        return Err("a staged store's box is not a consumer's 64 rows by one 128-byte row".into());
+    }
+    if s.map != w.operands.len() || k.output.dims != [w.m, w.n] {
+        return Err("the staged store's map is not the output's, after the operands'".into());
+    }
+    // A warp's fragments of 8 columns, 4 registers each, the columns in order.
+    if s.chunks * STORE_COLS != w.cols || s.registers_per_chunk != STORE_COLS / 8 * 4 {
+        return Err("the staged store's chunks do not cover the tile's columns".into());
+    }
+    if s.first_barrier < 2 || s.first_barrier + consumers > 16 {
+        return Err("the consumer warpgroups' barriers are not among named barriers 2 to 15".into());
     }
     Ok(())
 }

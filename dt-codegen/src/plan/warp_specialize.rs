@@ -19,6 +19,11 @@
 //! contiguous axis is the contraction `k` is "K-major" (one box of [rows, 64] per stage, `k` a
 //! step of 64), one whose contiguous axis is its rows "MN-major" (boxes of [64 k, 64 rows], one
 //! per 64 rows), which `wgmma` reads transposed.
+//!
+//! The epilogue stores the tile through shared memory where there is room ([`StagedStore`]):
+//! each consumer warpgroup writes its 64 rows 64 columns at a time into one of two staging
+//! buffers of the same swizzled rows, and one of its threads stores each with a bulk tensor copy,
+//! which writes whole 128-byte lines and leaves out what lies outside the output.
 
 use super::target::Target;
 use super::PlanError;
@@ -132,6 +137,34 @@ impl Roles {
     }
 }
 
+/// The epilogue's store of the accumulator tile (or a tile computed from it element by element)
+/// through shared memory and bulk tensor copies (see the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StagedStore {
+    /// The value the kernel's one store writes.
+    pub value: ValueId,
+    /// The output's tensor map among the kernel's (after the operands').
+    pub map: usize,
+    /// The box of one store, per axis of the output: 64 rows by 64 columns.
+    pub boxes: Vec<u32>,
+    /// Chunks of [`STORE_COLS`] columns per tile, and the registers of a thread's fragments that
+    /// hold one chunk (consecutive: a warp's fragments of 8 columns hold 4 registers each).
+    pub chunks: u32,
+    pub registers_per_chunk: u32,
+    /// Where the staging buffers start (from the ring's start, after the barriers, 1024-aligned):
+    /// [`STORE_BUFFERS`] per consumer warpgroup, of `buffer_bytes` each.
+    pub offset: u32,
+    pub buffer_bytes: u32,
+    /// The named barrier of consumer warpgroup `g` is `first_barrier + g` (0 is the program's,
+    /// 1 the consumers').
+    pub first_barrier: u32,
+}
+
+/// Columns of one staged store: a 128-byte row of 16-bit elements, as the swizzle permutes.
+pub const STORE_COLS: u32 = 64;
+/// Staging buffers per consumer warpgroup: one is written while the other's store reads it.
+pub const STORE_BUFFERS: u32 = 2;
+
 /// The plan of a warp-specialized `rdot` loop (see the module docs).
 #[derive(Clone, Debug, PartialEq)]
 pub struct WarpSpecialized {
@@ -157,8 +190,10 @@ pub struct WarpSpecialized {
     /// `wgmma`'s N (the accumulator's columns) and its instructions per stage (`step / 16`).
     pub wgmma_n: u32,
     pub wgmma_per_stage: u32,
-    /// Bytes of shared memory the ring takes, its barriers and the padding that aligns it to
-    /// 1024 bytes included (the epilogue's slots come after).
+    /// The epilogue's store through shared memory, where the output and the room allow it.
+    pub store: Option<StagedStore>,
+    /// Bytes of shared memory the ring takes, its barriers, the staging buffers and the padding
+    /// that aligns it to 1024 bytes included (the epilogue's slots come after).
     pub shared_bytes: u32,
     pub persistent: bool,
 }
@@ -166,7 +201,10 @@ pub struct WarpSpecialized {
 impl WarpSpecialized {
     /// The tensor maps the kernel takes, in the order of [`StagedOperand::map`].
     pub fn tensor_maps(&self) -> Vec<TensorMapSpec> {
-        self.operands.iter().map(|o| TensorMapSpec { tensor: Some(o.input), boxes: o.boxes.clone().into(), swizzle: ROW_BYTES }).collect()
+        let operands =
+            self.operands.iter().map(|o| TensorMapSpec { tensor: Some(o.input), boxes: o.boxes.clone().into(), swizzle: ROW_BYTES });
+        let output = self.store.iter().map(|s| TensorMapSpec { tensor: None, boxes: s.boxes.clone().into(), swizzle: ROW_BYTES });
+        operands.chain(output).collect()
     }
 
     /// Whether value `v` is a load the producer's copies replace.
@@ -272,7 +310,10 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
     let empty = BarrierRing { offset: ring + 8 * stages, arrivals: consumers, tx_bytes: 0 };
     // The ring starts 1024-aligned (the swizzle's period) wherever the dynamic shared memory
     // starts: up to 1024 bytes of padding ahead of it.
-    let shared_bytes = 1024 + ring + 16 * stages;
+    let ring_bytes = 1024 + ring + 16 * stages;
+    let store = staged_store(k, m, n, rows, cols, consumers, 2, ring + 16 * stages)
+        .filter(|s| 1024 + s.offset + consumers * STORE_BUFFERS * s.buffer_bytes <= target.shared_bytes_per_block);
+    let shared_bytes = store.as_ref().map_or(ring_bytes, |s| 1024 + s.offset + consumers * STORE_BUFFERS * s.buffer_bytes);
     if shared_bytes > target.shared_bytes_per_block {
         return Err(fail(format!(
             "its {stages} stages of {stage_bytes} bytes take {shared_bytes} bytes of shared memory, above the {} of {}; lower num_stages",
@@ -298,9 +339,47 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
         roles,
         wgmma_n: cols,
         wgmma_per_stage: l.step / 16,
+        store,
         shared_bytes,
         persistent: k.persistent,
     })
+}
+
+/// The epilogue's store through shared memory of kernel `k`, whose accumulator tile is `rows`
+/// along `m` by `cols` along `n`, with the staging buffers from `after` (the ring's end), or
+/// `None` where the kernel does not end in one store of that whole tile into an output of axes
+/// `[m, n]` (which then stores from the fragments, two columns at a time).
+#[allow(clippy::too_many_arguments)]
+fn staged_store(k: &Kernel, m: DimId, n: DimId, rows: u32, cols: u32, consumers: u32, map: usize, after: u32) -> Option<StagedStore> {
+    let mut stores = Vec::new();
+    find_stores(&k.body, &mut stores);
+    let [(value, tile)] = stores[..] else { return None };
+    let whole = |s: &Shape| s.0.len() == 2 && s.0.contains(&(m, rows)) && s.0.contains(&(n, cols));
+    if k.output.dims != [m, n] || !whole(tile) || !whole(&k.value(value).shape) || !cols.is_multiple_of(STORE_COLS) || consumers == 0 {
+        return None;
+    }
+    Some(StagedStore {
+        value,
+        map,
+        boxes: vec![ROWS_PER_CONSUMER, STORE_COLS],
+        chunks: cols / STORE_COLS,
+        // A warp's fragments of 8 columns, 4 registers each, in column order.
+        registers_per_chunk: STORE_COLS / 8 * 4,
+        offset: after.next_multiple_of(1024),
+        buffer_bytes: ROWS_PER_CONSUMER * ROW_BYTES,
+        first_barrier: 2,
+    })
+}
+
+/// The stores among `stmts`, at any depth: the value and the tile of each.
+fn find_stores<'a>(stmts: &'a [Stmt], out: &mut Vec<(ValueId, &'a Shape)>) {
+    for s in stmts {
+        match s {
+            Stmt::Store { value, tile } => out.push((*value, tile)),
+            Stmt::Loop(l) => find_stores(&l.body, out),
+            _ => {}
+        }
+    }
 }
 
 /// How one operand is staged (see the module docs).
