@@ -322,7 +322,8 @@ mod tests {
             plan(&crate::matmul::OP, DType::F16, &shapes, &[], hopper).map(|p| p.symbol).unwrap()
         };
         assert_eq!(small(16, 4096), "dt_mm_90a_m64_f16");
-        assert_eq!(small(512, 512), "dt_mm_90a_1k_f16");
+        assert_eq!(small(512, 512), "dt_mm_90a_512_f16");
+        assert_eq!(small(513, 512), "dt_mm_90a_1k_f16");
         assert_eq!(small(1024, 1024), "dt_mm_90a_1k_f16");
         assert_eq!(small(1025, 1024), "dt_mm_90a_f16");
         let f32_rows = |m: usize| {

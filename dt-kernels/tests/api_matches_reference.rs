@@ -483,7 +483,8 @@ fn hopper_matmul_matches_reference() {
     let padded = |rank| Placement { order: (0..rank).collect(), pad: 8 };
     let mut transposed = Placement::row_major(2);
     transposed.order.swap(0, 1);
-    // Classes by size: up to 64 rows (`mm_90a_m64`), outputs up to 1024 x 1024 (`mm_90a_1k`), any.
+    // Classes by size: up to 64 rows (`mm_90a_m64`), outputs up to 512 x 512 (`mm_90a_512`) and
+    // 1024 x 1024 (`mm_90a_1k`), any.
     let sizes = [
         (1, 8, 8),
         (16, 2056, 264),

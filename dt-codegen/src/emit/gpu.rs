@@ -333,7 +333,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     e.settle_cluster();
     e.out += "}\n";
     if !tensor_maps.is_empty() {
-        e.drop_unused_inputs();
+        e.drop_unused_pointers();
     }
     // The rings of loads staged in shared memory come after the slots.
     let shared_bytes = shared_bytes + (e.ring_words * 4) as u32;

@@ -131,7 +131,7 @@ impl Emitter<'_> {
         self.line("}");
         self.out += "#endif\n";
         self.out += "}\n";
-        self.drop_unused_inputs();
+        self.drop_unused_pointers();
         let head = format!(
             "{}/* kernel {} for {}: grid {}; {} threads, warp-specialized for sm_90a */\n",
             wgmma_helper(w.wgmma_n, self.dtype, false),
@@ -332,12 +332,12 @@ impl Emitter<'_> {
 }
 
 impl Emitter<'_> {
-    /// Leaves out of the printed kernel the pointers of the inputs it does not read: those its
-    /// copies read through tensor maps only.
-    pub(super) fn drop_unused_inputs(&mut self) {
-        for i in 0..self.k.inputs.len() {
-            let name = format!("in{i}");
-            let declaration = |l: &str| l.trim_start().starts_with("const ") && l.contains(&format!("* __restrict__ {name} = "));
+    /// Leaves out of the printed kernel the pointers of the inputs it does not read and of an
+    /// output it does not write: those its copies move through tensor maps only.
+    pub(super) fn drop_unused_pointers(&mut self) {
+        let names = (0..self.k.inputs.len()).map(|i| format!("in{i}")).chain(["out".to_string()]);
+        for name in names {
+            let declaration = |l: &str| l.contains(&format!("* __restrict__ {name} = "));
             let used = self.out.lines().any(|l| !declaration(l) && super::mentions(l, &name));
             if !used {
                 self.out = self.out.lines().filter(|l| !declaration(l)).map(|l| format!("{l}\n")).collect();
