@@ -1,4 +1,5 @@
-//! Project chores: `cargo xtask regen [--check]`, `cargo xtask bench`, `cargo xtask plot`.
+//! Project chores: `cargo xtask regen [--check]`, `cargo xtask bench`, `cargo xtask plot`,
+//! `cargo xtask page`.
 
 mod bench;
 mod plot;
@@ -69,17 +70,28 @@ enum Command {
         #[arg(long)]
         out: std::path::PathBuf,
     },
+    /// Write one results page (and its JSON) from the JSON of several bench runs.
+    Page {
+        /// The JSON files; a row in a later one replaces the same op, shape and type in an earlier.
+        json: Vec<std::path::PathBuf>,
+        /// The page to write (Markdown).
+        #[arg(long)]
+        markdown: std::path::PathBuf,
+        /// The merged rows as JSON.
+        #[arg(long = "merged-json")]
+        merged_json: Option<std::path::PathBuf>,
+        /// The machine the runs ran on, as the page names it.
+        #[arg(long)]
+        machine: String,
+        /// The command of each run, in the order of the files.
+        #[arg(long = "command")]
+        commands: Vec<String>,
+    },
 }
 
 /// `cargo xtask plot`: the rows of `files`, later ones replacing earlier ones of the same job.
 fn plot_files(files: &[std::path::PathBuf], out: &std::path::Path) -> Result<(), String> {
-    let mut rows: Vec<results::Row> = Vec::new();
-    for f in files {
-        for r in results::from_json(f)? {
-            rows.retain(|x| !x.is(&r.op, &r.shape, &r.dtype));
-            rows.push(r);
-        }
-    }
+    let rows = results::merged(files)?;
     for f in plot::plot(&rows, out)? {
         println!("wrote {}", f.display());
     }
@@ -106,6 +118,11 @@ fn main() -> ExitCode {
             })
         }
         Command::Plot { json, out } => plot_files(&json, &out),
+        Command::Page { json, markdown, merged_json, machine, commands } => results::merged(&json).and_then(|rows| {
+            dt_codegen::host::write_atomically(&markdown, results::merged_markdown(&rows, &machine, &commands).as_bytes())
+                .map_err(|e| format!("writing {}: {e}", markdown.display()))?;
+            results::save(&rows, merged_json.as_deref())
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

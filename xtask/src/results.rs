@@ -191,24 +191,35 @@ pub fn table(rows: &[Row]) -> String {
 /// A results page: where and how the rows were measured, then their table and every baseline's
 /// time (`--markdown PATH`).
 pub fn markdown(rows: &[Row], machine: &str, command: &str) -> String {
+    page(
+        rows,
+        machine,
+        &[command.to_string()],
+        "Written by `cargo xtask bench --markdown`; every time is the median of CUDA-event-timed runs in one process tree.",
+    )
+}
+
+/// A results page of rows from several runs (`cargo xtask page`): each run's command, then the
+/// rows, each with the times of its own run.
+pub fn merged_markdown(rows: &[Row], machine: &str, commands: &[String]) -> String {
+    page(
+        rows,
+        machine,
+        commands,
+        "Written by `cargo xtask page` from the JSON of the runs below, a row of a later run replacing the same row of an earlier; every time is the median of CUDA-event-timed runs, and each row's DT and baseline times come from one process tree.",
+    )
+}
+
+fn page(rows: &[Row], machine: &str, commands: &[String], how: &str) -> String {
     use std::fmt::Write;
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# DT bench results
-"
-    );
-    let _ = writeln!(
-        out,
-        "Written by `cargo xtask bench --markdown`; every time is the median of CUDA-event-timed runs in one process tree.
-"
-    );
+    let _ = writeln!(out, "# DT bench results\n");
+    let _ = writeln!(out, "{how}\n");
     let _ = writeln!(out, "- machine: {machine}");
-    let _ = writeln!(
-        out,
-        "- command: `{command}`
-"
-    );
+    for c in commands {
+        let _ = writeln!(out, "- command: `{c}`");
+    }
+    let _ = writeln!(out);
     let _ = writeln!(out, "{}", table(rows));
     let _ = writeln!(
         out,
@@ -241,6 +252,21 @@ pub fn to_json(rows: &[Row]) -> String {
 }
 
 /// The rows of a file [`to_json`] wrote (for `--resume`); an error names the file.
+/// The rows of `files`, a row of a later file replacing the same op, shape and type of an
+/// earlier one in place.
+pub fn merged(files: &[std::path::PathBuf]) -> Result<Vec<Row>, String> {
+    let mut rows: Vec<Row> = Vec::new();
+    for f in files {
+        for r in from_json(f)? {
+            match rows.iter().position(|x| x.is(&r.op, &r.shape, &r.dtype)) {
+                Some(i) => rows[i] = r,
+                None => rows.push(r),
+            }
+        }
+    }
+    Ok(rows)
+}
+
 pub fn from_json(path: &Path) -> Result<Vec<Row>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: not the bench's JSON: {e}", path.display()))?;
@@ -304,5 +330,34 @@ mod tests {
         assert!(back[0].measured() && back[0].has_python_baseline(None) && back[0].has_python_baseline(Some("liger")));
         assert!(!back[0].has_python_baseline(Some("torch_compile")) && !back[0].has_python_baseline(Some("triton")));
         assert_eq!(row.best, Some(("liger".into(), 0.0275)));
+    }
+
+    /// A page of several runs keeps the first run's order, each row from the last run that has it.
+    #[test]
+    fn merged_rows_take_the_later_run_in_place() {
+        let row = |shape: &str, ms: f64| Row {
+            op: "matmul".into(),
+            kernel: "mm".into(),
+            shape: shape.into(),
+            dtype: "f16".into(),
+            dt_ms: Some(ms),
+            runs: 50,
+            rate: String::new(),
+            best: None,
+            copy_fraction: None,
+            status: "ok".into(),
+            baselines: vec![("cublas".into(), Some(1.0), "ok".into())],
+        };
+        let dir = std::env::temp_dir();
+        let (a, b) =
+            (dir.join(format!("dt-merge-a-{}.json", std::process::id())), dir.join(format!("dt-merge-b-{}.json", std::process::id())));
+        save(&[row("1x1x1", 1.0), row("2x2x2", 2.0)], Some(&a)).unwrap();
+        save(&[row("1x1x1", 0.5), row("3x3x3", 3.0)], Some(&b)).unwrap();
+        let rows = merged(&[a.clone(), b.clone()]).unwrap();
+        let _ = (std::fs::remove_file(&a), std::fs::remove_file(&b));
+        let got: Vec<(&str, Option<f64>)> = rows.iter().map(|r| (r.shape.as_str(), r.dt_ms)).collect();
+        assert_eq!(got, vec![("1x1x1", Some(0.5)), ("2x2x2", Some(2.0)), ("3x3x3", Some(3.0))]);
+        let page = merged_markdown(&rows, "a GPU", &["run a".into(), "run b".into()]);
+        assert!(page.contains("- command: `run a`\n- command: `run b`"), "{page}");
     }
 }
