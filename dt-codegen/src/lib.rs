@@ -9,3 +9,4 @@ pub mod hip_cpu;
 pub mod host;
 pub mod npy;
 pub mod plan;
+pub mod reference;

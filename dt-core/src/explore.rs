@@ -10,6 +10,8 @@ use crate::ast::Item;
 use crate::check::expanded_reads;
 use crate::diag::Diagnostic;
 use crate::schedule::MapEntry;
+use crate::tensor::{Args, Tensor};
+use crate::DType;
 
 /// A small deterministic random source (xorshift64*), so a schedule is reproducible from its seed.
 #[derive(Clone, Debug)]
@@ -75,6 +77,64 @@ pub fn algorithm_text(src: &str) -> Result<String, Vec<Diagnostic>> {
         out.push('\n');
     }
     Ok(out)
+}
+
+/// The spec `src` reduced to kernel `kernel`: its algorithm (every declaration and definition)
+/// with the schedule statements of `kernel` and of the Funcs placed in it (`g.fuse_at(kernel,
+/// ..)`), the other kernels' statements left out, so that their Funcs are plain definitions.
+pub fn kernel_spec(src: &str, kernel: &str) -> Result<String, Vec<Diagnostic>> {
+    let mut diags = Vec::new();
+    let file = crate::parser::parse(src, &mut diags);
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+    let mut out = String::new();
+    for item in &file.items {
+        let span = match item {
+            Item::Decl { span, .. } | Item::Def { span, .. } => span,
+            Item::Sched { func, prim, args, span } => {
+                let placed_here = prim.name == "fuse_at" && matches!(args.first(), Some(crate::ast::SchedArg::Name(c)) if c.name == kernel);
+                if func.name != kernel && !placed_here {
+                    continue;
+                }
+                span
+            }
+        };
+        out += &src[span.start as usize..span.end as usize];
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// Normal-ish values (sum of uniforms), never all zero.
+pub fn random_values(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            let u: f32 = (0..4).map(|_| (rng.below(1 << 24) as f32) / (1u32 << 24) as f32).sum();
+            (u - 2.0) * 1.7 * scale
+        })
+        .collect()
+}
+
+/// Arguments for kernel `k` with the given size of every dimension (indexed by DimId), inputs
+/// rounded to `dtype`.
+pub fn random_args(p: &Program, k: FuncId, sizes: &[usize], dtype: DType, rng: &mut Rng) -> Args {
+    let mut args = Args::default();
+    for i in p.kernel_inputs(k) {
+        let input = p.input(i);
+        let shape: Vec<usize> = input.dims().iter().map(|d| sizes[d.index()]).collect();
+        let n = shape.iter().product();
+        let data = random_values(rng, n, 1.0).into_iter().map(|v| dtype.round(v)).collect();
+        args.inputs.push((input.name.clone(), Tensor::new(shape, data)));
+    }
+    for s in p.kernel_scalars(k) {
+        let v = 0.5 + (rng.below(1000) as f32) / 1000.0;
+        args.scalars.push((p.scalars[s.index()].name.clone(), v));
+    }
+    for d in p.kernel_dims(k) {
+        args.sizes.push((p.dim_name(d).to_string(), sizes[d.index()]));
+    }
+    args
 }
 
 /// A random valid schedule for every kernel of `p`, appended to `algorithm` (the spec without

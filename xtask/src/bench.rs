@@ -245,7 +245,7 @@ fn compile(gpu: &CudaRunner, spec: &str) -> Result<Compiled, String> {
 /// shows inside a timed region. That is checked: where the GPU reached the first run before the
 /// host had queued the last, the runs are queued again behind a longer spin. (Waiting for each
 /// run instead measures short rows faster than queueing does, docs/decisions/0002-bench-timing.md.)
-struct Timer {
+pub(crate) struct Timer {
     stream: Arc<CudaStream>,
     spin: CudaFunction,
 }
@@ -266,7 +266,7 @@ extern "C" __global__ void dt_bench_spin(unsigned long long ns) {
 "#;
 
 impl Timer {
-    fn new(gpu: &CudaRunner) -> Result<Timer, String> {
+    pub(crate) fn new(gpu: &CudaRunner) -> Result<Timer, String> {
         let module = gpu.compile(SPIN_SOURCE).map_err(|e| e.to_string())?;
         let spin = module.load_function("dt_bench_spin").map_err(|e| e.to_string())?;
         Ok(Timer { stream: gpu.stream.clone(), spin })
@@ -275,7 +275,7 @@ impl Timer {
     /// Median of event-timed runs of `run`, with `before` (untimed) ahead of each: `reps` of
     /// them, fewer (at least 3) where one run (timed once, alone) times `reps` would spend more
     /// than `budget_s` of GPU time.
-    fn time(
+    pub(crate) fn time(
         &self,
         reps: usize,
         budget_s: f64,
@@ -468,7 +468,7 @@ fn keep(rows: &[Row], opts: &Options, machine: &str) -> Result<(), String> {
 }
 
 /// The GPU, its driver and the baselines' versions, for the results page.
-fn machine(gpu: &CudaRunner) -> String {
+pub(crate) fn machine(gpu: &CudaRunner) -> String {
     let name = gpu.ctx.name().unwrap_or_else(|e| e.to_string());
     let cc = gpu.ctx.compute_capability().map_or("?".into(), |(a, b)| format!("{a}.{b}"));
     let mut v = 0;

@@ -1,7 +1,8 @@
 //! Project chores: `cargo xtask regen [--check]`, `cargo xtask bench`, `cargo xtask plot`,
-//! `cargo xtask page`.
+//! `cargo xtask page`, `cargo xtask explore`.
 
 mod bench;
+mod explore;
 mod plot;
 mod regen;
 mod results;
@@ -70,6 +71,39 @@ enum Command {
         #[arg(long)]
         out: std::path::PathBuf,
     },
+    /// Search schedules of one kernel of a spec: draw valid ones, check each against the
+    /// reference, time the correct ones at a shape (GPU, else the generated C on the CPU), and
+    /// report how many come near a baseline or the spec's own schedule, with the best as text.
+    Explore {
+        /// The spec (a `.dt` file).
+        spec: std::path::PathBuf,
+        /// The kernel to search.
+        #[arg(long)]
+        kernel: String,
+        /// Sizes of the kernel's dimensions, `x` between them (the error names them in order).
+        #[arg(long)]
+        shape: String,
+        #[arg(long, default_value = "f16")]
+        dtype: String,
+        /// Schedules to draw, the spec's own first.
+        #[arg(long, default_value_t = 64)]
+        samples: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Seconds of timed runs per schedule.
+        #[arg(long, default_value_t = 0.2)]
+        budget: f64,
+        /// Where outcomes are kept between runs (a rerun continues from them).
+        #[arg(long, default_value = "target/explore-cache")]
+        cache: std::path::PathBuf,
+        /// The time (ms) of the fastest baseline at this shape, which the report compares with
+        /// (from the bench's results page); without it, the spec's own schedule.
+        #[arg(long = "baseline-ms")]
+        baseline_ms: Option<f64>,
+        /// Also draw the times (SVG) here.
+        #[arg(long)]
+        plot: Option<std::path::PathBuf>,
+    },
     /// Write one results page (and its JSON) from the JSON of several bench runs.
     Page {
         /// The JSON files; a row in a later one replaces the same op, shape and type in an earlier.
@@ -118,6 +152,15 @@ fn main() -> ExitCode {
             })
         }
         Command::Plot { json, out } => plot_files(&json, &out),
+        Command::Explore { spec, kernel, shape, dtype, samples, seed, budget, cache, baseline_ms, plot } => (|| {
+            let dtype = dt_core::DType::from_name(&dtype).ok_or_else(|| format!("unknown --dtype `{dtype}` (f16, bf16, f32)"))?;
+            let shape = shape
+                .split('x')
+                .map(|n| n.trim().parse::<usize>().map_err(|_| format!("--shape `{shape}`: sizes are whole numbers between `x`")))
+                .collect::<Result<Vec<_>, _>>()?;
+            explore::run(&explore::Options { spec, kernel, shape, dtype, samples, seed, budget_s: budget, cache, baseline_ms, plot })
+                .map(|_| ())
+        })(),
         Command::Page { json, markdown, merged_json, machine, commands } => results::merged(&json).and_then(|rows| {
             dt_codegen::host::write_atomically(&markdown, results::merged_markdown(&rows, &machine, &commands).as_bytes())
                 .map_err(|e| format!("writing {}: {e}", markdown.display()))?;

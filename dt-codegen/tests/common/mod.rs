@@ -1,9 +1,10 @@
 //! Helpers shared by the integration tests: spec discovery, random inputs, tolerant comparison.
 #![allow(dead_code)]
 
-use dt_core::algo::{FuncId, Program};
-use dt_core::explore::Rng;
-use dt_core::tensor::{Args, Tensor};
+#[allow(unused_imports)]
+pub use dt_codegen::reference::{approximate, compare, ulp};
+#[allow(unused_imports)]
+pub use dt_core::explore::{random_args, random_values};
 use dt_core::DType;
 use std::path::PathBuf;
 
@@ -42,78 +43,6 @@ pub fn workspace() -> PathBuf {
 /// A spec's path relative to the workspace, and its text.
 pub fn read_spec(rel: &str) -> String {
     std::fs::read_to_string(workspace().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
-}
-
-/// Normal-ish values (sum of uniforms), never all zero.
-pub fn random_values(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| {
-            let u: f32 = (0..4).map(|_| (rng.below(1 << 24) as f32) / (1u32 << 24) as f32).sum();
-            (u - 2.0) * 1.7 * scale
-        })
-        .collect()
-}
-
-/// Arguments for kernel `k` with the given size of every dimension (indexed by DimId), inputs
-/// rounded to `dtype`.
-pub fn random_args(p: &Program, k: FuncId, sizes: &[usize], dtype: DType, rng: &mut Rng) -> Args {
-    let mut args = Args::default();
-    for i in p.kernel_inputs(k) {
-        let input = p.input(i);
-        let shape: Vec<usize> = input.dims().iter().map(|d| sizes[d.index()]).collect();
-        let n = shape.iter().product();
-        let data = random_values(rng, n, 1.0).into_iter().map(|v| dtype.round(v)).collect();
-        args.inputs.push((input.name.clone(), Tensor::new(shape, data)));
-    }
-    for s in p.kernel_scalars(k) {
-        let v = 0.5 + (rng.below(1000) as f32) / 1000.0;
-        args.scalars.push((p.scalars[s.index()].name.clone(), v));
-    }
-    for d in p.kernel_dims(k) {
-        args.sizes.push((p.dim_name(d).to_string(), sizes[d.index()]));
-    }
-    args
-}
-
-/// Relative precision of an element type.
-pub fn ulp(dtype: DType) -> f32 {
-    match dtype {
-        DType::F32 => f32::EPSILON,
-        DType::F16 => 1.0 / 1024.0,
-        DType::BF16 => 1.0 / 128.0,
-    }
-}
-
-/// Whether the GPU build of `k` for `dtype` evaluates exp, tanh, division and the like with the
-/// hardware's approximations, as the emitter decides ([`Math::of_gpu_build`]).
-pub fn approximate(k: &dt_core::kir::Kernel, dtype: DType) -> bool {
-    dt_codegen::emit::expr::Math::of_gpu_build(k, dtype) == dt_codegen::emit::expr::Math::Fast
-}
-
-/// Compares `got` with `want` element by element: within one unit of the element type's
-/// precision plus f32 rounding scaled by the largest value, and where `approx` (the kernel used
-/// the approximate exp, tanh and division, see [`approximate`]) 2^-10 of the largest value.
-/// Returns a description of the first mismatch.
-pub fn compare(got: &Tensor, want: &Tensor, dtype: DType, reduction_len: usize, approx: bool) -> Result<(), String> {
-    if got.shape != want.shape {
-        return Err(format!("shape {:?}, expected {:?}", got.shape, want.shape));
-    }
-    let scale = want.data.iter().filter(|v| v.is_finite()).fold(0.0f32, |m, v| m.max(v.abs())) + 1.0;
-    let approx = if approx { 1.0 / 1024.0 } else { 0.0 };
-    let f32_err = (4.0 * f32::EPSILON * (reduction_len as f32 + 16.0) + approx) * scale;
-    for (i, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
-        let ok = if w.is_nan() {
-            g.is_nan()
-        } else if w.is_infinite() {
-            g == w
-        } else {
-            (g - w).abs() <= 2.0 * ulp(dtype) * w.abs() + f32_err + ulp(dtype) * 1e-3
-        };
-        if !ok {
-            return Err(format!("element {i} (of shape {:?}): got {g}, expected {w}", want.shape));
-        }
-    }
-    Ok(())
 }
 
 /// The item of an emitted file's `items` that launch parameters `info` belong to (`symbol` gives

@@ -1,0 +1,482 @@
+//! `cargo xtask explore`: schedule search over one kernel of a spec. It draws random valid
+//! schedules of the kernel (`dt_core::explore`: block, tensorize, map, warps, stages, register
+//! caps, fast math, placements), the spec's own schedule first; checks each against the
+//! reference evaluator on a small case of odd sizes; times the correct ones at the asked shape,
+//! on the GPU with the bench's timer (`bench::Timer`), else the generated C on the CPU; and
+//! reports how many run, how their times spread against a reference (a baseline's time given
+//! with `--baseline-ms`, else the spec's own schedule), the best schedule as text to paste into
+//! the spec, and a plot.
+//!
+//! Every outcome is cached under `--cache`, keyed by the generated code of the schedule, the
+//! shape, the element type and the device: a rerun with the same arguments takes what an earlier
+//! (or interrupted) one measured and goes on from there; a compiler that prints other code for a
+//! schedule measures it again.
+
+use crate::bench::Timer;
+use dt_codegen::cuda_run::CudaRunner;
+use dt_codegen::emit::gpu::{self, Dialect};
+use dt_core::algo::{FuncId, Program};
+use dt_core::explore::{self, Rng};
+use dt_core::kir::Kernel;
+use dt_core::tensor::Args;
+use dt_core::DType;
+use std::path::{Path, PathBuf};
+
+pub struct Options {
+    pub spec: PathBuf,
+    pub kernel: String,
+    /// Sizes of the kernel's dimensions, in the order `dims` of the report names them.
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    pub samples: usize,
+    pub seed: u64,
+    /// GPU (or CPU) seconds of timed runs per schedule.
+    pub budget_s: f64,
+    pub cache: PathBuf,
+    pub baseline_ms: Option<f64>,
+    pub plot: Option<PathBuf>,
+}
+
+/// Largest size of a dimension in the correctness check: small, odd, no multiple of a tile.
+const CHECK_SIZE: usize = 77;
+/// Most multiply-adds (output elements times the reduction) the CPU fallback times.
+const CPU_WORK_LIMIT: f64 = 4e9;
+
+/// What became of one drawn schedule.
+#[derive(Clone, Debug, PartialEq)]
+enum Outcome {
+    /// Refused by the checker, the lowering or the printer, or the shape is above its bounds.
+    Invalid(String),
+    /// Compiled and ran, and its result differs from the reference.
+    Wrong(String),
+    /// Did not compile or launch.
+    Failed(String),
+    /// Correct; its median time (ms) at the shape.
+    Timed(f64),
+}
+
+struct Sample {
+    /// The kernel's schedule statements.
+    schedule: String,
+    outcome: Outcome,
+}
+
+/// Where the schedules run.
+enum Backend {
+    Gpu { gpu: CudaRunner, timer: Timer },
+    Cpu { dir: tempfile::TempDir },
+}
+
+/// What a search did: schedules tried, how many ran correctly, how many outcomes came from the
+/// cache (read by the tests).
+#[derive(Debug)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub struct Summary {
+    pub tried: usize,
+    pub correct: usize,
+    pub cached: usize,
+}
+
+pub fn run(opts: &Options) -> Result<Summary, String> {
+    let src = std::fs::read_to_string(&opts.spec).map_err(|e| format!("{}: {e}", opts.spec.display()))?;
+    let own = explore::kernel_spec(&src, &opts.kernel).map_err(|d| format!("{}: {d:?}", opts.spec.display()))?;
+    let base = dt_core::compile_spec(&own).map_err(|d| format!("{}: {d:?}", opts.spec.display()))?;
+    let kid = base.kernel_by_name(&opts.kernel).ok_or_else(|| format!("{}: no kernel `{}`", opts.spec.display(), opts.kernel))?;
+    let dims = base.kernel_dims(kid);
+    let names: Vec<&str> = dims.iter().map(|d| base.dim_name(*d)).collect();
+    if opts.shape.len() != dims.len() || opts.shape.contains(&0) {
+        return Err(format!(
+            "--shape gives the sizes of {}, in that order (`N{}`), none of them 0",
+            names.join(", "),
+            "xN".repeat(names.len() - 1)
+        ));
+    }
+    let sizes = |clip: usize| {
+        let mut s = vec![1; base.dims.len()];
+        for (d, n) in dims.iter().zip(&opts.shape) {
+            s[d.index()] = (*n).min(clip);
+        }
+        s
+    };
+    let backend = match CudaRunner::new(0) {
+        Ok(gpu) => {
+            let timer = Timer::new(&gpu)?;
+            Backend::Gpu { gpu, timer }
+        }
+        Err(e) => {
+            let work: f64 = opts.shape.iter().map(|n| *n as f64).product();
+            if work > CPU_WORK_LIMIT {
+                return Err(format!("no GPU ({e}), and {} is too large for the CPU fallback", names.join("x")));
+            }
+            eprintln!("no GPU ({e}): timing the generated C on the CPU");
+            Backend::Cpu { dir: dt_codegen::host::private_dir("dt-explore-").map_err(|e| e.to_string())? }
+        }
+    };
+    let device = backend.device();
+    std::fs::create_dir_all(&opts.cache).map_err(|e| format!("{}: {e}", opts.cache.display()))?;
+    let mut rng = Rng::new(opts.seed);
+    let algorithm = explore::algorithm_text(&own).map_err(|d| format!("{d:?}"))?;
+    let draw = explore::Options { max_size: *opts.shape.iter().max().unwrap_or(&1) as u64, max_tile_elements: 1 << 15 };
+    let mut data = Rng::new(opts.seed ^ 0x5eed);
+    let small = explore::random_args(&base, kid, &sizes(CHECK_SIZE), opts.dtype, &mut data);
+    let full = explore::random_args(&base, kid, &sizes(usize::MAX), opts.dtype, &mut data);
+    let want = dt_core::eval::evaluate(&base, kid, &small, opts.dtype).map_err(|e| format!("the reference: {e}"))?;
+    let mut samples: Vec<Sample> = Vec::new();
+    let (mut cached, started) = (0, std::time::Instant::now());
+    for i in 0..opts.samples.max(1) {
+        let text = if i == 0 { own.clone() } else { explore::random_spec(&algorithm, &base, &mut rng, &draw) };
+        let schedule = schedule_lines(&text, &algorithm);
+        let prepared = prepare(&text, &opts.kernel, opts.dtype, &backend, &full);
+        let outcome = match prepared {
+            Err(why) => Outcome::Invalid(why),
+            Ok((p, fid, k, code)) => {
+                let key = cache_key(&[&code, &format!("{:?}", opts.shape), opts.dtype.name(), &device]);
+                let path = opts.cache.join(format!("{key:016x}.json"));
+                match read_cached(&path) {
+                    Some(o) => {
+                        cached += 1;
+                        o
+                    }
+                    None => {
+                        let o = backend.measure(&code, (&p, fid, &k), opts.dtype, (&small, &want), &full, opts.budget_s);
+                        write_cached(&path, &o)?;
+                        o
+                    }
+                }
+            }
+        };
+        let best = samples
+            .iter()
+            .chain([&Sample { schedule: String::new(), outcome: outcome.clone() }])
+            .filter_map(|s| s.ms())
+            .fold(f64::INFINITY, f64::min);
+        eprintln!(
+            "[{}/{}] {} (best {}, {:.0} s)",
+            i + 1,
+            opts.samples.max(1),
+            describe(&outcome),
+            if best.is_finite() { format!("{best:.4} ms") } else { "none yet".into() },
+            started.elapsed().as_secs_f64()
+        );
+        samples.push(Sample { schedule, outcome });
+    }
+    let report = report(opts, &names, &device, &samples, cached);
+    println!("{report}");
+    if let Some(path) = &opts.plot {
+        plot(&samples, reference(opts, &samples), path).map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("plot: {}", path.display());
+    }
+    Ok(Summary { tried: samples.len(), correct: samples.iter().filter(|s| s.ms().is_some()).count(), cached })
+}
+
+impl Sample {
+    fn ms(&self) -> Option<f64> {
+        match self.outcome {
+            Outcome::Timed(ms) => Some(ms),
+            _ => None,
+        }
+    }
+}
+
+impl Backend {
+    fn device(&self) -> String {
+        match self {
+            Backend::Gpu { gpu, .. } => crate::bench::machine(gpu),
+            Backend::Cpu { .. } => format!("the CPU ({})", std::env::consts::ARCH),
+        }
+    }
+
+    /// The code this backend compiles for kernel `k` in `dtype`.
+    fn code(&self, k: &Kernel, dtype: DType) -> Result<String, String> {
+        let symbol = dt_codegen::emit::symbol(k, dtype);
+        match self {
+            Backend::Gpu { gpu, .. } => {
+                if !k.runs_on(gpu.features()) {
+                    return Err("needs what this GPU lacks (clusters of its size, or sm_90's TMA and wgmma)".into());
+                }
+                gpu::emit_file("explore", Dialect::Cuda, &[(k, dtype, symbol)]).map(|(c, _)| c).map_err(|e| e.to_string())
+            }
+            Backend::Cpu { .. } => dt_codegen::emit::c::emit_file("explore", &[(k, dtype, symbol)]).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Runs the kernel of `code` on the small case (checked against `want`), then times it on
+    /// `full` for up to `budget_s` seconds.
+    fn measure(
+        &self,
+        code: &str,
+        (p, fid, k): (&Program, FuncId, &Kernel),
+        dtype: DType,
+        (small, want): (&Args, &dt_core::tensor::Tensor),
+        full: &Args,
+        budget_s: f64,
+    ) -> Outcome {
+        let bind = |a| dt_core::tensor::bind(p, fid, a).map_err(|e| e.to_string());
+        let (small, full) = match (bind(small), bind(full)) {
+            (Ok(s), Ok(f)) => (s, f),
+            (Err(e), _) | (_, Err(e)) => return Outcome::Invalid(e),
+        };
+        let approx = dt_codegen::reference::approximate(k, dtype);
+        let reduction: usize = k.dims.iter().map(|(d, _)| small.size(*d)).max().unwrap_or(1);
+        let check = |got: dt_core::tensor::Tensor| dt_codegen::reference::compare(&got, want, dtype, reduction, approx);
+        let symbol = dt_codegen::emit::symbol(k, dtype);
+        match self {
+            Backend::Gpu { gpu, timer } => {
+                let (src, infos) = match gpu::emit_file("explore", Dialect::Cuda, &[(k, dtype, symbol.clone())]) {
+                    Ok(x) => x,
+                    Err(e) => return Outcome::Invalid(e.to_string()),
+                };
+                debug_assert_eq!(src, code);
+                let module = match gpu.compile(&src) {
+                    Ok(m) => m,
+                    Err(e) => return Outcome::Failed(format!("NVRTC: {e}")),
+                };
+                let Some(general) = infos.iter().find(|i| i.symbol == symbol) else { return Outcome::Failed("no kernel".into()) };
+                match gpu.run(&module, general, k, &small, dtype) {
+                    Ok(got) => {
+                        if let Err(e) = check(got) {
+                            return Outcome::Wrong(e);
+                        }
+                    }
+                    Err(e) => return Outcome::Failed(e.to_string()),
+                }
+                let timed = (|| -> Result<f64, String> {
+                    let staged = gpu.stage(k, &full, dtype).map_err(|e| e.to_string())?;
+                    // As the library does: the twin for whole runs or specialized sizes where the launch has them.
+                    let launched = staged.layouts.launch_symbol(&symbol, |s| infos.iter().any(|i| i.symbol == s));
+                    let info = infos.iter().find(|i| i.symbol == launched).ok_or("no kernel")?;
+                    let f = gpu.function(&module, info).map_err(|e| e.to_string())?;
+                    timer.time(50, budget_s, || Ok(()), || gpu.launch(&f, info, &staged).map_err(|e| e.to_string())).map(|(ms, _)| ms)
+                })();
+                timed.map_or_else(Outcome::Failed, Outcome::Timed)
+            }
+            Backend::Cpu { dir } => {
+                let lib = match dt_codegen::host::compile(code, dir.path(), &format!("{}_{:x}", k.name, cache_key(&[code]))) {
+                    Ok(l) => l,
+                    Err(e) => return Outcome::Failed(e.to_string()),
+                };
+                match lib.run(&symbol, k, &small, dtype) {
+                    Ok(got) => {
+                        if let Err(e) = check(got) {
+                            return Outcome::Wrong(e);
+                        }
+                    }
+                    Err(e) => return Outcome::Failed(e.to_string()),
+                }
+                let (mut times, start) = (Vec::new(), std::time::Instant::now());
+                // At least one run; more while within the budget (a slow schedule gets one).
+                while times.is_empty() || (times.len() < 50 && start.elapsed().as_secs_f64() < budget_s) {
+                    let t = std::time::Instant::now();
+                    if let Err(e) = lib.run(&symbol, k, &full, dtype) {
+                        return Outcome::Failed(e.to_string());
+                    }
+                    times.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+                times.sort_by(f64::total_cmp);
+                Outcome::Timed(times[times.len() / 2])
+            }
+        }
+    }
+}
+
+/// Checks, lowers and prints a drawn spec for `backend`: the program, the kernel, its IR and
+/// its code, or why the schedule is not valid for the shape of `full`.
+fn prepare(text: &str, kernel: &str, dtype: DType, backend: &Backend, full: &Args) -> Result<(Program, FuncId, Kernel, String), String> {
+    let p = dt_core::compile_spec(text).map_err(|d| d.first().map_or_else(|| "does not check".into(), |d| d.message.clone()))?;
+    let fid = p.kernel_by_name(kernel).ok_or("the kernel is gone")?;
+    let k = dt_core::lower::lower(&p, fid).map_err(|e| e.to_string())?;
+    if !k.dtypes.contains(&dtype) {
+        return Err(format!("not built for {dtype}"));
+    }
+    let bound = dt_core::tensor::bind(&p, fid, full).map_err(|e| e.to_string())?;
+    dt_codegen::host::check_bounds(&k, &bound).map_err(|e| e.to_string())?;
+    let code = backend.code(&k, dtype)?;
+    Ok((p, fid, k, code))
+}
+
+/// The schedule statements of a drawn spec: what follows its algorithm.
+fn schedule_lines(spec: &str, algorithm: &str) -> String {
+    let algo: std::collections::HashSet<&str> = algorithm.lines().map(str::trim).collect();
+    spec.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#') && !algo.contains(l)).collect::<Vec<_>>().join("\n")
+}
+
+fn describe(o: &Outcome) -> String {
+    match o {
+        Outcome::Invalid(why) => format!("invalid: {}", first_line(why)),
+        Outcome::Wrong(why) => format!("WRONG: {}", first_line(why)),
+        Outcome::Failed(why) => format!("failed: {}", first_line(why)),
+        Outcome::Timed(ms) => format!("{ms:.4} ms"),
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+/// FNV-1a over the parts, each ended by a zero byte: stable across Rust versions and runs.
+fn cache_key(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for b in part.bytes().chain([0]) {
+            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+fn read_cached(path: &Path) -> Option<Outcome> {
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    let why = || v["why"].as_str().unwrap_or_default().to_string();
+    Some(match v["outcome"].as_str()? {
+        "timed" => Outcome::Timed(v["ms"].as_f64()?),
+        "wrong" => Outcome::Wrong(why()),
+        "failed" => Outcome::Failed(why()),
+        _ => Outcome::Invalid(why()),
+    })
+}
+
+fn write_cached(path: &Path, o: &Outcome) -> Result<(), String> {
+    let v = match o {
+        Outcome::Timed(ms) => serde_json::json!({ "outcome": "timed", "ms": ms }),
+        Outcome::Wrong(why) => serde_json::json!({ "outcome": "wrong", "why": why }),
+        Outcome::Failed(why) => serde_json::json!({ "outcome": "failed", "why": why }),
+        Outcome::Invalid(why) => serde_json::json!({ "outcome": "invalid", "why": why }),
+    };
+    dt_codegen::host::write_atomically(path, v.to_string().as_bytes())
+}
+
+/// The time the others are compared with: the baseline's, else the spec's own schedule's.
+fn reference(opts: &Options, samples: &[Sample]) -> Option<(f64, &'static str)> {
+    match opts.baseline_ms {
+        Some(ms) => Some((ms, "the baseline")),
+        None => samples.first().and_then(Sample::ms).map(|ms| (ms, "the spec's own schedule")),
+    }
+}
+
+fn report(opts: &Options, names: &[&str], device: &str, samples: &[Sample], cached: usize) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let count = |f: &dyn Fn(&Outcome) -> bool| samples.iter().filter(|s| f(&s.outcome)).count();
+    let timed: Vec<(f64, &Sample)> = samples.iter().filter_map(|s| s.ms().map(|ms| (ms, s))).collect();
+    let shape: Vec<String> = opts.shape.iter().map(|n| n.to_string()).collect();
+    let _ = writeln!(
+        out,
+        "explore {} `{}`, {} of {}, {} on {device}",
+        opts.spec.display(),
+        opts.kernel,
+        names.join(", "),
+        shape.join(" x "),
+        opts.dtype
+    );
+    let _ = writeln!(
+        out,
+        "schedules tried {}: {} run correctly, {} wrong, {} failed to compile or run, {} invalid for the shape ({} taken from the cache)",
+        samples.len(),
+        timed.len(),
+        count(&|o| matches!(o, Outcome::Wrong(_))),
+        count(&|o| matches!(o, Outcome::Failed(_))),
+        count(&|o| matches!(o, Outcome::Invalid(_))),
+        cached
+    );
+    match &samples[0].outcome {
+        Outcome::Timed(ms) => _ = writeln!(out, "the spec's own schedule: {ms:.4} ms"),
+        other => _ = writeln!(out, "the spec's own schedule: {}", describe(other)),
+    }
+    if let Some((r, what)) = reference(opts, samples) {
+        let within = |f: f64| timed.iter().filter(|(ms, _)| *ms <= r * f).count();
+        let _ = writeln!(
+            out,
+            "against {what} ({r:.4} ms): {} within 5%, {} within 10%, {} within 2x, of {} correct",
+            within(1.05),
+            within(1.10),
+            within(2.0),
+            timed.len()
+        );
+    }
+    if let Some((ms, best)) = timed.iter().min_by(|a, b| a.0.total_cmp(&b.0)) {
+        let _ = writeln!(out, "the best schedule, {ms:.4} ms:\n{}", best.schedule);
+    }
+    for (what, kind) in [("wrong", "WRONG"), ("failed", "failed")] {
+        if let Some(s) = samples.iter().find(|s| describe(&s.outcome).starts_with(kind)) {
+            let _ = writeln!(out, "a schedule that {what} ({}):\n{}", describe(&s.outcome), s.schedule);
+        }
+    }
+    out
+}
+
+/// Draws every correct schedule's time over the reference's (log scale), fastest first, with
+/// lines at 5%, 10% and 2x, into the SVG at `path`.
+fn plot(samples: &[Sample], reference: Option<(f64, &str)>, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let mut times: Vec<f64> = samples.iter().filter_map(Sample::ms).collect();
+    times.sort_by(f64::total_cmp);
+    let r = reference.map_or_else(|| times.first().copied().unwrap_or(1.0), |(ms, _)| ms);
+    let ratios: Vec<f64> = times.iter().map(|t| t / r).collect();
+    let (lo, hi) = ratios.iter().fold((0.9f64, 2.2f64), |(a, b), x| (a.min(x * 0.9), b.max(x * 1.1)));
+    let root = SVGBackend::new(path, (720, 420)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let what = reference.map_or("the fastest schedule", |(_, what)| what);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("each correct schedule's time over {what}, fastest first"), ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..ratios.len().max(1) as f64, (lo..hi).log_scale())?;
+    chart.configure_mesh().disable_x_mesh().x_desc("schedules").y_desc("time / reference").draw()?;
+    for (level, colour) in [(1.05, GREEN), (1.10, BLUE), (2.0, RED)] {
+        chart
+            .draw_series(LineSeries::new([(0.0, level), (ratios.len().max(1) as f64, level)], colour.stroke_width(1)))?
+            .label(format!("{level}x"))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour));
+    }
+    chart.draw_series(ratios.iter().enumerate().map(|(i, x)| Circle::new((i as f64 + 0.5, *x), 3, BLACK.filled())))?;
+    chart.configure_series_labels().position(SeriesLabelPosition::UpperLeft).background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On the CPU fallback (the test machine has no GPU, or the GPU runs it all the same): the
+    /// spec's own schedule and drawn ones run, the correct ones are timed, and a rerun takes every
+    /// outcome from the cache.
+    #[test]
+    fn a_rerun_takes_every_outcome_from_the_cache() {
+        let cache = std::env::temp_dir().join(format!("dt-explore-test-{}", std::process::id()));
+        let spec = crate::regen::workspace().join("dt-codegen/tests/specs/vadd.dt");
+        let src = std::fs::read_to_string(&spec).unwrap();
+        let kernel = dt_core::compile_spec(&src).map(|p| p.func(p.kernels[0]).name.clone()).unwrap();
+        let opts = Options {
+            spec,
+            kernel,
+            shape: vec![100, 1000],
+            dtype: DType::F32,
+            samples: 4,
+            seed: 3,
+            budget_s: 0.01,
+            cache: cache.clone(),
+            baseline_ms: None,
+            plot: Some(cache.join("plot.svg")),
+        };
+        let first = run(&opts).unwrap();
+        assert_eq!(first.tried, 4);
+        assert!(first.correct >= 1, "the spec's own schedule runs: {first:?}");
+        assert!(cache.join("plot.svg").exists());
+        let again = run(&opts).unwrap();
+        let measured = std::fs::read_dir(&cache).unwrap().count() - 1;
+        assert_eq!((again.correct, again.cached), (first.correct, measured), "a rerun measures nothing again");
+        let _ = std::fs::remove_dir_all(&cache);
+    }
+
+    #[test]
+    fn outcomes_survive_the_cache() {
+        let path = std::env::temp_dir().join(format!("dt-explore-outcome-{}.json", std::process::id()));
+        for o in [Outcome::Timed(0.25), Outcome::Wrong("element 3".into()), Outcome::Failed("x".into()), Outcome::Invalid("y".into())] {
+            write_cached(&path, &o).unwrap();
+            assert_eq!(read_cached(&path), Some(o));
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+}
