@@ -62,6 +62,12 @@ impl Default for Options {
 
 /// The spec without its schedule statements (declarations and definitions, one per line).
 pub fn algorithm_text(src: &str) -> Result<String, Vec<Diagnostic>> {
+    items_text(src, |_| false)
+}
+
+/// The declarations and definitions of spec `src`, and the schedule statements `keep` accepts,
+/// one per line, in their order.
+fn items_text(src: &str, keep: impl Fn(&Item) -> bool) -> Result<String, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     let file = crate::parser::parse(src, &mut diags);
     if !diags.is_empty() {
@@ -71,6 +77,7 @@ pub fn algorithm_text(src: &str) -> Result<String, Vec<Diagnostic>> {
     for item in &file.items {
         let span = match item {
             Item::Decl { span, .. } | Item::Def { span, .. } => span,
+            Item::Sched { span, .. } if keep(item) => span,
             Item::Sched { .. } => continue,
         };
         out += &src[span.start as usize..span.end as usize];
@@ -83,27 +90,13 @@ pub fn algorithm_text(src: &str) -> Result<String, Vec<Diagnostic>> {
 /// with the schedule statements of `kernel` and of the Funcs placed in it (`g.fuse_at(kernel,
 /// ..)`), the other kernels' statements left out, so that their Funcs are plain definitions.
 pub fn kernel_spec(src: &str, kernel: &str) -> Result<String, Vec<Diagnostic>> {
-    let mut diags = Vec::new();
-    let file = crate::parser::parse(src, &mut diags);
-    if !diags.is_empty() {
-        return Err(diags);
-    }
-    let mut out = String::new();
-    for item in &file.items {
-        let span = match item {
-            Item::Decl { span, .. } | Item::Def { span, .. } => span,
-            Item::Sched { func, prim, args, span } => {
-                let placed_here = prim.name == "fuse_at" && matches!(args.first(), Some(crate::ast::SchedArg::Name(c)) if c.name == kernel);
-                if func.name != kernel && !placed_here {
-                    continue;
-                }
-                span
-            }
-        };
-        out += &src[span.start as usize..span.end as usize];
-        out.push('\n');
-    }
-    Ok(out)
+    items_text(src, |item| match item {
+        Item::Sched { func, prim, args, .. } => {
+            func.name == kernel
+                || (prim.name == "fuse_at" && matches!(args.first(), Some(crate::ast::SchedArg::Name(c)) if c.name == kernel))
+        }
+        _ => false,
+    })
 }
 
 /// Normal-ish values (sum of uniforms), never all zero.

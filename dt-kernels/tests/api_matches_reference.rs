@@ -465,6 +465,24 @@ fn runs_hopper_classes(gpu: &Gpu) -> bool {
     sm90 && built
 }
 
+/// The GPU of a test of the Hopper classes and whether it runs them (saying so when it does
+/// not), with the placements of rank `rank` those tests take: contiguous, rows padded by 8
+/// elements (16 bytes in 16-bit types: tensor maps describe both), and the last two axes
+/// transposed (which tensor maps do not). `None` (the test skips) without a GPU.
+fn hopper_setup(test: &str, rank: usize) -> Option<(&'static Gpu, bool, [Placement; 3])> {
+    if !available(Backend::Gpu, test) {
+        return None;
+    }
+    let gpu = gpu().unwrap();
+    let hopper = runs_hopper_classes(gpu);
+    if !hopper {
+        eprintln!("{test}: this GPU runs no Hopper class; checking the fallback");
+    }
+    let mut transposed = Placement::row_major(rank);
+    transposed.order.swap(rank - 2, rank - 1);
+    Some((gpu, hopper, [Placement::row_major(rank), Placement { order: (0..rank).collect(), pad: 8 }, transposed]))
+}
+
 /// The warp-specialized matmul classes (`mm_90a`, `out_90a`: TMA, wgmma) at sizes that are no
 /// multiple of their tiles (128 x 256 x 64), rows of 16-byte multiples (which tensor maps
 /// describe: they run the Hopper class on sm_90) contiguous and padded, and transposed (which
@@ -472,17 +490,7 @@ fn runs_hopper_classes(gpu: &Gpu) -> bool {
 /// runs the other class.
 #[test]
 fn hopper_matmul_matches_reference() {
-    if !available(Backend::Gpu, "hopper_matmul_matches_reference") {
-        return;
-    }
-    let gpu = gpu().unwrap();
-    let hopper = runs_hopper_classes(gpu);
-    if !hopper {
-        eprintln!("hopper_matmul_matches_reference: this GPU runs no warp-specialized class; checking the fallback");
-    }
-    let padded = |rank| Placement { order: (0..rank).collect(), pad: 8 };
-    let mut transposed = Placement::row_major(2);
-    transposed.order.swap(0, 1);
+    let Some((gpu, hopper, [contiguous, padded, transposed])) = hopper_setup("hopper_matmul_matches_reference", 2) else { return };
     // Classes by size: up to 64 rows (`mm_90a_m64`), outputs up to 512 x 512 (`mm_90a_512`) and
     // 1024 x 1024 (`mm_90a_1k`), any.
     let sizes = [
@@ -498,7 +506,7 @@ fn hopper_matmul_matches_reference() {
     ];
     for (i, &(m, n, k)) in sizes.iter().enumerate() {
         for (name, placement, tma) in
-            [("contiguous", Placement::row_major(2), true), ("padded", padded(2), true), ("transposed", transposed.clone(), false)]
+            [("contiguous", contiguous.clone(), true), ("padded", padded.clone(), true), ("transposed", transposed.clone(), false)]
         {
             for op in ["matmul", "mm_leaky_relu"] {
                 let run = |dtype: dt_core::DType| {
@@ -545,17 +553,7 @@ fn hopper_run<T: Element>(gpu: &Gpu, case: &Case, placements: &[Placement]) -> (
 /// any layout); f16 and bf16. On a GPU without sm_90 every case runs the other classes.
 #[test]
 fn hopper_attention_matches_reference() {
-    if !available(Backend::Gpu, "hopper_attention_matches_reference") {
-        return;
-    }
-    let gpu = gpu().unwrap();
-    let hopper = runs_hopper_classes(gpu);
-    if !hopper {
-        eprintln!("hopper_attention_matches_reference: this GPU runs no wgmma class; checking the fallback");
-    }
-    let padded = |rank| Placement { order: (0..rank).collect(), pad: 8 };
-    let mut transposed = Placement::row_major(4);
-    transposed.order.swap(2, 3);
+    let Some((gpu, hopper, [contiguous, padded, transposed])) = hopper_setup("hopper_attention_matches_reference", 4) else { return };
     // (batch, heads, seq_q, seq_k, d, e): the `_64` class up to 64, the `_128` class above.
     let shapes: [AttentionShape; 7] = [
         (1, 2, 1, 1, 64, 64),
@@ -568,7 +566,7 @@ fn hopper_attention_matches_reference() {
     ];
     for (i, &shape) in shapes.iter().enumerate() {
         for (name, placement, tma) in
-            [("contiguous", Placement::row_major(4), true), ("padded", padded(4), true), ("transposed", transposed.clone(), false)]
+            [("contiguous", contiguous.clone(), true), ("padded", padded.clone(), true), ("transposed", transposed.clone(), false)]
         {
             for causal in [false, true] {
                 let run = |dtype: dt_core::DType| {
