@@ -6,7 +6,7 @@
 //! printed as a spec that reproduces it.
 
 use crate::algo::{DimId, FuncId, Program};
-use crate::ast::Item;
+use crate::ast::{Item, SchedArg};
 use crate::check::expanded_reads;
 use crate::diag::Diagnostic;
 use crate::schedule::MapEntry;
@@ -92,11 +92,69 @@ fn items_text(src: &str, keep: impl Fn(&Item) -> bool) -> Result<String, Vec<Dia
 pub fn kernel_spec(src: &str, kernel: &str) -> Result<String, Vec<Diagnostic>> {
     items_text(src, |item| match item {
         Item::Sched { func, prim, args, .. } => {
-            func.name == kernel
-                || (prim.name == "fuse_at" && matches!(args.first(), Some(crate::ast::SchedArg::Name(c)) if c.name == kernel))
+            func.name == kernel || (prim.name == "fuse_at" && matches!(args.first(), Some(SchedArg::Name(c)) if c.name == kernel))
         }
         _ => false,
     })
+}
+
+/// A schedule near the spec's own: `spec` (from [`kernel_spec`]) with some of the numbers of
+/// `kernel`'s `block`, `tensorize`, `num_warps`, `num_stages` and `max_registers` statements
+/// halved or doubled (at least one; a whole tile, `d:0`, stays whole), every other statement
+/// as written. It may not check (a tile that no longer divides its block): the checker says.
+pub fn nearby_spec(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Diagnostic>> {
+    let mut diags = Vec::new();
+    let file = crate::parser::parse(spec, &mut diags);
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+    const NEAR: &[&str] = &["block", "tensorize", "num_warps", "num_stages", "max_registers"];
+    let numbers = |item: &Item| match item {
+        Item::Sched { func, prim, args, .. } if func.name == kernel && NEAR.contains(&prim.name.as_str()) => {
+            args.iter().filter(|a| matches!(a, SchedArg::Number(v, _) | SchedArg::Extent(_, v, _) if *v >= 1.0)).count()
+        }
+        _ => 0,
+    };
+    let total: usize = file.items.iter().map(numbers).sum();
+    if total == 0 {
+        return Ok(spec.to_string());
+    }
+    // Which numbers change: each with some chance, and one for certain.
+    let certain = rng.below(total as u64) as usize;
+    let mut index = 0;
+    let mut step = |v: f64, rng: &mut Rng| {
+        let change = index == certain || rng.chance(25);
+        index += 1;
+        if !change || v < 1.0 {
+            v
+        } else if v >= 2.0 && rng.chance(50) {
+            (v / 2.0).floor()
+        } else {
+            v * 2.0
+        }
+    };
+    let mut out = String::new();
+    for item in &file.items {
+        let span = match item {
+            Item::Decl { span, .. } | Item::Def { span, .. } | Item::Sched { span, .. } => span,
+        };
+        match item {
+            Item::Sched { func, prim, args, .. } if numbers(item) > 0 => {
+                let text: Vec<String> = args
+                    .iter()
+                    .map(|a| match a {
+                        SchedArg::Number(v, _) => format!("{}", step(*v, rng)),
+                        SchedArg::Extent(d, v, _) => format!("{}:{}", d.name, step(*v, rng)),
+                        other => spec[other.span().start as usize..other.span().end as usize].to_string(),
+                    })
+                    .collect();
+                out += &format!("{}.{}({});", func.name, prim.name, text.join(", "));
+            }
+            _ => out += &spec[span.start as usize..span.end as usize],
+        }
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 /// Normal-ish values (sum of uniforms), never all zero.

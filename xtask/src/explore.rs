@@ -1,6 +1,8 @@
-//! `cargo xtask explore`: schedule search over one kernel of a spec. It draws random valid
-//! schedules of the kernel (`dt_core::explore`: block, tensorize, map, warps, stages, register
-//! caps, fast math, placements), the spec's own schedule first; checks each against the
+//! `cargo xtask explore`: schedule search over one kernel of a spec. It draws schedules of the
+//! kernel, the spec's own first: near it (its numbers halved or doubled,
+//! `dt_core::explore::nearby_spec`), or with `--anywhere` random valid ones
+//! (`dt_core::explore::random_spec`: block, tensorize, map, warps, stages, register caps, fast
+//! math, placements); checks each against the
 //! reference evaluator on a small case of odd sizes; times the correct ones at the asked shape,
 //! on the GPU with the bench's timer (`bench::Timer`), else the generated C on the CPU; and
 //! reports how many run, how their times spread against a reference (a baseline's time given
@@ -35,6 +37,9 @@ pub struct Options {
     pub cache: PathBuf,
     pub baseline_ms: Option<f64>,
     pub plot: Option<PathBuf>,
+    /// Draw schedules near the spec's own (numbers halved or doubled), else anywhere in the
+    /// space the property tests draw from.
+    pub near: bool,
 }
 
 /// Largest size of a dimension in the correctness check: small, odd, no multiple of a tile.
@@ -123,8 +128,21 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
     let want = dt_core::eval::evaluate(&base, kid, &small, opts.dtype).map_err(|e| format!("the reference: {e}"))?;
     let mut samples: Vec<Sample> = Vec::new();
     let (mut cached, started) = (0, std::time::Instant::now());
+    let mut seen = std::collections::HashSet::new();
     for i in 0..opts.samples.max(1) {
-        let text = if i == 0 { own.clone() } else { explore::random_spec(&algorithm, &base, &mut rng, &draw) };
+        // A schedule not drawn before (after a few tries, whatever comes).
+        let mut text = own.clone();
+        for _ in 0..20 {
+            if i > 0 {
+                text = match opts.near {
+                    true => explore::nearby_spec(&own, &opts.kernel, &mut rng).map_err(|d| format!("{d:?}"))?,
+                    false => explore::random_spec(&algorithm, &base, &mut rng, &draw),
+                };
+            }
+            if seen.insert(text.clone()) {
+                break;
+            }
+        }
         let schedule = schedule_lines(&text, &algorithm);
         let prepared = prepare(&text, &opts.kernel, opts.dtype, &backend, &full);
         let outcome = match prepared {
@@ -459,6 +477,7 @@ mod tests {
             cache: cache.clone(),
             baseline_ms: None,
             plot: Some(cache.join("plot.svg")),
+            near: false,
         };
         let first = run(&opts).unwrap();
         assert_eq!(first.tried, 4);
@@ -468,6 +487,18 @@ mod tests {
         let measured = std::fs::read_dir(&cache).unwrap().count() - 1;
         assert_eq!((again.correct, again.cached), (first.correct, measured), "a rerun measures nothing again");
         let _ = std::fs::remove_dir_all(&cache);
+    }
+
+    /// Schedules near softmax's own differ from it in a number or two and mostly check.
+    #[test]
+    fn nearby_schedules_change_numbers_and_mostly_check() {
+        let src = std::fs::read_to_string(crate::regen::workspace().join("dt-kernels/specs/softmax.dt")).unwrap();
+        let own = explore::kernel_spec(&src, "softmax_4k").unwrap();
+        let mut rng = Rng::new(5);
+        let drawn: Vec<String> = (0..20).map(|_| explore::nearby_spec(&own, "softmax_4k", &mut rng).unwrap()).collect();
+        assert!(drawn.iter().all(|d| d != &own && d.lines().count() == own.lines().count()));
+        let checking = drawn.iter().filter(|d| dt_core::compile_spec(d).is_ok()).count();
+        assert!(checking >= 10, "{checking} of 20 check");
     }
 
     #[test]

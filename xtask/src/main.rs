@@ -103,6 +103,10 @@ enum Command {
         /// Also draw the times (SVG) here.
         #[arg(long)]
         plot: Option<std::path::PathBuf>,
+        /// Draw anywhere in the space of valid schedules (as the property tests do), not near
+        /// the spec's own.
+        #[arg(long)]
+        anywhere: bool,
     },
     /// Write one results page (and its JSON) from the JSON of several bench runs.
     Page {
@@ -152,14 +156,26 @@ fn main() -> ExitCode {
             })
         }
         Command::Plot { json, out } => plot_files(&json, &out),
-        Command::Explore { spec, kernel, shape, dtype, samples, seed, budget, cache, baseline_ms, plot } => (|| {
+        Command::Explore { spec, kernel, shape, dtype, samples, seed, budget, cache, baseline_ms, plot, anywhere } => (|| {
             let dtype = dt_core::DType::from_name(&dtype).ok_or_else(|| format!("unknown --dtype `{dtype}` (f16, bf16, f32)"))?;
             let shape = shape
                 .split('x')
                 .map(|n| n.trim().parse::<usize>().map_err(|_| format!("--shape `{shape}`: sizes are whole numbers between `x`")))
                 .collect::<Result<Vec<_>, _>>()?;
-            explore::run(&explore::Options { spec, kernel, shape, dtype, samples, seed, budget_s: budget, cache, baseline_ms, plot })
-                .map(|_| ())
+            explore::run(&explore::Options {
+                spec,
+                kernel,
+                shape,
+                dtype,
+                samples,
+                seed,
+                budget_s: budget,
+                cache,
+                baseline_ms,
+                plot,
+                near: !anywhere,
+            })
+            .map(|_| ())
         })(),
         Command::Page { json, markdown, merged_json, machine, commands } => results::merged(&json).and_then(|rows| {
             dt_codegen::host::write_atomically(&markdown, results::merged_markdown(&rows, &machine, &commands).as_bytes())
