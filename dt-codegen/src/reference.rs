@@ -15,7 +15,7 @@ pub fn ulp(dtype: DType) -> f32 {
 }
 
 /// Whether the GPU build of `k` for `dtype` evaluates exp, tanh, division and the like with the
-/// hardware's approximations, as the emitter decides ([`Math::of_gpu_build`]).
+/// hardware's approximations, as the emitter decides ([`crate::emit::expr::Math::of_gpu_build`]).
 pub fn approximate(k: &dt_core::kir::Kernel, dtype: DType) -> bool {
     crate::emit::expr::Math::of_gpu_build(k, dtype) == crate::emit::expr::Math::Fast
 }

@@ -182,3 +182,14 @@ fn wgmma_kernels_whose_dots_cannot_run_on_it_say_why() {
     let err = emit(no_dot, DType::F16, Dialect::Cuda).expect_err("nothing for wgmma to do");
     assert!(err.contains("none of its rdots runs on the tensor cores"), "{err}");
 }
+
+/// Stages the older path lowers where more do not fit are shown in the printed plan: the talk's
+/// two-matmul listing asks `num_stages(4)` of a pipeline of which 3 fit in 64 KiB.
+#[test]
+fn stages_the_plan_lowers_are_shown() {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/specs/talk_2mm.dt")).expect("spec");
+    let p = dt_core::compile_spec(&src).expect("checks");
+    let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+    let text = dt_codegen::plan::print_cuda(&k).expect("plans");
+    assert!(text.contains("num_stages(4) lowered to 3"), "{text}");
+}

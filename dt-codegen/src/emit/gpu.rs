@@ -89,18 +89,18 @@ pub struct LaunchInfo {
     pub persistent: bool,
 }
 
-/// Most dynamic shared memory a program may ask for (bytes): what an sm_80 GPU and an MI200
-/// offer, so a kernel runs on every supported GPU.
-pub const MAX_SHARED_BYTES: u32 = 64 * 1024;
+/// Most dynamic shared memory a program may ask for (bytes): the portable target's, so a kernel
+/// runs on every supported GPU.
+pub const MAX_SHARED_BYTES: u32 = crate::plan::Target::PORTABLE.shared_bytes_per_block;
 
 /// Most shared memory a kernel with loads staged in shared memory (`num_stages` above 2) may take,
-/// its tiles' slots included: what every GPU of sm_80 and newer (sm_86 and sm_89 give 99 KiB) lets
-/// a block have. A loop whose stages do not fit keeps its loads one step ahead in registers.
-pub const MAX_STAGED_SHARED_BYTES: u32 = 99 * 1024;
+/// its tiles' slots included: sm_80's. A loop whose stages do not fit keeps its loads one step
+/// ahead in registers.
+pub const MAX_STAGED_SHARED_BYTES: u32 = crate::plan::Target::SM80.shared_bytes_per_block;
 /// The same for a clustered kernel's loop that holds its block in shared memory (see
-/// `Emitter::staged_rows`): such a kernel runs only on sm_90 and newer, which give a block 227
-/// KiB, less room here for the slots of its cluster reductions (static shared memory).
-pub const MAX_CLUSTER_STAGED_SHARED_BYTES: u32 = 224 * 1024;
+/// `Emitter::staged_rows`): such a kernel runs only on sm_90 and newer, less room here for the
+/// slots of its cluster reductions (static shared memory).
+pub const MAX_CLUSTER_STAGED_SHARED_BYTES: u32 = crate::plan::Target::SM90A.shared_bytes_per_block - 3 * 1024;
 /// 32-bit registers of one multiprocessor (sm_80, sm_90).
 const REGISTERS_PER_SM: u32 = 64 * 1024;
 

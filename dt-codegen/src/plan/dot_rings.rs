@@ -23,10 +23,8 @@ use super::layouts::{MmaDot, Plan, RingBuffers};
 use dt_core::kir::*;
 
 /// Most shared memory the rings of one kernel may take: what leaves room for the slots within
-/// the staged path's limit (`emit::gpu::MAX_STAGED_SHARED_BYTES`), the 99 KB a block gets on
-/// every GPU the CUDA build runs on (sm_86 and sm_89 give no more), until the limit comes from
-/// the target.
-pub(crate) const RING_BYTES: usize = 96 * 1024;
+/// sm_80's 99 KiB, the staged path's limit (`emit::gpu::MAX_STAGED_SHARED_BYTES`).
+pub(crate) const RING_BYTES: usize = crate::plan::Target::SM80.shared_bytes_per_block as usize - 3 * 1024;
 
 /// Shared memory a `wgmma()` kernel (sm_90a only, which gives a block 227 KiB) keeps out of its
 /// rings: for its slots, and the 1024 bytes of alignment of its swizzle atoms.

@@ -961,6 +961,22 @@ impl Mapping {
 /// The register plan `p` of kernel `k` in its readable form (`dtc emit --target gpu-plan`): the
 /// tensor-core dots with their geometry, staging and pipelines, and how many values and
 /// accumulators each layout holds.
+/// What the plan's `stages` for dot `dot` are to its loop's `num_stages`: that, or fewer where
+/// the buffers of more do not fit (say so, as the plan chose it on its own).
+fn stages_asked(k: &Kernel, dot: ValueId, stages: u32) -> String {
+    fn asked(stmts: &[Stmt], dot: ValueId) -> Option<u32> {
+        stmts.iter().find_map(|s| match s {
+            Stmt::Loop(l) if l.body.iter().any(|s| matches!(s, Stmt::Let { value, op: Op::Dot { .. } } if *value == dot)) => Some(l.stages),
+            Stmt::Loop(l) => asked(&l.body, dot),
+            _ => None,
+        })
+    }
+    match asked(&k.body, dot) {
+        Some(n) if n > stages => format!("num_stages({n}) lowered to {stages}: more do not fit the shared memory of every GPU"),
+        _ => "num_stages".to_string(),
+    }
+}
+
 pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
     use std::fmt::Write;
     let dim = |d: DimId| k.dim_name(d).to_string();
@@ -1021,14 +1037,14 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
             };
             let ring = match d.ring {
                 Some(r) if r.held[i] => format!(", held for the loop (one buffer, copied before it, {})", copies(r)),
-                Some(r) => format!(", a ring of {} buffers ({}, num_stages)", r.stages, copies(r)),
+                Some(r) => format!(", a ring of {} buffers ({}, {})", r.stages, copies(r), stages_asked(k, *id, r.stages)),
                 None => String::new(),
             };
             let swizzled = if d.swizzled(i) { " (swizzled in 128-byte atoms)" } else { "" };
             let _ = writeln!(out, "    {name}      %{}: {from}, staged {lines}, lines of {} elements{swizzled}{ring}", v.0, d.pitch(i));
         }
         if d.stages > 1 {
-            let _ = writeln!(out, "    pipeline  {} buffers per operand, cp.async (num_stages)", d.stages);
+            let _ = writeln!(out, "    pipeline  {} buffers per operand, cp.async ({})", d.stages, stages_asked(k, *id, d.stages));
         }
     }
     let count = |ls: &[RegLayout]| {

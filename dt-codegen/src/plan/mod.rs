@@ -28,8 +28,11 @@
 //! `publishing` (which operands go through shared memory). The GPU printer
 //! runs them and prints what they decide; `dtc emit --target gpu-plan` prints them too. Still
 //! decided while printing: the order of copies, barriers and loads within a statement, the
-//! element-wise code of each layout, and the 64 KiB shared-memory cap of that path
-//! (`emit::gpu::MAX_SHARED_BYTES`), not yet the target's.
+//! element-wise code of each layout. That path's shared-memory limits are target descriptions
+//! ([`Target::PORTABLE`], [`Target::SM80`], [`Target::SM90A`]) read as constants, not a target
+//! passed in; a `cp.async` pipeline of one dot (`layouts::pipeline`) and the rings of several
+//! (`dot_rings`) take fewer stages than `num_stages` asks where those do not fit, which the
+//! printed plan shows (the stages of each dot) but no diagnostic reports.
 
 pub(crate) mod dot_rings;
 pub mod layouts;

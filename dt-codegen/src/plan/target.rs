@@ -34,6 +34,28 @@ pub struct Target {
 }
 
 impl Target {
+    /// Every GPU the older path's kernels run on, CUDA sm_80 and newer and AMD gfx90a (MI200):
+    /// 64 KiB of shared memory (the MI200's LDS), which a kernel without staged loads or rings
+    /// keeps within, and a `cp.async` pipeline of one dot (`layouts::pipeline`) lowers its
+    /// stages to.
+    pub const PORTABLE: Target = Target {
+        name: "sm_80 and newer, gfx90a",
+        shared_bytes_per_block: 64 * 1024,
+        registers_per_sm: 64 * 1024,
+        max_registers_per_thread: 255,
+        features: Features { cp_async: false, mma_sync: false, tma: false, wgmma: false, setmaxnreg: false, clusters: false },
+    };
+
+    /// CUDA GPUs of sm_80 and newer, as a kernel with loads staged in shared memory or rings of
+    /// several dots may take them: 99 KiB per block (sm_86 and sm_89 give no more).
+    pub const SM80: Target = Target {
+        name: "sm_80",
+        shared_bytes_per_block: 99 * 1024,
+        registers_per_sm: 64 * 1024,
+        max_registers_per_thread: 255,
+        features: Features { cp_async: true, mma_sync: true, tma: false, wgmma: false, setmaxnreg: false, clusters: false },
+    };
+
     /// NVIDIA Hopper (H100, H200) with its architecture-specific instructions, as nvcc's
     /// `compute_90a` and `sm_90a` build for it: 227 KiB of shared memory per block.
     pub const SM90A: Target = Target {
