@@ -72,10 +72,11 @@ impl CudaRunner {
 
     /// Compiles CUDA C with NVRTC for this GPU and loads it.
     pub fn compile(&self, source: &str) -> Result<Arc<CudaModule>, GpuError> {
-        let opts = cudarc::nvrtc::CompileOptions { arch: Some(self.arch()?), options: vec!["--std=c++17".into()], ..Default::default() };
-        let ptx = std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(source, opts))
-            .map_err(|_| GpuError("the NVRTC library could not be loaded".into()))?
-            .map_err(|e| GpuError(format!("NVRTC: {e}")))?;
+        self.load(compile_ptx(self.arch()?, source)?)
+    }
+
+    /// Loads what [`compile_ptx`] made.
+    pub fn load(&self, ptx: cudarc::nvrtc::Ptx) -> Result<Arc<CudaModule>, GpuError> {
         self.ctx.load_module(ptx).map_err(err("loading the module"))
     }
 
@@ -181,6 +182,15 @@ impl CudaRunner {
         self.launch(&f, info, &staged)?;
         self.download(&staged)
     }
+}
+
+/// Compiles CUDA C with NVRTC for architecture `arch` ([`CudaRunner::arch`]), touching no GPU:
+/// several threads may compile at once, and [`CudaRunner::load`] loads the results.
+pub fn compile_ptx(arch: &'static str, source: &str) -> Result<cudarc::nvrtc::Ptx, GpuError> {
+    let opts = cudarc::nvrtc::CompileOptions { arch: Some(arch), options: vec!["--std=c++17".into()], ..Default::default() };
+    std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(source, opts))
+        .map_err(|_| GpuError("the NVRTC library could not be loaded".into()))?
+        .map_err(|e| GpuError(format!("NVRTC: {e}")))
 }
 
 /// Device buffers and the argument block of one launch.

@@ -2,7 +2,7 @@
 //! kernel, the spec's own first: near it (its numbers halved or doubled,
 //! `dt_core::explore::nearby_spec`), or with `--anywhere` random valid ones
 //! (`dt_core::explore::random_spec`: block, tensorize, map, warps, stages, register caps, fast
-//! math, placements); checks each against the
+//! math, placements); compiles them several at once; checks each against the
 //! reference evaluator on a small case of odd sizes; times the correct ones at the asked shape,
 //! on the GPU with the bench's timer (`bench::Timer`), else the generated C on the CPU; and
 //! reports how many run, how their times spread against a reference (a baseline's time given
@@ -58,6 +58,29 @@ enum Outcome {
     Failed(String),
     /// Correct; its median time (ms) at the shape.
     Timed(f64),
+}
+
+/// A drawn schedule, before it runs.
+struct Drawn {
+    schedule: String,
+    prepared: Result<Prepared, String>,
+}
+
+/// A drawn schedule that checks and lowers: its program, kernel, code, where its outcome is
+/// cached, and the outcome if it is.
+struct Prepared {
+    p: Program,
+    fid: FuncId,
+    k: Kernel,
+    code: String,
+    path: PathBuf,
+    cached: Option<Outcome>,
+}
+
+/// What a backend compiled, ready to load and run.
+enum Built {
+    Ptx(cudarc::nvrtc::Ptx),
+    Cpu(dt_codegen::host::CpuLibrary),
 }
 
 struct Sample {
@@ -126,9 +149,10 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
     let small = explore::random_args(&base, kid, &sizes(CHECK_SIZE), opts.dtype, &mut data);
     let full = explore::random_args(&base, kid, &sizes(usize::MAX), opts.dtype, &mut data);
     let want = dt_core::eval::evaluate(&base, kid, &small, opts.dtype).map_err(|e| format!("the reference: {e}"))?;
-    let mut samples: Vec<Sample> = Vec::new();
-    let (mut cached, started) = (0, std::time::Instant::now());
+    // Draw every schedule first (cheap), then build the new ones in parallel, then run them in
+    // order on the one device.
     let mut seen = std::collections::HashSet::new();
+    let mut drawn: Vec<Drawn> = Vec::new();
     for i in 0..opts.samples.max(1) {
         // A schedule not drawn before (after a few tries, whatever comes).
         let mut text = own.clone();
@@ -143,26 +167,37 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
                 break;
             }
         }
-        let schedule = schedule_lines(&text, &algorithm);
-        let prepared = prepare(&text, &opts.kernel, opts.dtype, &backend, &full);
-        let outcome = match prepared {
+        let prepared = prepare(&text, &opts.kernel, opts.dtype, &backend, &full).map(|(p, fid, k, code)| {
+            let key = cache_key(&[&code, &format!("{:?}", opts.shape), opts.dtype.name(), &device]);
+            let path = opts.cache.join(format!("{key:016x}.json"));
+            Prepared { cached: read_cached(&path), p, fid, k, code, path }
+        });
+        drawn.push(Drawn { schedule: schedule_lines(&text, &algorithm), prepared });
+    }
+    let started = std::time::Instant::now();
+    let to_build: Vec<&str> =
+        drawn.iter().filter_map(|d| d.prepared.as_ref().ok().filter(|p| p.cached.is_none()).map(|p| p.code.as_str())).collect();
+    let mut built = backend.build_all(&to_build).into_iter();
+    eprintln!("built {} schedules in {:.0} s", to_build.len(), started.elapsed().as_secs_f64());
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut cached = 0;
+    for (i, d) in drawn.into_iter().enumerate() {
+        let outcome = match d.prepared {
             Err(why) => Outcome::Invalid(why),
-            Ok((p, fid, k, code)) => {
-                let key = cache_key(&[&code, &format!("{:?}", opts.shape), opts.dtype.name(), &device]);
-                let path = opts.cache.join(format!("{key:016x}.json"));
-                match read_cached(&path) {
-                    Some(o) => {
-                        cached += 1;
-                        o
-                    }
-                    None => {
-                        let o = backend.measure(&code, (&p, fid, &k), opts.dtype, (&small, &want), &full, opts.budget_s);
-                        write_cached(&path, &o)?;
-                        o
-                    }
-                }
+            Ok(Prepared { cached: Some(o), .. }) => {
+                cached += 1;
+                o
+            }
+            Ok(p) => {
+                let o = match built.next().expect("one build per schedule not cached") {
+                    Ok(b) => backend.measure(b, (&p.p, p.fid, &p.k), opts.dtype, (&small, &want), &full, opts.budget_s),
+                    Err(e) => Outcome::Failed(e),
+                };
+                write_cached(&p.path, &o)?;
+                o
             }
         };
+        let schedule = d.schedule;
         let best = samples
             .iter()
             .chain([&Sample { schedule: String::new(), outcome: outcome.clone() }])
@@ -218,11 +253,48 @@ impl Backend {
         }
     }
 
-    /// Runs the kernel of `code` on the small case (checked against `want`), then times it on
+    /// Compiles `codes`, several at once (NVRTC, or the C compiler), each result in order.
+    fn build_all(&self, codes: &[&str]) -> Vec<Result<Built, String>> {
+        let arch = match self {
+            Backend::Gpu { gpu, .. } => match gpu.arch() {
+                Ok(a) => Some(a),
+                Err(e) => return codes.iter().map(|_| Err(e.to_string())).collect(),
+            },
+            Backend::Cpu { .. } => None,
+        };
+        let dir = match self {
+            Backend::Cpu { dir } => Some(dir.path()),
+            Backend::Gpu { .. } => None,
+        };
+        let build = |code: &str| -> Result<Built, String> {
+            match (arch, dir) {
+                (Some(arch), _) => dt_codegen::cuda_run::compile_ptx(arch, code).map(Built::Ptx).map_err(|e| e.to_string()),
+                (None, Some(dir)) => dt_codegen::host::compile(code, dir, &format!("explore_{:016x}", cache_key(&[code])))
+                    .map(Built::Cpu)
+                    .map_err(|e| e.to_string()),
+                (None, None) => Err("no backend".into()),
+            }
+        };
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let results: Vec<std::sync::Mutex<Option<Result<Built, String>>>> = codes.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(codes.len().max(1));
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(code) = codes.get(i) else { break };
+                    *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(build(code));
+                });
+            }
+        });
+        results.into_iter().map(|r| r.into_inner().unwrap_or_else(|e| e.into_inner()).unwrap_or_else(|| Err("not built".into()))).collect()
+    }
+
+    /// Runs kernel `k`, as built, on the small case (checked against `want`), then times it on
     /// `full` for up to `budget_s` seconds.
     fn measure(
         &self,
-        code: &str,
+        built: Built,
         (p, fid, k): (&Program, FuncId, &Kernel),
         dtype: DType,
         (small, want): (&Args, &dt_core::tensor::Tensor),
@@ -240,14 +312,16 @@ impl Backend {
         let symbol = dt_codegen::emit::symbol(k, dtype);
         match self {
             Backend::Gpu { gpu, timer } => {
-                let (src, infos) = match gpu::emit_file("explore", Dialect::Cuda, &[(k, dtype, symbol.clone())]) {
-                    Ok(x) => x,
+                let infos = match gpu::emit_file("explore", Dialect::Cuda, &[(k, dtype, symbol.clone())]) {
+                    Ok((_, infos)) => infos,
                     Err(e) => return Outcome::Invalid(e.to_string()),
                 };
-                debug_assert_eq!(src, code);
-                let module = match gpu.compile(&src) {
-                    Ok(m) => m,
-                    Err(e) => return Outcome::Failed(format!("NVRTC: {e}")),
+                let module = match built {
+                    Built::Ptx(ptx) => match gpu.load(ptx) {
+                        Ok(m) => m,
+                        Err(e) => return Outcome::Failed(e.to_string()),
+                    },
+                    Built::Cpu(_) => return Outcome::Failed("built for the CPU".into()),
                 };
                 let Some(general) = infos.iter().find(|i| i.symbol == symbol) else { return Outcome::Failed("no kernel".into()) };
                 match gpu.run(&module, general, k, &small, dtype) {
@@ -268,11 +342,8 @@ impl Backend {
                 })();
                 timed.map_or_else(Outcome::Failed, Outcome::Timed)
             }
-            Backend::Cpu { dir } => {
-                let lib = match dt_codegen::host::compile(code, dir.path(), &format!("{}_{:x}", k.name, cache_key(&[code]))) {
-                    Ok(l) => l,
-                    Err(e) => return Outcome::Failed(e.to_string()),
-                };
+            Backend::Cpu { .. } => {
+                let Built::Cpu(lib) = built else { return Outcome::Failed("built for the GPU".into()) };
                 match lib.run(&symbol, k, &small, dtype) {
                     Ok(got) => {
                         if let Err(e) = check(got) {
