@@ -106,9 +106,14 @@ pub struct Summary {
 }
 
 pub fn run(opts: &Options) -> Result<Summary, String> {
-    let src = std::fs::read_to_string(&opts.spec).map_err(|e| format!("{}: {e}", opts.spec.display()))?;
-    let own = explore::kernel_spec(&src, &opts.kernel).map_err(|d| format!("{}: {d:?}", opts.spec.display()))?;
-    let base = dt_core::compile_spec(&own).map_err(|d| format!("{}: {d:?}", opts.spec.display()))?;
+    let text = std::fs::read_to_string(&opts.spec).map_err(|e| format!("{}: {e}", opts.spec.display()))?;
+    let src = dt_core::diag::SourceFile::new(opts.spec.display().to_string(), text);
+    // The whole spec checks first, so that a diagnostic points into the file as written.
+    dt_core::compile_spec(src.text()).map_err(|d| src.render_all(&d))?;
+    let own = explore::kernel_spec(src.text(), &opts.kernel).map_err(|d| src.render_all(&d))?;
+    let base = dt_core::compile_spec(&own).map_err(|d| {
+        format!("{}: the spec reduced to kernel `{}`: {}", opts.spec.display(), opts.kernel, d.first().map_or("", |d| d.message.as_str()))
+    })?;
     let kid = base.kernel_by_name(&opts.kernel).ok_or_else(|| format!("{}: no kernel `{}`", opts.spec.display(), opts.kernel))?;
     let dims = base.kernel_dims(kid);
     let names: Vec<&str> = dims.iter().map(|d| base.dim_name(*d)).collect();
