@@ -109,7 +109,11 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
     let text = std::fs::read_to_string(&opts.spec).map_err(|e| format!("{}: {e}", opts.spec.display()))?;
     let src = dt_core::diag::SourceFile::new(opts.spec.display().to_string(), text);
     // The whole spec checks first, so that a diagnostic points into the file as written.
-    dt_core::compile_spec(src.text()).map_err(|d| src.render_all(&d))?;
+    let whole = dt_core::compile_spec(src.text()).map_err(|d| src.render_all(&d))?;
+    if whole.kernel_by_name(&opts.kernel).is_none() {
+        let names: Vec<&str> = whole.kernels.iter().map(|k| whole.func(*k).name.as_str()).collect();
+        return Err(format!("{}: no kernel `{}` (its kernels: {})", opts.spec.display(), opts.kernel, names.join(", ")));
+    }
     let own = explore::kernel_spec(src.text(), &opts.kernel).map_err(|d| src.render_all(&d))?;
     let base = dt_core::compile_spec(&own).map_err(|d| {
         format!("{}: the spec reduced to kernel `{}`: {}", opts.spec.display(), opts.kernel, d.first().map_or("", |d| d.message.as_str()))
