@@ -480,7 +480,9 @@ fn report(opts: &Options, names: &[&str], device: &str, samples: &[Sample], cach
         Outcome::Timed(ms) => _ = writeln!(out, "the spec's own schedule: {ms:.4} ms"),
         other => _ = writeln!(out, "the spec's own schedule: {}", describe(other)),
     }
-    if let Some((r, what)) = reference(opts, samples) {
+    // Against the baseline where one is given, and against the spec's own schedule.
+    let own = samples.first().and_then(Sample::ms).map(|ms| (ms, "the spec's own schedule"));
+    for (r, what) in opts.baseline_ms.map(|ms| (ms, "the baseline")).into_iter().chain(own) {
         let within = |f: f64| timed.iter().filter(|(ms, _)| *ms <= r * f).count();
         let _ = writeln!(
             out,
