@@ -99,20 +99,34 @@ pub fn kernel_spec(src: &str, kernel: &str) -> Result<String, Vec<Diagnostic>> {
 }
 
 /// A schedule near the spec's own: `spec` (from [`kernel_spec`]) with some of the numbers of
-/// `kernel`'s `block`, `tensorize`, `num_warps`, `num_stages` and `max_registers` statements
-/// halved or doubled (at least one; a whole tile, `d:0`, stays whole), every other statement
-/// as written. It may not check (a tile that no longer divides its block): the checker says.
+/// `kernel`'s `block`, `tensorize`, `map` (its groups), `num_warps`, `num_stages` and
+/// `max_registers` statements halved or doubled (at least one; a whole tile, `d:0`, stays
+/// whole; a tile as wide as its block follows the block, a narrower one stays within it), every
+/// other statement as written. It may not check (fewer warps than a tile needs, say): the
+/// checker says.
 pub fn nearby_spec(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Diagnostic>> {
+    // A change can cancel out (a tile that follows its block): draw again, a few times.
+    for _ in 0..16 {
+        let drawn = nearby_once(spec, kernel, rng)?;
+        if drawn != spec {
+            return Ok(drawn);
+        }
+    }
+    nearby_once(spec, kernel, rng)
+}
+
+fn nearby_once(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     let file = crate::parser::parse(spec, &mut diags);
     if !diags.is_empty() {
         return Err(diags);
     }
-    const NEAR: &[&str] = &["block", "tensorize", "num_warps", "num_stages", "max_registers"];
+    const NEAR: &[&str] = &["block", "tensorize", "map", "num_warps", "num_stages", "max_registers"];
     let numbers = |item: &Item| match item {
-        Item::Sched { func, prim, args, .. } if func.name == kernel && NEAR.contains(&prim.name.as_str()) => {
-            args.iter().filter(|a| matches!(a, SchedArg::Number(v, _) | SchedArg::Extent(_, v, _) if *v >= 1.0)).count()
-        }
+        Item::Sched { func, prim, args, .. } if func.name == kernel && NEAR.contains(&prim.name.as_str()) => args
+            .iter()
+            .filter(|a| matches!(a, SchedArg::Number(v, _) | SchedArg::Extent(_, v, _) | SchedArg::Split { factor: v, .. } if *v >= 1.0))
+            .count(),
         _ => 0,
     };
     let total: usize = file.items.iter().map(numbers).sum();
@@ -133,6 +147,8 @@ pub fn nearby_spec(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Ve
             v * 2.0
         }
     };
+    // A tile as wide as its block follows the block; a narrower one stays within it.
+    let mut blocks: Vec<(String, f64, f64)> = Vec::new();
     let mut out = String::new();
     for item in &file.items {
         let span = match item {
@@ -144,7 +160,21 @@ pub fn nearby_spec(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Ve
                     .iter()
                     .map(|a| match a {
                         SchedArg::Number(v, _) => format!("{}", step(*v, rng)),
+                        SchedArg::Extent(d, v, _) if prim.name == "block" => {
+                            let new = step(*v, rng);
+                            blocks.push((d.name.clone(), *v, new));
+                            format!("{}:{new}", d.name)
+                        }
+                        SchedArg::Extent(d, v, _) if prim.name == "tensorize" => {
+                            let tile = match blocks.iter().find(|(b, ..)| *b == d.name) {
+                                Some((_, old, new)) if v == old => *new,
+                                Some((_, _, new)) => step(*v, rng).min(*new),
+                                None => step(*v, rng),
+                            };
+                            format!("{}:{tile}", d.name)
+                        }
                         SchedArg::Extent(d, v, _) => format!("{}:{}", d.name, step(*v, rng)),
+                        SchedArg::Split { dim, inner, factor, .. } => format!("{}:{}/{}", dim.name, inner.name, step(*factor, rng)),
                         other => spec[other.span().start as usize..other.span().end as usize].to_string(),
                     })
                     .collect();
@@ -407,4 +437,29 @@ fn draw_minimal(p: &Program, k: FuncId, rng: &mut Rng) -> String {
     lines.extend(placements(p, k, rng));
     lines.extend(kernel_marks(p, k));
     lines.join("\n") + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Drawn near matmul's `mm`: every draw changes a number and keeps the statements; some
+    /// change the group of its `map`, and most check.
+    #[test]
+    fn nearby_spec_changes_numbers_of_the_kernel_only() {
+        let src = "Func mm; In A, B; Var x, y; RVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\nmm.block(x:128, y:128);\nmm.tensorize(x:128, y:128, k:32);\nmm.map(x:x1/8, y, x1);\nmm.num_warps(4);\nmm.num_stages(3);\nmm.dtypes(f16);\nmm.compile();\n";
+        let own = kernel_spec(src, "mm").unwrap();
+        let mut rng = Rng::new(9);
+        let drawn: Vec<String> = (0..40).map(|_| nearby_spec(&own, "mm", &mut rng).unwrap()).collect();
+        assert!(drawn.iter().all(|d| d != &own && d.lines().count() == own.lines().count()));
+        assert!(drawn.iter().all(|d| d.contains("mm.dtypes(f16);") && d.contains("mm.compile();")));
+        assert!(drawn.iter().any(|d| !d.contains("x:x1/8")), "the map's group changes in some draw");
+        let errs: Vec<String> = drawn
+            .iter()
+            .filter_map(|d| {
+                crate::compile_spec(d).err().map(|e| format!("{}: {}", e[0].message, d.lines().skip(2).collect::<Vec<_>>().join(" ")))
+            })
+            .collect();
+        assert!(errs.len() <= 10, "{}", errs.join("\n"));
+    }
 }
