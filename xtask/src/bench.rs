@@ -468,7 +468,18 @@ fn keep(rows: &[Row], opts: &Options, machine: &str) -> Result<(), String> {
 }
 
 /// The GPU, its driver and the baselines' versions, for the results page.
-pub(crate) fn machine(gpu: &CudaRunner) -> String {
+fn machine(gpu: &CudaRunner) -> String {
+    let versions = std::process::Command::new("python3")
+        .args(["-c", "import torch, triton; print(f'torch {torch.__version__}, triton {triton.__version__}')"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or("no torch".into(), |o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    format!("{}; {versions}", gpu_name(gpu))
+}
+
+/// The GPU, its compute capability and the driver's CUDA version.
+pub(crate) fn gpu_name(gpu: &CudaRunner) -> String {
     let name = gpu.ctx.name().unwrap_or_else(|e| e.to_string());
     let cc = gpu.ctx.compute_capability().map_or("?".into(), |(a, b)| format!("{a}.{b}"));
     let mut v = 0;
@@ -477,13 +488,7 @@ pub(crate) fn machine(gpu: &CudaRunner) -> String {
         cudarc::driver::sys::CUresult::CUDA_SUCCESS => format!("{}.{}", v / 1000, v % 1000 / 10),
         _ => "?".into(),
     };
-    let versions = std::process::Command::new("python3")
-        .args(["-c", "import torch, triton; print(f'torch {torch.__version__}, triton {triton.__version__}')"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map_or("no torch".into(), |o| String::from_utf8_lossy(&o.stdout).trim().to_string());
-    format!("{name} (compute capability {cc}), CUDA driver {driver}; {versions}")
+    format!("{name} (compute capability {cc}), CUDA driver {driver}")
 }
 
 /// The results page of `--markdown`, where asked for.

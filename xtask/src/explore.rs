@@ -42,8 +42,11 @@ pub struct Options {
     pub near: bool,
 }
 
-/// Largest size of a dimension in the correctness check: small, odd, no multiple of a tile.
+/// Largest size of a dimension in the correctness check: small, odd, no multiple of a tile; for a
+/// kernel that reads through tensor maps, whose rows must be whole 16-byte units, a multiple of
+/// 8 that is none of a tile.
 const CHECK_SIZE: usize = 77;
+const CHECK_SIZE_TENSOR_MAPS: usize = 72;
 /// Most multiply-adds (output elements times the reduction) the CPU fallback times.
 const CPU_WORK_LIMIT: f64 = 4e9;
 
@@ -125,7 +128,7 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
         return Err(format!(
             "--shape gives the sizes of {}, in that order (`N{}`), none of them 0",
             names.join(", "),
-            "xN".repeat(names.len() - 1)
+            "xN".repeat(names.len().saturating_sub(1))
         ));
     }
     let sizes = |clip: usize| {
@@ -155,32 +158,43 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
     let algorithm = explore::algorithm_text(&own).map_err(|d| format!("{d:?}"))?;
     let draw = explore::Options { max_size: *opts.shape.iter().max().unwrap_or(&1) as u64, max_tile_elements: 1 << 15 };
     let mut data = Rng::new(opts.seed ^ 0x5eed);
-    let small = explore::random_args(&base, kid, &sizes(CHECK_SIZE), opts.dtype, &mut data);
+    let maps = dt_core::lower::lower(&base, kid).is_ok_and(|k| k.takes_tensor_maps());
+    let small = explore::random_args(&base, kid, &sizes(if maps { CHECK_SIZE_TENSOR_MAPS } else { CHECK_SIZE }), opts.dtype, &mut data);
     let full = explore::random_args(&base, kid, &sizes(usize::MAX), opts.dtype, &mut data);
     let want = dt_core::eval::evaluate(&base, kid, &small, opts.dtype).map_err(|e| format!("the reference: {e}"))?;
     // Draw every schedule first (cheap), then build the new ones in parallel, then run them in
     // order on the one device.
-    let mut seen = std::collections::HashSet::new();
+    // Schedules are told apart by their text and, where they print, by their code (the C
+    // backend prints the same code for schedules that differ only in warps, say): none is
+    // drawn twice; after a few tries at a new one the search stops short.
+    let (mut seen_text, mut seen_code) = (std::collections::HashSet::new(), std::collections::HashSet::new());
     let mut drawn: Vec<Drawn> = Vec::new();
-    for i in 0..opts.samples.max(1) {
-        // A schedule not drawn before (after a few tries, whatever comes).
-        let mut text = own.clone();
-        for _ in 0..20 {
-            if i > 0 {
-                text = match opts.near {
-                    true => explore::nearby_spec(&own, &opts.kernel, &mut rng).map_err(|d| format!("{d:?}"))?,
-                    false => explore::random_spec(&algorithm, &base, &mut rng, &draw),
-                };
+    'draw: for i in 0..opts.samples.max(1) {
+        let mut tries = 0;
+        let (text, prepared) = loop {
+            let text = match (i, opts.near) {
+                (0, _) => own.clone(),
+                (_, true) => explore::nearby_spec(&own, &opts.kernel, &mut rng).map_err(|d| format!("{d:?}"))?,
+                (_, false) => explore::random_spec(&algorithm, &base, &mut rng, &draw),
+            };
+            let prepared = prepare(&text, &opts.kernel, opts.dtype, &backend, &full).map(|(p, fid, k, code)| {
+                let key = cache_key(&[&code, &format!("{:?}", opts.shape), opts.dtype.name(), &device]);
+                let path = opts.cache.join(format!("{key:016x}.json"));
+                Prepared { cached: read_cached(&path), p, fid, k, code, path }
+            });
+            let new_code = prepared.as_ref().map_or(true, |p| !seen_code.contains(&p.path));
+            if seen_text.insert(text.clone()) && new_code {
+                if let Ok(p) = &prepared {
+                    seen_code.insert(p.path.clone());
+                }
+                break (text, prepared);
             }
-            if seen.insert(text.clone()) {
-                break;
+            tries += 1;
+            if tries == 50 {
+                eprintln!("no new schedule in 50 draws: {} drawn", drawn.len());
+                break 'draw;
             }
-        }
-        let prepared = prepare(&text, &opts.kernel, opts.dtype, &backend, &full).map(|(p, fid, k, code)| {
-            let key = cache_key(&[&code, &format!("{:?}", opts.shape), opts.dtype.name(), &device]);
-            let path = opts.cache.join(format!("{key:016x}.json"));
-            Prepared { cached: read_cached(&path), p, fid, k, code, path }
-        });
+        };
         drawn.push(Drawn { schedule: schedule_lines(&text, &algorithm), prepared });
     }
     let started = std::time::Instant::now();
@@ -202,7 +216,18 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
                     Ok(b) => backend.measure(b, (&p.p, p.fid, &p.k), opts.dtype, (&small, &want), &full, opts.budget_s),
                     Err(e) => Outcome::Failed(e),
                 };
-                write_cached(&p.path, &o)?;
+                // A failure may be the machine's rather than the schedule's: measured again next time.
+                if !matches!(o, Outcome::Failed(_)) {
+                    write_cached(&p.path, &o)?;
+                }
+                if let (Outcome::Failed(why), Err(broken)) = (&o, backend.healthy()) {
+                    return Err(format!(
+                        "schedule {} failed ({}) and left the GPU unusable ({broken}); what was measured is cached, so running again goes on after it:\n{}",
+                        i + 1,
+                        first_line(why),
+                        d.schedule
+                    ));
+                }
                 o
             }
         };
@@ -243,7 +268,7 @@ impl Sample {
 impl Backend {
     fn device(&self) -> String {
         match self {
-            Backend::Gpu { gpu, .. } => crate::bench::machine(gpu),
+            Backend::Gpu { gpu, .. } => crate::bench::gpu_name(gpu),
             Backend::Cpu { .. } => format!("the CPU ({})", std::env::consts::ARCH),
         }
     }
@@ -259,6 +284,15 @@ impl Backend {
                 gpu::emit_file("explore", Dialect::Cuda, &[(k, dtype, symbol)]).map(|(c, _)| c).map_err(|e| e.to_string())
             }
             Backend::Cpu { .. } => dt_codegen::emit::c::emit_file("explore", &[(k, dtype, symbol)]).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Whether the device still runs work after a failure: a kernel that trapped or read out
+    /// of bounds leaves a CUDA context that fails every later call.
+    fn healthy(&self) -> Result<(), String> {
+        match self {
+            Backend::Gpu { gpu, .. } => gpu.stream.synchronize().map_err(|e| e.to_string()),
+            Backend::Cpu { .. } => Ok(()),
         }
     }
 
@@ -341,15 +375,25 @@ impl Backend {
                     }
                     Err(e) => return Outcome::Failed(e.to_string()),
                 }
-                let timed = (|| -> Result<f64, String> {
+                let timed = (|| -> Result<Outcome, String> {
                     let staged = gpu.stage(k, &full, dtype).map_err(|e| e.to_string())?;
                     // As the library does: the twin for whole runs or specialized sizes where the launch has them.
                     let launched = staged.layouts.launch_symbol(&symbol, |s| infos.iter().any(|i| i.symbol == s));
                     let info = infos.iter().find(|i| i.symbol == launched).ok_or("no kernel")?;
                     let f = gpu.function(&module, info).map_err(|e| e.to_string())?;
-                    timer.time(50, budget_s, || Ok(()), || gpu.launch(&f, info, &staged).map_err(|e| e.to_string())).map(|(ms, _)| ms)
+                    let (ms, _) = timer.time(50, budget_s, || Ok(()), || gpu.launch(&f, info, &staged).map_err(|e| e.to_string()))?;
+                    // A twin the small case does not reach is checked against the general kernel at the shape.
+                    if launched != symbol {
+                        let twin = gpu.download(&staged).map_err(|e| e.to_string())?;
+                        let general = gpu.run(&module, general, k, &full, dtype).map_err(|e| e.to_string())?;
+                        let reduction = k.dims.iter().map(|(d, _)| full.size(*d)).max().unwrap_or(1);
+                        if let Err(e) = dt_codegen::reference::compare(&twin, &general, dtype, reduction, approx) {
+                            return Ok(Outcome::Wrong(format!("`{launched}` against `{symbol}` at the shape: {e}")));
+                        }
+                    }
+                    Ok(Outcome::Timed(ms))
                 })();
-                timed.map_or_else(Outcome::Failed, Outcome::Timed)
+                timed.unwrap_or_else(Outcome::Failed)
             }
             Backend::Cpu { .. } => {
                 let Built::Cpu(lib) = built else { return Outcome::Failed("built for the GPU".into()) };
@@ -468,7 +512,7 @@ fn report(opts: &Options, names: &[&str], device: &str, samples: &[Sample], cach
     );
     let _ = writeln!(
         out,
-        "schedules tried {}: {} run correctly, {} wrong, {} failed to compile or run, {} invalid for the shape ({} taken from the cache)",
+        "schedules tried {}: {} run correctly, {} wrong, {} failed to compile or run, {} invalid (refused by the checker, the lowering or the printer, or bounded below the shape; {} taken from the cache)",
         samples.len(),
         timed.len(),
         count(&|o| matches!(o, Outcome::Wrong(_))),

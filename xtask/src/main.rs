@@ -162,6 +162,9 @@ fn main() -> ExitCode {
                 .split('x')
                 .map(|n| n.trim().parse::<usize>().map_err(|_| format!("--shape `{shape}`: sizes are whole numbers between `x`")))
                 .collect::<Result<Vec<_>, _>>()?;
+            if baseline_ms.is_some_and(|ms| !(ms > 0.0 && ms.is_finite())) {
+                return Err("--baseline-ms is a time in milliseconds above 0".to_string());
+            }
             explore::run(&explore::Options {
                 spec,
                 kernel,

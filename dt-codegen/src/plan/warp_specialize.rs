@@ -311,7 +311,7 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
     // The ring starts 1024-aligned (the swizzle's period) wherever the dynamic shared memory
     // starts: up to 1024 bytes of padding ahead of it.
     let ring_bytes = 1024 + ring + 16 * stages;
-    let store = staged_store(k, m, n, rows, cols, consumers, 2, ring + 16 * stages)
+    let store = staged_store(k, m, n, rows, cols, consumers, operands.len(), ring + 16 * stages)
         .filter(|s| 1024 + s.offset + consumers * STORE_BUFFERS * s.buffer_bytes <= target.shared_bytes_per_block);
     let shared_bytes = store.as_ref().map_or(ring_bytes, |s| 1024 + s.offset + consumers * STORE_BUFFERS * s.buffer_bytes);
     if shared_bytes > target.shared_bytes_per_block {
