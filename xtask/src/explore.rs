@@ -4,7 +4,9 @@
 //! (`dt_core::explore::random_spec`: block, tensorize, map, warps, stages, register caps, fast
 //! math, placements); compiles them several at once; checks each against the
 //! reference evaluator on a small case of odd sizes; times the correct ones at the asked shape,
-//! on the GPU with the bench's timer (`bench::Timer`), else the generated C on the CPU; and
+//! on the GPU with the bench's timer (`bench::Timer`), else the generated C on the CPU (a twin
+//! that the shape launches, for whole runs or specialized sizes, is checked there against the
+//! general kernel); and
 //! reports how many run, how their times spread against a reference (a baseline's time given
 //! with `--baseline-ms`, else the spec's own schedule), the best schedule as text to paste into
 //! the spec, and a plot.
