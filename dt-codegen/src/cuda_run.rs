@@ -193,6 +193,16 @@ pub fn compile_ptx(arch: &'static str, source: &str) -> Result<cudarc::nvrtc::Pt
         .map_err(|e| GpuError(format!("NVRTC: {e}")))
 }
 
+impl Staged {
+    /// The launch parameters, among `infos`, of the kernel a launch of these tensors runs for the
+    /// kernel of `symbol`, as the library chooses it: its twin for specialized sizes or whole runs
+    /// where the tensors have them, else the kernel itself.
+    pub fn launch_info<'a>(&self, symbol: &str, infos: &'a [LaunchInfo]) -> Option<&'a LaunchInfo> {
+        let launched = self.layouts.launch_symbol(symbol, |s| infos.iter().any(|i| i.symbol == s));
+        infos.iter().find(|i| i.symbol == launched)
+    }
+}
+
 /// Device buffers and the argument block of one launch.
 pub struct Staged {
     _inputs: Vec<DeviceBuf>,

@@ -333,6 +333,24 @@ impl Timer {
     }
 }
 
+/// Median wall-clock time (ms) of runs of `run` on the CPU, and their count: at least
+/// `min_runs`, more up to `reps` while within `budget_s` seconds.
+pub(crate) fn wall_clock_median(
+    min_runs: usize,
+    reps: usize,
+    budget_s: f64,
+    mut run: impl FnMut() -> Result<(), String>,
+) -> Result<(f64, usize), String> {
+    let (mut times, start) = (Vec::new(), std::time::Instant::now());
+    while times.len() < min_runs.max(1) || (times.len() < reps && start.elapsed().as_secs_f64() < budget_s) {
+        let t = std::time::Instant::now();
+        run()?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok((times[times.len() / 2], times.len()))
+}
+
 /// The size of the reference copy for `half` bytes each way: the nearest multiple of 4 KiB (at
 /// least 4 KiB). The driver's device-to-device copy is markedly slower for a size off such a
 /// multiple (docs/decisions/0002-bench-timing.md), and the bytes of layernorm and DyT (their
@@ -411,9 +429,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
             // As the library does: the twin built for the sizes the class specializes where the
             // launch has them, else the kernel built for whole 16-byte runs where the tensors have
             // them (here, wherever the last axis is a multiple of the run).
-            let symbol = dt_codegen::emit::symbol(kernel, job.dtype);
-            let symbol = staged.layouts.launch_symbol(&symbol, |s| c.infos.iter().any(|i| i.symbol == s));
-            let info = c.infos.iter().find(|i| i.symbol == symbol).ok_or("symbol")?;
+            let info = staged.launch_info(&dt_codegen::emit::symbol(kernel, job.dtype), &c.infos).ok_or("symbol")?;
             let f = gpu.function(&c.module, info).map_err(|e| e.to_string())?;
             let mb = job.memory_bound();
             let (ms, runs) = timer.time(
@@ -690,17 +706,11 @@ fn cpu_bench(selected: &[Job], opts: &Options) -> Result<(), String> {
             let (kernel, bound) = choose_variant(program, kernels, job, &args, dt_core::kir::GpuFeatures::NONE)?;
             row.kernel = kernel.name.clone();
             let symbol = dt_codegen::emit::symbol(kernel, job.dtype);
-            let mut times = Vec::new();
-            let start = std::time::Instant::now();
-            while times.len() < opts.reps.max(1) && (times.len() < 3 || start.elapsed().as_secs_f64() < opts.budget_s) {
-                let t = std::time::Instant::now();
-                lib.run(&symbol, kernel, &bound, job.dtype).map_err(|e| e.to_string())?;
-                times.push(t.elapsed().as_secs_f64() * 1e3);
-            }
-            times.sort_by(f64::total_cmp);
-            let ms = times[times.len() / 2];
+            let (ms, runs) = wall_clock_median(3.min(opts.reps), opts.reps, opts.budget_s, || {
+                lib.run(&symbol, kernel, &bound, job.dtype).map(|_| ()).map_err(|e| e.to_string())
+            })?;
             row.dt_ms = Some(ms);
-            row.runs = times.len();
+            row.runs = runs;
             row.rate =
                 if job.memory_bound() { format!("{:.2} GB/s", bytes / ms / 1e6) } else { format!("{:.2} GFLOP/s", flops / ms / 1e6) };
             Ok(())

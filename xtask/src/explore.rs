@@ -18,7 +18,7 @@
 
 use crate::bench::Timer;
 use dt_codegen::cuda_run::CudaRunner;
-use dt_codegen::emit::gpu::{self, Dialect};
+use dt_codegen::emit::gpu::{self, Dialect, LaunchInfo};
 use dt_core::algo::{FuncId, Program};
 use dt_core::explore::{self, Rng};
 use dt_core::kir::Kernel;
@@ -78,6 +78,7 @@ struct Prepared {
     fid: FuncId,
     k: Kernel,
     code: String,
+    infos: Vec<LaunchInfo>,
     path: PathBuf,
     cached: Option<Outcome>,
 }
@@ -179,10 +180,10 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
                 (_, true) => explore::nearby_spec(&own, &opts.kernel, &mut rng).map_err(|d| format!("{d:?}"))?,
                 (_, false) => explore::random_spec(&algorithm, &base, &mut rng, &draw),
             };
-            let prepared = prepare(&text, &opts.kernel, opts.dtype, &backend, &full).map(|(p, fid, k, code)| {
+            let prepared = prepare(&text, &opts.kernel, opts.dtype, &backend, &full).map(|(p, fid, k, (code, infos))| {
                 let key = cache_key(&[&code, &format!("{:?}", opts.shape), opts.dtype.name(), &device]);
                 let path = opts.cache.join(format!("{key:016x}.json"));
-                Prepared { cached: read_cached(&path), p, fid, k, code, path }
+                Prepared { cached: read_cached(&path), p, fid, k, code, infos, path }
             });
             let new_code = prepared.as_ref().map_or(true, |p| !seen_code.contains(&p.path));
             if seen_text.insert(text.clone()) && new_code {
@@ -215,7 +216,7 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
             }
             Ok(p) => {
                 let o = match built.next().expect("one build per schedule not cached") {
-                    Ok(b) => backend.measure(b, (&p.p, p.fid, &p.k), opts.dtype, (&small, &want), &full, opts.budget_s),
+                    Ok(b) => backend.measure(b, (&p.p, p.fid, &p.k, &p.infos), opts.dtype, (&small, &want), &full, opts.budget_s),
                     Err(e) => Outcome::Failed(e),
                 };
                 // A failure may be the machine's rather than the schedule's: measured again next time.
@@ -275,17 +276,20 @@ impl Backend {
         }
     }
 
-    /// The code this backend compiles for kernel `k` in `dtype`.
-    fn code(&self, k: &Kernel, dtype: DType) -> Result<String, String> {
+    /// The code this backend compiles for kernel `k` in `dtype`, with the launch parameters of
+    /// its kernels (none on the CPU).
+    fn code(&self, k: &Kernel, dtype: DType) -> Result<(String, Vec<LaunchInfo>), String> {
         let symbol = dt_codegen::emit::symbol(k, dtype);
         match self {
             Backend::Gpu { gpu, .. } => {
                 if !k.runs_on(gpu.features()) {
                     return Err("needs what this GPU lacks (clusters of its size, or sm_90's TMA and wgmma)".into());
                 }
-                gpu::emit_file("explore", Dialect::Cuda, &[(k, dtype, symbol)]).map(|(c, _)| c).map_err(|e| e.to_string())
+                gpu::emit_file("explore", Dialect::Cuda, &[(k, dtype, symbol)]).map_err(|e| e.to_string())
             }
-            Backend::Cpu { .. } => dt_codegen::emit::c::emit_file("explore", &[(k, dtype, symbol)]).map_err(|e| e.to_string()),
+            Backend::Cpu { .. } => {
+                dt_codegen::emit::c::emit_file("explore", &[(k, dtype, symbol)]).map(|c| (c, Vec::new())).map_err(|e| e.to_string())
+            }
         }
     }
 
@@ -340,7 +344,7 @@ impl Backend {
     fn measure(
         &self,
         built: Built,
-        (p, fid, k): (&Program, FuncId, &Kernel),
+        (p, fid, k, infos): (&Program, FuncId, &Kernel, &[LaunchInfo]),
         dtype: DType,
         (small, want): (&Args, &dt_core::tensor::Tensor),
         full: &Args,
@@ -357,10 +361,6 @@ impl Backend {
         let symbol = dt_codegen::emit::symbol(k, dtype);
         match self {
             Backend::Gpu { gpu, timer } => {
-                let infos = match gpu::emit_file("explore", Dialect::Cuda, &[(k, dtype, symbol.clone())]) {
-                    Ok((_, infos)) => infos,
-                    Err(e) => return Outcome::Invalid(e.to_string()),
-                };
                 let module = match built {
                     Built::Ptx(ptx) => match gpu.load(ptx) {
                         Ok(m) => m,
@@ -380,12 +380,12 @@ impl Backend {
                 let timed = (|| -> Result<Outcome, String> {
                     let staged = gpu.stage(k, &full, dtype).map_err(|e| e.to_string())?;
                     // As the library does: the twin for whole runs or specialized sizes where the launch has them.
-                    let launched = staged.layouts.launch_symbol(&symbol, |s| infos.iter().any(|i| i.symbol == s));
-                    let info = infos.iter().find(|i| i.symbol == launched).ok_or("no kernel")?;
+                    let info = staged.launch_info(&symbol, infos).ok_or("no kernel")?;
+                    let launched = &info.symbol;
                     let f = gpu.function(&module, info).map_err(|e| e.to_string())?;
                     let (ms, _) = timer.time(50, budget_s, || Ok(()), || gpu.launch(&f, info, &staged).map_err(|e| e.to_string()))?;
                     // A twin the small case does not reach is checked against the general kernel at the shape.
-                    if launched != symbol {
+                    if *launched != symbol {
                         let twin = gpu.download(&staged).map_err(|e| e.to_string())?;
                         let general = gpu.run(&module, general, k, &full, dtype).map_err(|e| e.to_string())?;
                         let reduction = k.dims.iter().map(|(d, _)| full.size(*d)).max().unwrap_or(1);
@@ -407,17 +407,11 @@ impl Backend {
                     }
                     Err(e) => return Outcome::Failed(e.to_string()),
                 }
-                let (mut times, start) = (Vec::new(), std::time::Instant::now());
                 // At least one run; more while within the budget (a slow schedule gets one).
-                while times.is_empty() || (times.len() < 50 && start.elapsed().as_secs_f64() < budget_s) {
-                    let t = std::time::Instant::now();
-                    if let Err(e) = lib.run(&symbol, k, &full, dtype) {
-                        return Outcome::Failed(e.to_string());
-                    }
-                    times.push(t.elapsed().as_secs_f64() * 1e3);
-                }
-                times.sort_by(f64::total_cmp);
-                Outcome::Timed(times[times.len() / 2])
+                crate::bench::wall_clock_median(1, 50, budget_s, || {
+                    lib.run(&symbol, k, &full, dtype).map(|_| ()).map_err(|e| e.to_string())
+                })
+                .map_or_else(Outcome::Failed, |(ms, _)| Outcome::Timed(ms))
             }
         }
     }
@@ -425,7 +419,14 @@ impl Backend {
 
 /// Checks, lowers and prints a drawn spec for `backend`: the program, the kernel, its IR and
 /// its code, or why the schedule is not valid for the shape of `full`.
-fn prepare(text: &str, kernel: &str, dtype: DType, backend: &Backend, full: &Args) -> Result<(Program, FuncId, Kernel, String), String> {
+#[allow(clippy::type_complexity)]
+fn prepare(
+    text: &str,
+    kernel: &str,
+    dtype: DType,
+    backend: &Backend,
+    full: &Args,
+) -> Result<(Program, FuncId, Kernel, (String, Vec<LaunchInfo>)), String> {
     let p = dt_core::compile_spec(text).map_err(|d| d.first().map_or_else(|| "does not check".into(), |d| d.message.clone()))?;
     let fid = p.kernel_by_name(kernel).ok_or("the kernel is gone")?;
     let k = dt_core::lower::lower(&p, fid).map_err(|e| e.to_string())?;

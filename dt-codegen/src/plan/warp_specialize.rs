@@ -311,7 +311,7 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
     // The ring starts 1024-aligned (the swizzle's period) wherever the dynamic shared memory
     // starts: up to 1024 bytes of padding ahead of it.
     let ring_bytes = 1024 + ring + 16 * stages;
-    let store = staged_store(k, m, n, rows, cols, consumers, operands.len(), ring + 16 * stages)
+    let store = staged_store(k, (m, rows), (n, cols), operands.len(), ring + 16 * stages)
         .filter(|s| 1024 + s.offset + consumers * STORE_BUFFERS * s.buffer_bytes <= target.shared_bytes_per_block);
     let shared_bytes = store.as_ref().map_or(ring_bytes, |s| 1024 + s.offset + consumers * STORE_BUFFERS * s.buffer_bytes);
     if shared_bytes > target.shared_bytes_per_block {
@@ -349,13 +349,12 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
 /// along `m` by `cols` along `n`, with the staging buffers from `after` (the ring's end), or
 /// `None` where the kernel does not end in one store of that whole tile into an output of axes
 /// `[m, n]` (which then stores from the fragments, two columns at a time).
-#[allow(clippy::too_many_arguments)]
-fn staged_store(k: &Kernel, m: DimId, n: DimId, rows: u32, cols: u32, consumers: u32, map: usize, after: u32) -> Option<StagedStore> {
+fn staged_store(k: &Kernel, (m, rows): (DimId, u32), (n, cols): (DimId, u32), map: usize, after: u32) -> Option<StagedStore> {
     let mut stores = Vec::new();
     find_stores(&k.body, &mut stores);
     let [(value, tile)] = stores[..] else { return None };
     let whole = |s: &Shape| s.0.len() == 2 && s.0.contains(&(m, rows)) && s.0.contains(&(n, cols));
-    if k.output.dims != [m, n] || !whole(tile) || !whole(&k.value(value).shape) || !cols.is_multiple_of(STORE_COLS) || consumers == 0 {
+    if k.output.dims != [m, n] || !whole(tile) || !whole(&k.value(value).shape) || !cols.is_multiple_of(STORE_COLS) {
         return None;
     }
     Some(StagedStore {
