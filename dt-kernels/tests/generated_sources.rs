@@ -124,6 +124,38 @@ fn capped_held_layernorm_does_not_spill() {
     }
 }
 
+/// ptxas keeps a kernel's `wgmma` products in flight only where nothing else touches their
+/// accumulators between a product and its wait, in the layout of the code; otherwise it waits
+/// after every product, says so as information (C7514, C7515: "wgmma.mma_async instructions are
+/// serialized"), not as a warning, and the kernel runs far slower (decision 0021): a
+/// serialized product here is a regression that `-Werror` would not catch.
+#[test]
+fn warpgroup_products_are_not_serialized() {
+    let Some(nvcc) = require("nvcc", nvcc()) else { return };
+    let dir = out_dir("serialized");
+    let sources: Vec<PathBuf> =
+        generated("cu").into_iter().filter(|p| std::fs::read_to_string(p).is_ok_and(|s| s.contains("wgmma.mma_async"))).collect();
+    assert!(!sources.is_empty(), "no generated CUDA issues wgmma");
+    compile_all(sources, |src| {
+        let out = dir.join(src.with_extension("cubin").file_name().expect("name"));
+        let run = std::process::Command::new(&nvcc)
+            .args(["-cubin", "-arch=sm_90a", "-Xptxas", "-v", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .output()
+            .map_err(|e| format!("nvcc: {e}"))?;
+        let log = String::from_utf8_lossy(&run.stderr);
+        if !run.status.success() {
+            return Err(format!("{}: {log}", src.display()));
+        }
+        let serialized: Vec<&str> = log.lines().filter(|l| l.contains("wgmma.mma_async instructions are serialized")).collect();
+        match serialized[..] {
+            [] => Ok(()),
+            _ => Err(format!("{}: {}", src.display(), serialized.join("\n"))),
+        }
+    });
+}
+
 #[test]
 fn generated_cuda_compiles_for_sm80_and_sm90a() {
     let Some(nvcc) = require("nvcc", nvcc()) else { return };
