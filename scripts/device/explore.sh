@@ -4,6 +4,8 @@
 # from docs/bench/results-h100.json, then SAMPLES schedules near the class's own (or anywhere,
 # with ANYWHERE=1) are drawn, checked and timed. Each search's report and plot go to $OUT; the
 # outcomes are cached in $OUT/cache, so running this again continues an interrupted search.
+# Each search runs schedules for at most T_SEARCH seconds less 20 (half of it under 40 seconds:
+# `--time-limit`), so that its report and plot are written before the command's own limit.
 # Usage: OUT=out [SAMPLES=64] [DTYPE=f16] [BUDGET=0.1] [T_SEARCH=540] scripts/device/explore.sh OP:SHAPE...
 #   e.g. scripts/device/explore.sh softmax:4096x4096 layernorm:8192x1000 dyt:4096x4096
 set -uo pipefail
@@ -29,6 +31,7 @@ PY
   echo "=== $op $shape $DTYPE: kernel $kernel, fastest baseline ${baseline:-none} ms ($(date +%T))"
   timeout "${T_SEARCH:-540}" .gpu/xtask explore "$spec" --kernel "$kernel" --shape "$shape" --dtype "$DTYPE" \
     --samples "${SAMPLES:-64}" --budget "${BUDGET:-0.1}" --cache "$OUT/cache" ${baseline:+--baseline-ms "$baseline"} \
+    --time-limit "$(( ${T_SEARCH:-540} > 40 ? ${T_SEARCH:-540} - 20 : ${T_SEARCH:-540} / 2 ))" \
     ${ANYWHERE:+--anywhere} --plot "$OUT/explore-$op-$shape-$DTYPE.svg" > "$OUT/explore-$op-$shape-$DTYPE.txt" 2> "$OUT/explore-$op-$shape-$DTYPE.log"
   echo "rc $?"; cat "$OUT/explore-$op-$shape-$DTYPE.txt"
 done

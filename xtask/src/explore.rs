@@ -42,6 +42,9 @@ pub struct Options {
     /// Draw schedules near the spec's own (numbers halved or doubled), else anywhere in the
     /// space the property tests draw from.
     pub near: bool,
+    /// Seconds after which no more schedules are run: the report covers those that were, and
+    /// a rerun (the cache) goes on from there.
+    pub time_limit_s: Option<f64>,
 }
 
 /// Largest size of a dimension in the correctness check: small, odd, no multiple of a tile; for a
@@ -206,8 +209,13 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
     let mut built = backend.build_all(&to_build).into_iter();
     eprintln!("built {} schedules in {:.0} s", to_build.len(), started.elapsed().as_secs_f64());
     let mut samples: Vec<Sample> = Vec::new();
-    let mut cached = 0;
+    let (mut cached, total) = (0, drawn.len());
     for (i, d) in drawn.into_iter().enumerate() {
+        let out_of_time = opts.time_limit_s.is_some_and(|t| started.elapsed().as_secs_f64() > t);
+        if out_of_time && matches!(&d.prepared, Ok(Prepared { cached: None, .. })) && !samples.is_empty() {
+            eprintln!("the time limit ran out: {} of {total} schedules run; a rerun goes on from here", samples.len());
+            break;
+        }
         let outcome = match d.prepared {
             Err(why) => Outcome::Invalid(why),
             Ok(Prepared { cached: Some(o), .. }) => {
@@ -250,7 +258,10 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
         );
         samples.push(Sample { schedule, outcome });
     }
-    let report = report(opts, &names, &device, &samples, cached);
+    let mut report = report(opts, &names, &device, &samples, cached);
+    if samples.len() < total {
+        report += &format!("stopped at the time limit after {} of {total} drawn schedules; a rerun goes on from there\n", samples.len());
+    }
     println!("{report}");
     if let Some(path) = &opts.plot {
         plot(&samples, reference(opts, &samples), path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -586,11 +597,12 @@ fn plot(samples: &[Sample], reference: Option<(f64, &str)>, path: &Path) -> Resu
 mod tests {
     use super::*;
 
-    /// On the CPU fallback (the test machine has no GPU, or the GPU runs it all the same): the
-    /// spec's own schedule and drawn ones run, the correct ones are timed, and a rerun takes every
-    /// outcome from the cache.
+    /// On the CPU fallback (the test machine has no GPU, or the GPU runs it all the same): a
+    /// search out of time runs the spec's own schedule and stops; a search without a limit goes
+    /// on from there; the spec's own schedule and drawn ones run, the correct ones are timed, and
+    /// a rerun takes every outcome from the cache.
     #[test]
-    fn a_rerun_takes_every_outcome_from_the_cache() {
+    fn a_search_out_of_time_stops_and_a_rerun_goes_on_from_the_cache() {
         let cache = std::env::temp_dir().join(format!("dt-explore-test-{}", std::process::id()));
         let spec = crate::regen::workspace().join("dt-codegen/tests/specs/vadd.dt");
         let src = std::fs::read_to_string(&spec).unwrap();
@@ -607,9 +619,14 @@ mod tests {
             baseline_ms: None,
             plot: Some(cache.join("plot.svg")),
             near: false,
+            time_limit_s: Some(0.0),
         };
+        let limited = run(&opts).unwrap();
+        assert_eq!((limited.tried, limited.cached), (1, 0), "out of time, the spec's own schedule alone runs: {limited:?}");
+        let opts = Options { time_limit_s: None, ..opts };
         let first = run(&opts).unwrap();
         assert_eq!(first.tried, 4);
+        assert_eq!(first.cached, 1, "the search goes on after the one that ran");
         assert!(first.correct >= 1, "the spec's own schedule runs: {first:?}");
         assert!(cache.join("plot.svg").exists());
         let again = run(&opts).unwrap();

@@ -107,6 +107,10 @@ enum Command {
         /// the spec's own.
         #[arg(long)]
         anywhere: bool,
+        /// Run no more schedules after this many seconds (building included): the report and
+        /// the plot cover those that ran, and a rerun goes on from there (the cache).
+        #[arg(long = "time-limit")]
+        time_limit: Option<f64>,
     },
     /// Write one results page (and its JSON) from the JSON of several bench runs.
     Page {
@@ -156,7 +160,7 @@ fn main() -> ExitCode {
             })
         }
         Command::Plot { json, out } => plot_files(&json, &out),
-        Command::Explore { spec, kernel, shape, dtype, samples, seed, budget, cache, baseline_ms, plot, anywhere } => (|| {
+        Command::Explore { spec, kernel, shape, dtype, samples, seed, budget, cache, baseline_ms, plot, anywhere, time_limit } => (|| {
             let dtype = dt_core::DType::from_name(&dtype).ok_or_else(|| format!("unknown --dtype `{dtype}` (f16, bf16, f32)"))?;
             let shape = shape
                 .split('x')
@@ -177,9 +181,11 @@ fn main() -> ExitCode {
                 baseline_ms,
                 plot,
                 near: !anywhere,
+                time_limit_s: time_limit,
             })
             .map(|_| ())
-        })(),
+        })(
+        ),
         Command::Page { json, markdown, merged_json, machine, commands } => results::merged(&json).and_then(|rows| {
             dt_codegen::host::write_atomically(&markdown, results::merged_markdown(&rows, &machine, &commands).as_bytes())
                 .map_err(|e| format!("writing {}: {e}", markdown.display()))?;
