@@ -31,6 +31,19 @@ fn library_specs() -> Vec<PathBuf> {
 fn dtc_check_accepts_every_library_spec() {
     let out = dtc().arg("check").args(library_specs()).output().expect("dtc runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Every library kernel runs with the stages it asks for.
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A `num_stages` that the plan serves with fewer stages (the talk's 2mm asks for 4; the buffers
+/// of 3 fit) checks, with a warning at the request.
+#[test]
+fn dtc_check_warns_where_fewer_stages_fit_than_asked() {
+    let out = dtc().args(["check", "dt-codegen/tests/specs/talk_2mm.dt"]).output().expect("dtc runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.starts_with("dt-codegen/tests/specs/talk_2mm.dt:12:1: warning: `_2mm` runs num_stages(4) with 3 stages on CUDA"), "{err}");
+    assert!(err.contains(" 12 | _2mm.num_stages(4);") && err.contains("ask for 3"), "{err}");
 }
 
 #[test]

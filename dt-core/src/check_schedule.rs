@@ -134,6 +134,7 @@ impl<'a, 'd> Checker<'a, 'd> {
                 let ok = |n: u64| (1..=8).contains(&n);
                 if let Some(n) = self.number_within(f, prim, args, span, ok, "the pipeline depth is 1 (no pipelining) to 8") {
                     self.prog.funcs[f.index()].schedule.num_stages = n;
+                    self.prog.funcs[f.index()].schedule.num_stages_span = Some(span);
                 }
             }
             "max_registers" => {

@@ -13,7 +13,7 @@
 use crate::span::Span;
 use codespan_reporting::files::{Files, SimpleFile};
 
-/// One error in a spec.
+/// One error in a spec, or a warning: a request the compiler serves otherwise than asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Diagnostic {
     pub span: Span,
@@ -21,11 +21,24 @@ pub struct Diagnostic {
     pub message: String,
     /// Printed under the caret: a hint or the relevant context.
     pub label: String,
+    pub severity: Severity,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    /// The spec is refused.
+    Error,
+    /// The spec is served, but not as written (`num_stages` lowered to what fits, say).
+    Warning,
 }
 
 impl Diagnostic {
     pub fn new(span: Span, message: impl Into<String>) -> Diagnostic {
-        Diagnostic { span, message: message.into(), label: String::new() }
+        Diagnostic { span, message: message.into(), label: String::new(), severity: Severity::Error }
+    }
+
+    pub fn warning(span: Span, message: impl Into<String>) -> Diagnostic {
+        Diagnostic { severity: Severity::Warning, ..Diagnostic::new(span, message) }
     }
 
     pub fn with_label(mut self, label: impl Into<String>) -> Diagnostic {
@@ -78,7 +91,11 @@ impl SourceFile {
         let carets = self.text().get(d.span.start as usize..end).map_or(0, |s| s.trim_end().chars().count()).max(1);
         let gutter = line.to_string().len();
         let pad = " ".repeat(gutter);
-        let mut out = format!("{}:{}:{}: error: {}\n", self.name(), line, col, d.message);
+        let severity = match d.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        let mut out = format!("{}:{}:{}: {severity}: {}\n", self.name(), line, col, d.message);
         out += &format!(" {pad} |\n");
         out += &format!(" {line} | {text}\n");
         let indent: String = text.chars().take(col - 1).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();

@@ -31,6 +31,8 @@ pub struct Schedule {
     pub fuse_at: Option<(FuncId, DimId)>,
     pub num_warps: u32,
     pub num_stages: u32,
+    /// Where `num_stages` was asked for (a warning points there when fewer stages fit).
+    pub num_stages_span: Option<crate::span::Span>,
     /// `max_registers(n)`: at most `n` registers per thread on CUDA (none: the compiler's
     /// choice).
     pub max_registers: Option<u32>,
@@ -68,6 +70,7 @@ impl Default for Schedule {
             fuse_at: None,
             num_warps: 4,
             num_stages: 1,
+            num_stages_span: None,
             max_registers: None,
             fast_math: false,
             warp_specialize: false,

@@ -116,6 +116,11 @@ fn main() -> ExitCode {
 
 /// Reads and checks a spec; on failure, the rendered diagnostics.
 fn load(path: &Path) -> Result<Program, String> {
+    load_source(path).map(|(_, p)| p)
+}
+
+/// The spec at `path` and its program, or its diagnostics rendered.
+fn load_source(path: &Path) -> Result<(SourceFile, Program), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: error: {e}", path.display()))?;
     let text = match String::from_utf8(bytes) {
         Ok(t) => t,
@@ -129,7 +134,26 @@ fn load(path: &Path) -> Result<Program, String> {
         }
     };
     let src = SourceFile::new(path.display().to_string(), text);
-    dt_core::compile_spec(src.text()).map_err(|diags| src.render_all(&diags))
+    let program = dt_core::compile_spec(src.text()).map_err(|diags| src.render_all(&diags))?;
+    Ok((src, program))
+}
+
+/// Warnings on a spec that checks: each `num_stages` the CUDA plan serves with fewer stages,
+/// because the buffers of more do not fit (the library and the bench run what fits).
+fn warnings(p: &Program) -> Vec<dt_core::Diagnostic> {
+    let mut out = Vec::new();
+    for &fid in &p.kernels {
+        let Ok(k) = dt_core::lower::lower(p, fid) else { continue };
+        let f = p.func(fid);
+        for (asked, planned) in dt_codegen::plan::lowered_stages(&k) {
+            let span = f.schedule.num_stages_span.unwrap_or(f.span);
+            out.push(
+                dt_core::Diagnostic::warning(span, format!("`{}` runs num_stages({asked}) with {planned} stages on CUDA", f.name))
+                    .with_label(format!("the buffers of more do not fit the shared memory of every GPU; ask for {planned}")),
+            );
+        }
+    }
+    out
 }
 
 fn check(files: &[PathBuf]) -> Result<(), String> {
@@ -138,8 +162,14 @@ fn check(files: &[PathBuf]) -> Result<(), String> {
     }
     let mut errors = Vec::new();
     for f in files {
-        if let Err(e) = load(f) {
-            errors.push(e);
+        match load_source(f) {
+            Ok((src, p)) => {
+                let warnings = warnings(&p);
+                if !warnings.is_empty() {
+                    eprint!("{}", src.render_all(&warnings));
+                }
+            }
+            Err(e) => errors.push(e),
         }
     }
     if errors.is_empty() {

@@ -964,17 +964,34 @@ impl Mapping {
 /// What the plan's `stages` for dot `dot` are to its loop's `num_stages`: that, or fewer where
 /// the buffers of more do not fit (say so, as the plan chose it on its own).
 fn stages_asked(k: &Kernel, dot: ValueId, stages: u32) -> String {
-    fn asked(stmts: &[Stmt], dot: ValueId) -> Option<u32> {
-        stmts.iter().find_map(|s| match s {
-            Stmt::Loop(l) if l.body.iter().any(|s| matches!(s, Stmt::Let { value, op: Op::Dot { .. } } if *value == dot)) => Some(l.stages),
-            Stmt::Loop(l) => asked(&l.body, dot),
-            _ => None,
-        })
-    }
-    match asked(&k.body, dot) {
+    match asked_stages(&k.body, dot) {
         Some(n) if n > stages => format!("num_stages({n}) lowered to {stages}: more do not fit the shared memory of every GPU"),
         _ => "num_stages".to_string(),
     }
+}
+
+/// The `num_stages` of the loop whose body computes `dot`.
+pub(crate) fn asked_stages(stmts: &[Stmt], dot: ValueId) -> Option<u32> {
+    stmts.iter().find_map(|s| match s {
+        Stmt::Loop(l) if l.body.iter().any(|s| matches!(s, Stmt::Let { value, op: Op::Dot { .. } } if *value == dot)) => Some(l.stages),
+        Stmt::Loop(l) => asked_stages(&l.body, dot),
+        _ => None,
+    })
+}
+
+/// The pipelines and rings of plan `p` that take fewer stages than their loop's `num_stages`
+/// (the buffers of more do not fit): the stages asked for and those planned, once each.
+pub(crate) fn lowered_stages(k: &Kernel, p: &Plan) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    for (id, d) in &p.dots {
+        let planned = d.ring.map_or(d.stages, |r| r.stages);
+        let pipelined = d.ring.is_some() || d.stages > 1;
+        match asked_stages(&k.body, *id) {
+            Some(asked) if pipelined && asked > planned && !out.contains(&(asked, planned)) => out.push((asked, planned)),
+            _ => {}
+        }
+    }
+    out
 }
 
 pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {

@@ -156,6 +156,27 @@ pub fn print_cuda(k: &Kernel) -> Result<String, PlanError> {
     Ok(out)
 }
 
+/// Each `num_stages` that the CUDA plan of kernel `k` serves with fewer stages, for any of its
+/// element types, because the buffers of more do not fit (what `dtc check` warns of): the stages
+/// asked for and those planned, once each. A warp-specialized kernel is refused instead.
+pub fn lowered_stages(k: &Kernel) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    for dtype in &k.dtypes {
+        if cuda_target(k).is_some() {
+            continue;
+        }
+        let dialect = crate::emit::gpu::Dialect::Cuda;
+        let mapping = layouts::Mapping::of(k, *dtype, dialect);
+        let registers = register_layouts(k, *dtype, dialect, None, mapping);
+        for pair in layouts::lowered_stages(k, &registers) {
+            if !out.contains(&pair) {
+                out.push(pair);
+            }
+        }
+    }
+    out
+}
+
 /// The plan in its readable form.
 pub fn print(k: &Kernel, p: &GpuPlan) -> String {
     let mut out = String::new();
