@@ -127,6 +127,13 @@ pub enum Item {
         args: Vec<SchedArg>,
         span: Span,
     },
+    /// `schedule f_1k { f.block(...); ... f.compile(); }`: a size class of `f` with its own
+    /// schedule, over copies of the algorithm (`crate::blocks`); `span` is its header.
+    Block {
+        name: Ident,
+        items: Vec<Item>,
+        span: Span,
+    },
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -67,20 +67,20 @@ pub fn algorithm_text(src: &str) -> Result<String, Vec<Diagnostic>> {
 
 /// The declarations and definitions of spec `src`, and the schedule statements `keep` accepts,
 /// one per line, in their order.
+/// Schedule blocks are expanded first (`crate::blocks`): the result names each class's copies.
 fn items_text(src: &str, keep: impl Fn(&Item) -> bool) -> Result<String, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     let file = crate::parser::parse(src, &mut diags);
+    let expanded = crate::blocks::expand(&file, &mut diags);
     if !diags.is_empty() {
         return Err(diags);
     }
     let mut out = String::new();
-    for item in &file.items {
-        let span = match item {
-            Item::Decl { span, .. } | Item::Def { span, .. } => span,
-            Item::Sched { span, .. } if keep(item) => span,
-            Item::Sched { .. } => continue,
-        };
-        out += &src[span.start as usize..span.end as usize];
+    for e in &expanded {
+        if matches!(e.item, Item::Sched { .. } | Item::Block { .. }) && !keep(&e.item) {
+            continue;
+        }
+        out += &crate::blocks::text_of(src, e);
         out.push('\n');
     }
     Ok(out)
@@ -152,7 +152,7 @@ fn nearby_once(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Di
     let mut out = String::new();
     for item in &file.items {
         let span = match item {
-            Item::Decl { span, .. } | Item::Def { span, .. } | Item::Sched { span, .. } => span,
+            Item::Decl { span, .. } | Item::Def { span, .. } | Item::Sched { span, .. } | Item::Block { span, .. } => span,
         };
         match item {
             Item::Sched { func, prim, args, .. } if numbers(item) > 0 => {

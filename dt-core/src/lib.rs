@@ -5,6 +5,7 @@
 pub mod abi;
 pub mod algo;
 pub mod ast;
+pub mod blocks;
 pub mod check;
 pub mod diag;
 pub mod dtype;
@@ -26,6 +27,7 @@ pub use dtype::DType;
 pub fn compile_spec(src: &str) -> Result<algo::Program, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     let file = parser::parse(src, &mut diags);
+    let file = ast::File { items: blocks::expand(&file, &mut diags).into_iter().map(|e| e.item).collect() };
     let program = check::check(&file, &mut diags);
     match program {
         Some(p) if diags.is_empty() => Ok(p),

@@ -14,7 +14,7 @@ pub fn parse(src: &str, diags: &mut Vec<Diagnostic>) -> File {
     let lex_start = diags.len();
     let toks = lex(src, diags);
     let lex_errors: Vec<u32> = diags[lex_start..].iter().map(|d| d.span.start).collect();
-    let mut p = Parser { src, toks, pos: 0, depth: 0, diags: Vec::new() };
+    let mut p = Parser { src, toks, pos: 0, depth: 0, diags: Vec::new(), lex_errors };
     let mut file = File::default();
     while !p.at(&Tok::Eof) {
         let start = p.pos;
@@ -22,7 +22,7 @@ pub fn parse(src: &str, diags: &mut Vec<Diagnostic>) -> File {
             Ok(item) => file.items.push(item),
             Err(d) => {
                 let from = p.toks[start].span.start;
-                if !lex_errors.iter().any(|&o| from <= o && o <= d.span.start) {
+                if !p.lex_errors.iter().any(|&o| from <= o && o <= d.span.start) {
                     diags.push(d);
                 }
                 p.recover(start);
@@ -46,6 +46,8 @@ struct Parser<'s> {
     depth: u32,
     /// Errors in statements that were kept nonetheless.
     diags: Vec<Diagnostic>,
+    /// Where the lexer found errors: a statement with one gets no syntax error besides.
+    lex_errors: Vec<u32>,
 }
 
 impl Parser<'_> {
@@ -148,7 +150,57 @@ impl Parser<'_> {
         }
     }
 
+    /// Skips to just after the next `;` of a schedule block, or to its `}` (always making
+    /// progress unless at the `}`).
+    fn recover_in_block(&mut self, start: usize) {
+        if self.pos == start && !self.at(&Tok::RBrace) {
+            self.bump();
+        }
+        while !self.at(&Tok::Eof) && !self.at(&Tok::RBrace) {
+            if self.bump().tok == Tok::Semi {
+                break;
+            }
+        }
+    }
+
+    /// `schedule name { statements }`, at the `schedule`; the statements that do not parse
+    /// are reported and skipped.
+    fn block(&mut self) -> PResult<Item> {
+        let keyword = self.bump().span;
+        let name = self.ident("the name of the size class")?;
+        let open = self.expect(Tok::LBrace, "`{`")?;
+        let mut items = Vec::new();
+        loop {
+            if self.at(&Tok::RBrace) {
+                self.bump();
+                return Ok(Item::Block { name, items, span: keyword.to(open) });
+            }
+            if self.at(&Tok::Eof) {
+                return Err(
+                    Diagnostic::new(open, format!("the schedule block `{}` is not closed", name.name)).with_label("close it with `}`")
+                );
+            }
+            let start = self.pos;
+            match self.item() {
+                Ok(item) => items.push(item),
+                Err(d) => {
+                    let from = self.toks[start].span.start;
+                    if !self.lex_errors.iter().any(|&o| from <= o && o <= d.span.start) {
+                        self.diags.push(d);
+                    }
+                    self.recover_in_block(start);
+                }
+            }
+        }
+    }
+
     fn item(&mut self) -> PResult<Item> {
+        if matches!(&self.peek().tok, Tok::Ident(k) if k == "schedule")
+            && matches!(self.peek_at(1), Tok::Ident(_))
+            && self.peek_at(2) == &Tok::LBrace
+        {
+            return self.block();
+        }
         let first = self.ident("a declaration, a definition `f[x] = ...;` or a schedule `f.block(...);`")?;
         let kind = [DeclKind::Func, DeclKind::In, DeclKind::SIn, DeclKind::Var, DeclKind::RVar].into_iter().find(|k| {
             k.keyword() == first.name || (k.keyword().eq_ignore_ascii_case(&first.name) && matches!(self.peek().tok, Tok::Ident(_)))

@@ -9,7 +9,7 @@
 //! general kernel); and
 //! reports how many run, how their times spread against a reference (a baseline's time given
 //! with `--baseline-ms`, else the spec's own schedule), the best schedule as text to paste into
-//! the spec, and a plot.
+//! the spec (its schedule block, where the spec has one), and a plot.
 //!
 //! Every outcome is cached under `--cache`, keyed by the generated code of the schedule, the
 //! shape, the element type and the device: a rerun with the same arguments takes what an earlier
@@ -552,7 +552,9 @@ fn report(opts: &Options, names: &[&str], device: &str, samples: &[Sample], cach
         );
     }
     if let Some((ms, best)) = timed.iter().min_by(|a, b| a.0.total_cmp(&b.0)) {
-        let _ = writeln!(out, "the best schedule, {ms:.4} ms:\n{}", best.schedule);
+        // As the block that gives it, where the spec schedules the kernel in one.
+        let text = std::fs::read_to_string(&opts.spec).ok().and_then(|src| dt_core::blocks::as_block(&src, &opts.kernel, &best.schedule));
+        let _ = writeln!(out, "the best schedule, {ms:.4} ms:\n{}", text.as_deref().unwrap_or(&best.schedule));
     }
     for (what, kind) in [("wrong", "WRONG"), ("failed", "failed")] {
         if let Some(s) = samples.iter().find(|s| describe(&s.outcome).starts_with(kind)) {
