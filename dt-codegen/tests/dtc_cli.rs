@@ -35,6 +35,22 @@ fn dtc_check_accepts_every_library_spec() {
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// `emit --target spec` writes a spec's schedule blocks out: the classes' copies under their
+/// names, which check to the same kernels.
+#[test]
+fn dtc_emit_spec_writes_the_schedule_blocks_out() {
+    let out = dtc().args(["emit", "--target", "spec", "dt-kernels/specs/dyt.dt"]).output().expect("dtc runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!text.contains("schedule "), "{text}");
+    for line in ["Func dyt_1k;", "dyt_1k[x, y] = tanh(alpha * X[x, y]) * W[y] + B[y];", "dyt_1k.bound(y:1024);", "dyt_1k.compile();"] {
+        assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+    }
+    let names = |p: dt_core::algo::Program| p.kernels.iter().map(|k| p.func(*k).name.clone()).collect::<Vec<_>>();
+    let spec = std::fs::read_to_string(workspace().join("dt-kernels/specs/dyt.dt")).unwrap();
+    assert_eq!(names(dt_core::compile_spec(&text).unwrap()), names(dt_core::compile_spec(&spec).unwrap()));
+}
+
 /// A `num_stages` that the plan serves with fewer stages (the talk's 2mm asks for 4; the buffers
 /// of 3 fit) checks, with a warning at the request.
 #[test]

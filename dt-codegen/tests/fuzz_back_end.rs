@@ -1,5 +1,5 @@
 //! Mutated specs and bad data files, through the whole of `dtc` as a user runs it: `check`,
-//! every `emit` target (kernel IR, C, CUDA, HIP, GPU plan), `run --backend interp` and, for
+//! every `emit` target (kernel IR, C, CUDA, HIP, GPU plan, spec), `run --backend interp` and, for
 //! every eighth case, `run --backend cpu` (the C compiler and the compiled kernel). Each run is a
 //! process with a time limit; what holds for every case: it exits 0, or 1 with an error on stderr
 //! and no panic or internal error (`dtc` runs with `DT_VERIFY_KIR`, so the kernel IR's verifier
@@ -270,7 +270,7 @@ fn mutated_specs_and_bad_data_never_crash_or_hang_dtc() {
         std::fs::write(&spec, &mutant).unwrap();
         let spec_arg = spec.display().to_string();
         let mut runs: Vec<Vec<String>> = vec![vec!["check".into(), spec_arg.clone()]];
-        for target in ["kir", "c", "cuda", "hip", "gpu-plan"] {
+        for target in ["kir", "c", "cuda", "hip", "gpu-plan", "spec"] {
             runs.push(vec![
                 "emit".into(),
                 spec_arg.clone(),

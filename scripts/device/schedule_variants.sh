@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Times schedule variants of one size class of a library spec on the GPU machine, from the xtask
-# binary carried in .gpu/: each variant is a copy of the specs with some of the class's schedule
-# statements replaced, benched from its own directory (the bench compiles the specs of its
-# working directory), one after the other in one run.
+# and dtc binaries carried in .gpu/: each variant is a copy of the specs, the class's schedule
+# block written out (`dtc emit --target spec`), with some of its schedule statements replaced,
+# benched from its own directory (the bench compiles the specs of its working directory), one
+# after the other in one run.
 # Usage (from the repository root):
 #   OP=matmul SPEC=matmul CLASS=mm_128_f32 DTYPE=f32 VARIANTS='NAME|PRIM(ARGS); PRIM(ARGS)...
 #   NAME|...' [BASELINE=cublas] [EDIT='sed expression'] scripts/device/schedule_variants.sh SHAPE...
@@ -26,6 +27,8 @@ while IFS="|" read -r name statements; do
   dir=/tmp/schedule_variants/${CLASS// /+}/$name
   rm -rf "$dir" && mkdir -p "$dir/dt-kernels" && cp -r "$R/bench" "$dir/" && cp -r "$R/dt-kernels/specs" "$dir/dt-kernels/"
   spec=$dir/dt-kernels/specs/$SPEC.dt
+  # Schedule blocks written out, so that each class's statements are lines `CLASS.PRIM(...);`.
+  "$R/.gpu/dtc" emit --target spec "$spec" -o "$spec.flat" && mv "$spec.flat" "$spec" || { echo "$name: dtc emit --target spec failed"; continue; }
   IFS=";" read -ra stmts <<<"$statements"
   for st in "${stmts[@]}"; do
     st=$(echo "$st" | sed 's/^ *//; s/ *$//')

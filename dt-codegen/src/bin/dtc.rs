@@ -83,6 +83,10 @@ enum Target {
     /// The GPU plan of each kernel and element type for CUDA: the decisions made before
     /// printing (roles, shared-memory rings, copies, barriers, tensor-core instructions).
     GpuPlan,
+    /// The spec with its schedule blocks written out, as the checker reads it: each class's
+    /// copies of the algorithm declared, defined and scheduled under their names, one statement
+    /// per line (with --kernel, only that kernel's schedule and the algorithm).
+    Spec,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -286,7 +290,7 @@ fn kernels_to_emit(p: &Program, name: Option<&str>, file: &Path) -> Result<Vec<F
 }
 
 fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>) -> Result<(), String> {
-    let p = load(file)?;
+    let (src, p) = load_source(file)?;
     let mut kernels = Vec::new();
     for k in kernels_to_emit(&p, kernel, file)? {
         kernels.push(dt_core::lower::lower(&p, k).map_err(|e| format!("{}: error: {e}", file.display()))?);
@@ -309,6 +313,11 @@ fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>
         kernels.retain(|k| !k.needs_sm90());
     }
     let text = match target {
+        Target::Spec => match kernel {
+            Some(k) => dt_core::explore::kernel_spec(src.text(), k),
+            None => dt_core::blocks::flat_text(src.text()),
+        }
+        .map_err(|d| src.render_all(&d))?,
         Target::Kir => kernels.iter().map(dt_core::kir::print).collect::<Vec<_>>().join("\n"),
         Target::GpuPlan => kernels
             .iter()
@@ -328,6 +337,11 @@ fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>
             dt_codegen::emit::gpu::emit_file(&header(file), dialect, &items).map_err(|e| format!("{}: error: {e}", file.display()))?.0
         }
     };
+    write_output(output, &text)
+}
+
+/// What `dtc emit` prints: to `output`, else to standard output.
+fn write_output(output: Option<&Path>, text: &str) -> Result<(), String> {
     match output {
         Some(path) => dt_codegen::host::write_atomically(path, text.as_bytes()),
         None => {
