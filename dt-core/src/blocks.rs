@@ -5,9 +5,10 @@
 //! the compiled Func and of every Func it reads (transitively), under the block's suffix (`_1k`:
 //! `row_max` becomes `row_max_1k`), declared, defined with the copies reading each other, and
 //! scheduled by the block's statements, which name the originals. Statements outside blocks
-//! schedule the originals. The copies keep the originals' spans, so that a diagnostic in a copy
-//! points at the one definition; [`flat_text`] writes the result as a spec's text, for tools that
-//! work on text (the explorer).
+//! schedule the originals, and a copy of a Func the block does not schedule (a producer placed
+//! alike in every class) is scheduled as its original is. The copies keep the originals' spans,
+//! so that a diagnostic in a copy points at the one definition; [`flat_text`] writes the result
+//! as a spec's text, for tools that work on text (the explorer).
 
 use crate::ast::*;
 use crate::diag::Diagnostic;
@@ -46,10 +47,11 @@ pub fn expand(file: &File, diags: &mut Vec<Diagnostic>) -> Vec<Expanded> {
             _ => {}
         }
     }
+    let top: Vec<&Item> = file.items.iter().filter(|i| matches!(i, Item::Sched { .. })).collect();
     let mut out = Vec::new();
     for item in &file.items {
         match item {
-            Item::Block { name, items, span } => expand_block(name, items, *span, &defs, &mut taken, &mut out, diags),
+            Item::Block { name, items, span } => expand_block(name, items, *span, (&defs, &top), &mut taken, &mut out, diags),
             other => out.push(Expanded { item: other.clone(), text: Text::Source { span: item_span(other), renames: Vec::new() } }),
         }
     }
@@ -145,7 +147,7 @@ fn expand_block(
     name: &Ident,
     items: &[Item],
     header: Span,
-    defs: &[(&Ident, &Item)],
+    (defs, top): (&[(&Ident, &Item)], &[&Item]),
     taken: &mut HashSet<String>,
     out: &mut Vec<Expanded>,
     diags: &mut Vec<Diagnostic>,
@@ -238,6 +240,14 @@ fn expand_block(
         let func = Ident { name: format!("{}_{suffix}", func.name), span: func.span };
         out.push(Expanded { item: Item::Def { func, dims: dims.clone(), body, span: *span }, text: Text::Source { span: *span, renames } });
     }
+    // A Func the kernel reads that the block does not schedule is scheduled as outside the
+    // blocks (placed alike in every class).
+    let own: Vec<&str> =
+        scheds.iter().filter_map(|s| if let Item::Sched { func, .. } = s { Some(func.name.as_str()) } else { None }).collect();
+    let inherited = top.iter().copied().filter(|s| {
+        matches!(s, Item::Sched { func, .. } if func.name != root.name && closure.contains(&func.name.as_str()) && !own.contains(&func.name.as_str()))
+    });
+    let scheds: Vec<&Item> = scheds.iter().copied().chain(inherited).collect();
     for item in scheds {
         let Item::Sched { func, prim, args, span } = item else { continue };
         let Some(new) = copied(&func.name) else {
@@ -328,6 +338,19 @@ mod tests {
             softmax_1k[x, y] = exp(A[x, y] - row_max_1k[x]);\nsoftmax_1k.bound(y:1024);\nsoftmax_1k.block(x:1);\n\
             softmax_1k.tensorize(x:0, y:0);\nrow_max_1k.fuse_at(softmax_1k, x);\nsoftmax_1k.compile();\nsoftmax.block(x:1);\n";
         assert!(flat.contains(want), "{flat}");
+    }
+
+    /// A producer placed outside the blocks is placed alike in each class that does not
+    /// schedule it; one the block schedules takes the block's statements only.
+    #[test]
+    fn blocks_inherit_the_placements_they_do_not_give() {
+        let inherits = BLOCKS.replace("  row_max.fuse_at(softmax, x);\n", "");
+        let flat = flat_text(&inherits).unwrap();
+        assert_eq!(flat.matches("row_max_1k.fuse_at(softmax_1k, x);").count(), 1, "{flat}");
+        let own = BLOCKS.replace("  row_max.fuse_at(softmax, x);\n", "  row_max.fuse_at(softmax, x);\n  row_max.tensorize(y:512);\n");
+        let flat = flat_text(&own).unwrap();
+        assert_eq!(flat.matches("row_max_1k.fuse_at(softmax_1k, x);").count(), 1, "{flat}");
+        assert!(flat.contains("row_max_1k.tensorize(y:512);\n") && !flat.contains("row_max.tensorize"), "{flat}");
     }
 
     /// A class's schedule statements, as the explorer prints them, go back into their block.
