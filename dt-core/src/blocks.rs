@@ -97,41 +97,31 @@ pub fn text_of(src: &str, e: &Expanded) -> String {
 pub fn as_block(src: &str, kernel: &str, lines: &str) -> Option<String> {
     let mut diags = Vec::new();
     let file = crate::parser::parse(src, &mut diags);
-    let mut copies = Vec::new();
-    for e in expand(&file, &mut diags) {
-        if let Item::Decl { kind: DeclKind::Func, names, span } = &e.item {
-            let block = file.items.iter().any(|i| matches!(i, Item::Block { name, span: s, .. } if name.name == kernel && s == span));
-            if block {
-                copies = names.iter().map(|n| n.name.clone()).collect();
-            }
-        }
-    }
+    let defined: HashSet<&str> =
+        file.items.iter().filter_map(|i| if let Item::Def { func, .. } = i { Some(func.name.as_str()) } else { None }).collect();
     let root = file.items.iter().find_map(|i| match i {
         Item::Block { name, items, .. } if name.name == kernel => items.iter().find_map(|s| match s {
-            Item::Sched { func, prim, .. } if prim.name == "compile" || prim.name == "compile_to_kernel" => Some(func.name.clone()),
+            Item::Sched { func, prim, .. } if prim.name == "compile" || prim.name == "compile_to_kernel" => Some(func.name.as_str()),
             _ => None,
         }),
         _ => None,
     })?;
-    let suffix = kernel.strip_prefix(&root)?.to_string();
+    let suffix = kernel.strip_prefix(root)?;
+    // Identifiers one by one: a copy's name (a defined Func's and the suffix) back to its
+    // original's.
     let mut out = format!("schedule {kernel} {{\n");
     for line in lines.lines() {
-        // Identifiers one by one: a copy's name back to its original's.
-        let mut text = String::new();
         let mut word = String::new();
+        out += "  ";
         for c in line.chars().chain(['\n']) {
             if c.is_ascii_alphanumeric() || c == '_' {
                 word.push(c);
                 continue;
             }
-            match word.strip_suffix(suffix.as_str()) {
-                Some(original) if copies.contains(&word) => text += original,
-                _ => text += &word,
-            }
+            out += word.strip_suffix(suffix).filter(|original| defined.contains(original)).unwrap_or(&word);
+            out.push(c);
             word.clear();
-            text.push(c);
         }
-        out += &format!("  {}", text);
     }
     Some(out + "}")
 }
@@ -195,6 +185,13 @@ fn expand_block(
             return;
         }
     };
+    if !defs.iter().any(|(f, _)| f.name == root.name) {
+        diags.push(
+            Diagnostic::new(root.span, format!("`{}` has no definition for the block to copy", root.name))
+                .with_label("define it outside the block"),
+        );
+        return;
+    }
     // The compiled Func and every Func it reads, in the order of their definitions.
     let mut closure: Vec<&str> = vec![root.name.as_str()];
     let mut next = 0;
@@ -210,13 +207,6 @@ fn expand_block(
         }
         next += 1;
     }
-    if !defs.iter().any(|(f, _)| f.name == root.name) {
-        diags.push(
-            Diagnostic::new(root.span, format!("`{}` has no definition for the block to copy", root.name))
-                .with_label("define it outside the block"),
-        );
-        return;
-    }
     let copied = |n: &str| closure.contains(&n).then(|| format!("{n}_{suffix}"));
     for f in &closure {
         let new = format!("{f}_{suffix}");
@@ -229,15 +219,16 @@ fn expand_block(
         }
     }
     let in_order: Vec<&(&Ident, &Item)> = defs.iter().filter(|(f, _)| closure.contains(&f.name.as_str())).collect();
-    let names: Vec<Ident> = in_order.iter().map(|(f, _)| Ident { name: format!("{}_{suffix}", f.name), span: name.span }).collect();
+    let names: Vec<Ident> = in_order.iter().filter_map(|(f, _)| copied(&f.name)).map(|n| Ident { name: n, span: name.span }).collect();
     taken.extend(names.iter().map(|n| n.name.clone()));
     let decl = format!("Func {};", names.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", "));
     out.push(Expanded { item: Item::Decl { kind: DeclKind::Func, names, span: header }, text: Text::Added(decl) });
     for (func, item) in in_order {
         let Item::Def { dims, body, span, .. } = item else { continue };
-        let mut renames = vec![(func.span, format!("{}_{suffix}", func.name))];
+        let new = format!("{}_{suffix}", func.name);
+        let mut renames = vec![(func.span, new.clone())];
         let body = renamed_expr(body, &copied, &mut renames);
-        let func = Ident { name: format!("{}_{suffix}", func.name), span: func.span };
+        let func = Ident { name: new, span: func.span };
         out.push(Expanded { item: Item::Def { func, dims: dims.clone(), body, span: *span }, text: Text::Source { span: *span, renames } });
     }
     // A Func the kernel reads that the block does not schedule is scheduled as outside the

@@ -77,7 +77,7 @@ fn items_text(src: &str, keep: impl Fn(&Item) -> bool) -> Result<String, Vec<Dia
     }
     let mut out = String::new();
     for e in &expanded {
-        if matches!(e.item, Item::Sched { .. } | Item::Block { .. }) && !keep(&e.item) {
+        if matches!(e.item, Item::Sched { .. }) && !keep(&e.item) {
             continue;
         }
         out += &crate::blocks::text_of(src, e);

@@ -17,17 +17,7 @@ pub fn parse(src: &str, diags: &mut Vec<Diagnostic>) -> File {
     let mut p = Parser { src, toks, pos: 0, depth: 0, diags: Vec::new(), lex_errors };
     let mut file = File::default();
     while !p.at(&Tok::Eof) {
-        let start = p.pos;
-        match p.item() {
-            Ok(item) => file.items.push(item),
-            Err(d) => {
-                let from = p.toks[start].span.start;
-                if !p.lex_errors.iter().any(|&o| from <= o && o <= d.span.start) {
-                    diags.push(d);
-                }
-                p.recover(start);
-            }
-        }
+        file.items.extend(p.statement(false));
     }
     diags.append(&mut p.diags);
     file
@@ -138,29 +128,29 @@ impl Parser<'_> {
         }
     }
 
-    /// Skips to just after the next `;` (always making progress).
-    fn recover(&mut self, start: usize) {
-        if self.pos == start {
+    /// One statement; where it does not parse, its error (none besides a lexical error in it)
+    /// and the tokens up to just after the next `;` skipped, always making progress but, within
+    /// a schedule block, never past its `}`.
+    fn statement(&mut self, in_block: bool) -> Option<Item> {
+        let start = self.pos;
+        let d = match self.item() {
+            Ok(item) => return Some(item),
+            Err(d) => d,
+        };
+        let from = self.toks[start].span.start;
+        if !self.lex_errors.iter().any(|&o| from <= o && o <= d.span.start) {
+            self.diags.push(d);
+        }
+        let stop = |p: &Self| p.at(&Tok::Eof) || (in_block && p.at(&Tok::RBrace));
+        if self.pos == start && !stop(self) {
             self.bump();
         }
-        while !self.at(&Tok::Eof) {
+        while !stop(self) {
             if self.bump().tok == Tok::Semi {
                 break;
             }
         }
-    }
-
-    /// Skips to just after the next `;` of a schedule block, or to its `}` (always making
-    /// progress unless at the `}`).
-    fn recover_in_block(&mut self, start: usize) {
-        if self.pos == start && !self.at(&Tok::RBrace) {
-            self.bump();
-        }
-        while !self.at(&Tok::Eof) && !self.at(&Tok::RBrace) {
-            if self.bump().tok == Tok::Semi {
-                break;
-            }
-        }
+        None
     }
 
     /// `schedule name { statements }`, at the `schedule`; the statements that do not parse
@@ -180,17 +170,7 @@ impl Parser<'_> {
                     Diagnostic::new(open, format!("the schedule block `{}` is not closed", name.name)).with_label("close it with `}`")
                 );
             }
-            let start = self.pos;
-            match self.item() {
-                Ok(item) => items.push(item),
-                Err(d) => {
-                    let from = self.toks[start].span.start;
-                    if !self.lex_errors.iter().any(|&o| from <= o && o <= d.span.start) {
-                        self.diags.push(d);
-                    }
-                    self.recover_in_block(start);
-                }
-            }
+            items.extend(self.statement(true));
         }
     }
 

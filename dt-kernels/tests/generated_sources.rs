@@ -100,6 +100,22 @@ fn generated_sources_are_fresh() {
     }
 }
 
+/// What ptxas says (`-v`) of each kernel of CUDA file `src`, compiled for sm_90a into `dir`.
+fn ptxas_log(nvcc: &Path, src: &Path, dir: &Path) -> Result<String, String> {
+    let out = dir.join(src.with_extension("cubin").file_name().expect("a file name"));
+    let run = std::process::Command::new(nvcc)
+        .args(["-cubin", "-arch=sm_90a", "-Xptxas", "-v", "-o"])
+        .arg(&out)
+        .arg(src)
+        .output()
+        .map_err(|e| format!("nvcc: {e}"))?;
+    let log = String::from_utf8_lossy(&run.stderr).into_owned();
+    if !run.status.success() {
+        return Err(format!("{}: {log}", src.display()));
+    }
+    Ok(log)
+}
+
 /// `layernorm_16k` holds a 16-bit row of up to 16384 per program of 16 warps under
 /// `max_registers(64)`, two programs per multiprocessor. Its kernels fit those registers only
 /// with the output written run by run and the program's one row printed as a block (either
@@ -108,15 +124,7 @@ fn generated_sources_are_fresh() {
 fn capped_held_layernorm_does_not_spill() {
     let Some(nvcc) = require("nvcc", nvcc()) else { return };
     let src = workspace().join("dt-kernels/generated/layernorm.cu");
-    let out = out_dir("spills").join("layernorm.cubin");
-    let run = std::process::Command::new(&nvcc)
-        .args(["-cubin", "-arch=sm_90a", "-Xptxas", "-v", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .output()
-        .expect("nvcc runs");
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    let log = String::from_utf8_lossy(&run.stderr);
+    let log = ptxas_log(&nvcc, &src, &out_dir("spills")).unwrap_or_else(|e| panic!("{e}"));
     for kernel in ["dt_layernorm_16k_f16", "dt_layernorm_16k_f16_whole", "dt_layernorm_16k_bf16", "dt_layernorm_16k_bf16_whole"] {
         let props = log.find(&format!("Function properties for {kernel}\n")).unwrap_or_else(|| panic!("no properties of {kernel}:\n{log}"));
         let line = log[props..].lines().nth(1).unwrap_or_default();
@@ -137,17 +145,7 @@ fn warpgroup_products_are_not_serialized() {
         generated("cu").into_iter().filter(|p| std::fs::read_to_string(p).is_ok_and(|s| s.contains("wgmma.mma_async"))).collect();
     assert!(!sources.is_empty(), "no generated CUDA issues wgmma");
     compile_all(sources, |src| {
-        let out = dir.join(src.with_extension("cubin").file_name().expect("name"));
-        let run = std::process::Command::new(&nvcc)
-            .args(["-cubin", "-arch=sm_90a", "-Xptxas", "-v", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .output()
-            .map_err(|e| format!("nvcc: {e}"))?;
-        let log = String::from_utf8_lossy(&run.stderr);
-        if !run.status.success() {
-            return Err(format!("{}: {log}", src.display()));
-        }
+        let log = ptxas_log(&nvcc, &src, &dir)?;
         let serialized: Vec<&str> = log.lines().filter(|l| l.contains("wgmma.mma_async instructions are serialized")).collect();
         match serialized[..] {
             [] => Ok(()),

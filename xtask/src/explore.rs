@@ -258,7 +258,7 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
         );
         samples.push(Sample { schedule, outcome });
     }
-    let mut report = report(opts, &names, &device, &samples, cached);
+    let mut report = report(opts, src.text(), &names, &device, &samples, cached);
     if samples.len() < total {
         report += &format!("stopped at the time limit after {} of {total} drawn schedules; a rerun goes on from there\n", samples.len());
     }
@@ -509,7 +509,7 @@ fn reference(opts: &Options, samples: &[Sample]) -> Option<(f64, &'static str)> 
     }
 }
 
-fn report(opts: &Options, names: &[&str], device: &str, samples: &[Sample], cached: usize) -> String {
+fn report(opts: &Options, spec: &str, names: &[&str], device: &str, samples: &[Sample], cached: usize) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let count = |f: &dyn Fn(&Outcome) -> bool| samples.iter().filter(|s| f(&s.outcome)).count();
@@ -553,7 +553,7 @@ fn report(opts: &Options, names: &[&str], device: &str, samples: &[Sample], cach
     }
     if let Some((ms, best)) = timed.iter().min_by(|a, b| a.0.total_cmp(&b.0)) {
         // As the block that gives it, where the spec schedules the kernel in one.
-        let text = std::fs::read_to_string(&opts.spec).ok().and_then(|src| dt_core::blocks::as_block(&src, &opts.kernel, &best.schedule));
+        let text = dt_core::blocks::as_block(spec, &opts.kernel, &best.schedule);
         let _ = writeln!(out, "the best schedule, {ms:.4} ms:\n{}", text.as_deref().unwrap_or(&best.schedule));
     }
     for (what, kind) in [("wrong", "WRONG"), ("failed", "failed")] {

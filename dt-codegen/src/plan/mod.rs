@@ -135,9 +135,7 @@ pub fn print_cuda(k: &Kernel) -> Result<String, PlanError> {
         match cuda_target(k) {
             Some(t) => out += &print(k, &plan(k, *dtype, &t)?),
             None => {
-                let dialect = crate::emit::gpu::Dialect::Cuda;
-                let mapping = layouts::Mapping::of(k, *dtype, dialect);
-                let registers = register_layouts(k, *dtype, dialect, None, mapping);
+                let (mapping, registers) = older_cuda_plan(k, *dtype);
                 let on = if k.wgmma { "sm_90a (wgmma())" } else { "sm_80 and newer" };
                 let _ = writeln!(out, "plan {} for {} on {on}", k.name, dtype.name());
                 let _ = writeln!(out, "  threads   {}", mapping.threads);
@@ -161,20 +159,25 @@ pub fn print_cuda(k: &Kernel) -> Result<String, PlanError> {
 /// asked for and those planned, once each. A warp-specialized kernel is refused instead.
 pub fn lowered_stages(k: &Kernel) -> Vec<(u32, u32)> {
     let mut out = Vec::new();
+    if cuda_target(k).is_some() {
+        return out;
+    }
     for dtype in &k.dtypes {
-        if cuda_target(k).is_some() {
-            continue;
-        }
-        let dialect = crate::emit::gpu::Dialect::Cuda;
-        let mapping = layouts::Mapping::of(k, *dtype, dialect);
-        let registers = register_layouts(k, *dtype, dialect, None, mapping);
-        for pair in layouts::lowered_stages(k, &registers) {
+        for pair in layouts::lowered_stages(k, &older_cuda_plan(k, *dtype).1) {
             if !out.contains(&pair) {
                 out.push(pair);
             }
         }
     }
     out
+}
+
+/// The thread mapping and register plan of kernel `k` in `dtype` on the older CUDA path (every
+/// kernel but the warp-specialized ones).
+fn older_cuda_plan(k: &Kernel, dtype: DType) -> (layouts::Mapping, layouts::Plan) {
+    let dialect = crate::emit::gpu::Dialect::Cuda;
+    let mapping = layouts::Mapping::of(k, dtype, dialect);
+    (mapping, register_layouts(k, dtype, dialect, None, mapping))
 }
 
 /// The plan in its readable form.
