@@ -5,9 +5,8 @@
 
 mod common;
 
-use common::{all_loops, lowered, SOFTMAX};
+use common::{agrees, all_loops, attention_scheduled, lowered, SOFTMAX};
 use dt_core::kir::{Kernel, LoopKind, Op, Stmt};
-use dt_core::tensor::{Args, Tensor};
 use proptest::prelude::*;
 
 /// Attention over 2-D Q (i x d), K (j x d), V (j x e), keys in steps of 8, the causal mask
@@ -19,25 +18,6 @@ fn attention(causal: bool) -> String {
 /// Attention with the output written as `out`.
 fn attention_with(causal: bool, out: &str) -> String {
     attention_scheduled(causal, out, "out.block(i:16, e:16); out.tensorize(i:0, e:0, j:8, d:4);")
-}
-
-/// Attention with the output written as `out`, under `schedule`.
-fn attention_scheduled(causal: bool, out: &str, schedule: &str) -> String {
-    let s = if causal {
-        "s[i, j] = where(j <= i, rdot(Q[i, d], K[j, d], d) * rsqrt(len(d)), -inf);"
-    } else {
-        "s[i, j] = rdot(Q[i, d], K[j, d], d) * rsqrt(len(d));"
-    };
-    format!(
-        "Func s, m, l, out; In Q, K, V; Var i, j, e; RVar d;
-        {s}
-        m[i] = rmax(s[i, j], j);
-        l[i] = rsum(exp(s[i, j] - m[i]), j);
-        out[i, e] = {out};
-        {schedule}
-        m.fuse_at(out, i); l.fuse_at(out, i);
-        out.compile();"
-    )
 }
 
 fn dim(k: &Kernel, name: &str) -> dt_core::algo::DimId {
@@ -103,20 +83,6 @@ fn online_attention_preserves_semantics() {
             agrees(&src, (i, j, d, e), 8.0).unwrap();
         }
     }
-}
-
-/// Interpreter and evaluator agree on `src` at sizes (i, j, d, e), values spread by `scale`.
-fn agrees(src: &str, (i, j, d, e): (usize, usize, usize, usize), scale: f32) -> Result<(), TestCaseError> {
-    let (p, k) = lowered(src);
-    let args = Args::default()
-        .input("Q", Tensor::new(vec![i, d], common::centered(i * d, 1, scale)))
-        .input("K", Tensor::new(vec![j, d], common::centered(j * d, 2, scale)))
-        .input("V", Tensor::new(vec![j, e], common::centered(j * e, 3, 2.0)));
-    let (got, want) = common::interpreted_and_evaluated(&p, &k, &args);
-    for (n, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
-        prop_assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "element {}: got {}, want {}\n{}", n, g, w, src);
-    }
-    Ok(())
 }
 
 fn config() -> ProptestConfig {

@@ -98,7 +98,7 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_64 */
-    float* arena = (float*)malloc(sizeof(float) * 248200);
+    float* arena = (float*)malloc(sizeof(float) * 273034);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -124,6 +124,8 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
         (arena + 28673)[0] = dt_rsqrt((arena + 28672)[0]);
         (arena + 197766)[0] = (-INFINITY);
         (arena + 197767)[0] = 0e0f;
+        (arena + 223240)[0] = 1.442695e0f;
+        (arena + 223369)[0] = ((arena + 28673)[0] * (arena + 223240)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -137,7 +139,7 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 64; l8++) {
-                                        (arena + 231816)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
+                                        (arena + 256650)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -146,7 +148,7 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 223368)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 248202)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -154,7 +156,7 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 214920)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 239754)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -165,7 +167,7 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l17 = 0; l17 < 1; l17++) {
                                     for (long long l18 = 0; l18 < 128; l18++) {
                                         for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 215048)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
+                                            (arena + 239882)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
@@ -203,7 +205,7 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l35 = 0; l35 < 1; l35++) {
                                     for (long long l36 = 0; l36 < 128; l36++) {
                                         for (long long l37 = 0; l37 < 64; l37++) {
-                                            (arena + 215048)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 215048)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 12288)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
+                                            (arena + 239882)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 239882)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 12288)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
                                         }
                                     }
                                 }
@@ -212,7 +214,7 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 20480)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 215048)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
+                                            (arena + 20480)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 239882)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
@@ -221,7 +223,7 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 28674)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = ((arena + 20480)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] * (arena + 28673)[0]);
+                                            (arena + 214920)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (o15 + l45 < s3) ? (arena + 20480)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -229,177 +231,180 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                             for (long long l46 = 0; l46 < 1; l46++) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
-                                        for (long long l49 = 0; l49 < 64; l49++) {
-                                            (arena + 36866)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = (o15 + l49 < s3) ? (arena + 28674)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] : (-INFINITY);
+                                        float a50 = (-INFINITY);
+                                        for (long long r49 = 0; r49 < 64; r49 += 1) a50 = fmaxf(a50, (arena + 214920)[l46 * 8192 + l47 * 8192 + l48 * 64 + r49 * 1]);
+                                        (arena + 223112)[l46 * 128 + l47 * 128 + l48] = a50;
+                                    }
+                                }
+                            }
+                            for (long long l51 = 0; l51 < 1; l51++) {
+                                for (long long l52 = 0; l52 < 1; l52++) {
+                                    for (long long l53 = 0; l53 < 128; l53++) {
+                                        (arena + 45058)[l51 * 128 + l52 * 128 + l53] = ((arena + 223112)[l51 * 128 + l52 * 128 + l53] * (arena + 28673)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l54 = 0; l54 < 1; l54++) {
+                                for (long long l55 = 0; l55 < 1; l55++) {
+                                    for (long long l56 = 0; l56 < 128; l56++) {
+                                        (arena + 197510)[l54 * 128 + l55 * 128 + l56] = (arena + 239754)[l54 * 128 + l55 * 128 + l56];
+                                    }
+                                }
+                            }
+                            for (long long l57 = 0; l57 < 1; l57++) {
+                                for (long long l58 = 0; l58 < 1; l58++) {
+                                    for (long long l59 = 0; l59 < 128; l59++) {
+                                        (arena + 239754)[l57 * 128 + l58 * 128 + l59] = fmaxf((arena + 239754)[l57 * 128 + l58 * 128 + l59], (arena + 45058)[l57 * 128 + l58 * 128 + l59]);
+                                    }
+                                }
+                            }
+                            for (long long l60 = 0; l60 < 1; l60++) {
+                                for (long long l61 = 0; l61 < 1; l61++) {
+                                    for (long long l62 = 0; l62 < 128; l62++) {
+                                        (arena + 197638)[l60 * 128 + l61 * 128 + l62] = (arena + 239754)[l60 * 128 + l61 * 128 + l62];
+                                    }
+                                }
+                            }
+                            for (long long l63 = 0; l63 < 1; l63++) {
+                                for (long long l64 = 0; l64 < 1; l64++) {
+                                    for (long long l65 = 0; l65 < 128; l65++) {
+                                        (arena + 197768)[l63 * 128 + l64 * 128 + l65] = (((arena + 197638)[l63 * 128 + l64 * 128 + l65]) == ((arena + 197766)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l66 = 0; l66 < 1; l66++) {
+                                for (long long l67 = 0; l67 < 1; l67++) {
+                                    for (long long l68 = 0; l68 < 128; l68++) {
+                                        (arena + 197896)[l66 * 128 + l67 * 128 + l68] = (arena + 197768)[l66 * 128 + l67 * 128 + l68] != 0.0f ? (arena + 197767)[0] : (arena + 197638)[l66 * 128 + l67 * 128 + l68];
+                                    }
+                                }
+                            }
+                            for (long long l69 = 0; l69 < 1; l69++) {
+                                for (long long l70 = 0; l70 < 1; l70++) {
+                                    for (long long l71 = 0; l71 < 128; l71++) {
+                                        (arena + 198024)[l69 * 128 + l70 * 128 + l71] = ((arena + 197510)[l69 * 128 + l70 * 128 + l71] - (arena + 197896)[l69 * 128 + l70 * 128 + l71]);
+                                    }
+                                }
+                            }
+                            for (long long l72 = 0; l72 < 1; l72++) {
+                                for (long long l73 = 0; l73 < 1; l73++) {
+                                    for (long long l74 = 0; l74 < 128; l74++) {
+                                        (arena + 198152)[l72 * 128 + l73 * 128 + l74] = expf((arena + 198024)[l72 * 128 + l73 * 128 + l74]);
+                                    }
+                                }
+                            }
+                            for (long long l75 = 0; l75 < 1; l75++) {
+                                for (long long l76 = 0; l76 < 1; l76++) {
+                                    for (long long l77 = 0; l77 < 128; l77++) {
+                                        (arena + 198280)[l75 * 128 + l76 * 128 + l77] = (arena + 248202)[l75 * 128 + l76 * 128 + l77];
+                                    }
+                                }
+                            }
+                            for (long long l78 = 0; l78 < 1; l78++) {
+                                for (long long l79 = 0; l79 < 1; l79++) {
+                                    for (long long l80 = 0; l80 < 128; l80++) {
+                                        (arena + 198408)[l78 * 128 + l79 * 128 + l80] = ((arena + 198280)[l78 * 128 + l79 * 128 + l80] * (arena + 198152)[l78 * 128 + l79 * 128 + l80]);
+                                    }
+                                }
+                            }
+                            for (long long l81 = 0; l81 < 1; l81++) {
+                                for (long long l82 = 0; l82 < 1; l82++) {
+                                    for (long long l83 = 0; l83 < 128; l83++) {
+                                        (arena + 248202)[l81 * 128 + l82 * 128 + l83] = (arena + 198408)[l81 * 128 + l82 * 128 + l83];
+                                    }
+                                }
+                            }
+                            for (long long l84 = 0; l84 < 1; l84++) {
+                                for (long long l85 = 0; l85 < 1; l85++) {
+                                    for (long long l86 = 0; l86 < 128; l86++) {
+                                        (arena + 223241)[l84 * 128 + l85 * 128 + l86] = ((arena + 197896)[l84 * 128 + l85 * 128 + l86] * (arena + 223240)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l87 = 0; l87 < 1; l87++) {
+                                for (long long l88 = 0; l88 < 1; l88++) {
+                                    for (long long l89 = 0; l89 < 128; l89++) {
+                                        for (long long l90 = 0; l90 < 64; l90++) {
+                                            (arena + 223370)[l87 * 8192 + l88 * 8192 + l89 * 64 + l90] = ((arena + 20480)[l87 * 8192 + l88 * 8192 + l89 * 64 + l90] * (arena + 223369)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l50 = 0; l50 < 1; l50++) {
-                                for (long long l51 = 0; l51 < 1; l51++) {
-                                    for (long long l52 = 0; l52 < 128; l52++) {
-                                        float a54 = (-INFINITY);
-                                        for (long long r53 = 0; r53 < 64; r53 += 1) a54 = fmaxf(a54, (arena + 36866)[l50 * 8192 + l51 * 8192 + l52 * 64 + r53 * 1]);
-                                        (arena + 45058)[l50 * 128 + l51 * 128 + l52] = a54;
-                                    }
-                                }
-                            }
-                            for (long long l55 = 0; l55 < 1; l55++) {
-                                for (long long l56 = 0; l56 < 1; l56++) {
-                                    for (long long l57 = 0; l57 < 128; l57++) {
-                                        (arena + 197510)[l55 * 128 + l56 * 128 + l57] = (arena + 214920)[l55 * 128 + l56 * 128 + l57];
-                                    }
-                                }
-                            }
-                            for (long long l58 = 0; l58 < 1; l58++) {
-                                for (long long l59 = 0; l59 < 1; l59++) {
-                                    for (long long l60 = 0; l60 < 128; l60++) {
-                                        (arena + 214920)[l58 * 128 + l59 * 128 + l60] = fmaxf((arena + 214920)[l58 * 128 + l59 * 128 + l60], (arena + 45058)[l58 * 128 + l59 * 128 + l60]);
-                                    }
-                                }
-                            }
-                            for (long long l61 = 0; l61 < 1; l61++) {
-                                for (long long l62 = 0; l62 < 1; l62++) {
-                                    for (long long l63 = 0; l63 < 128; l63++) {
-                                        (arena + 197638)[l61 * 128 + l62 * 128 + l63] = (arena + 214920)[l61 * 128 + l62 * 128 + l63];
-                                    }
-                                }
-                            }
-                            for (long long l64 = 0; l64 < 1; l64++) {
-                                for (long long l65 = 0; l65 < 1; l65++) {
-                                    for (long long l66 = 0; l66 < 128; l66++) {
-                                        (arena + 197768)[l64 * 128 + l65 * 128 + l66] = (((arena + 197638)[l64 * 128 + l65 * 128 + l66]) == ((arena + 197766)[0]) ? 1.0f : 0.0f);
-                                    }
-                                }
-                            }
-                            for (long long l67 = 0; l67 < 1; l67++) {
-                                for (long long l68 = 0; l68 < 1; l68++) {
-                                    for (long long l69 = 0; l69 < 128; l69++) {
-                                        (arena + 197896)[l67 * 128 + l68 * 128 + l69] = (arena + 197768)[l67 * 128 + l68 * 128 + l69] != 0.0f ? (arena + 197767)[0] : (arena + 197638)[l67 * 128 + l68 * 128 + l69];
-                                    }
-                                }
-                            }
-                            for (long long l70 = 0; l70 < 1; l70++) {
-                                for (long long l71 = 0; l71 < 1; l71++) {
-                                    for (long long l72 = 0; l72 < 128; l72++) {
-                                        (arena + 198024)[l70 * 128 + l71 * 128 + l72] = ((arena + 197510)[l70 * 128 + l71 * 128 + l72] - (arena + 197896)[l70 * 128 + l71 * 128 + l72]);
-                                    }
-                                }
-                            }
-                            for (long long l73 = 0; l73 < 1; l73++) {
-                                for (long long l74 = 0; l74 < 1; l74++) {
-                                    for (long long l75 = 0; l75 < 128; l75++) {
-                                        (arena + 198152)[l73 * 128 + l74 * 128 + l75] = expf((arena + 198024)[l73 * 128 + l74 * 128 + l75]);
-                                    }
-                                }
-                            }
-                            for (long long l76 = 0; l76 < 1; l76++) {
-                                for (long long l77 = 0; l77 < 1; l77++) {
-                                    for (long long l78 = 0; l78 < 128; l78++) {
-                                        (arena + 198280)[l76 * 128 + l77 * 128 + l78] = (arena + 223368)[l76 * 128 + l77 * 128 + l78];
-                                    }
-                                }
-                            }
-                            for (long long l79 = 0; l79 < 1; l79++) {
-                                for (long long l80 = 0; l80 < 1; l80++) {
-                                    for (long long l81 = 0; l81 < 128; l81++) {
-                                        (arena + 198408)[l79 * 128 + l80 * 128 + l81] = ((arena + 198280)[l79 * 128 + l80 * 128 + l81] * (arena + 198152)[l79 * 128 + l80 * 128 + l81]);
-                                    }
-                                }
-                            }
-                            for (long long l82 = 0; l82 < 1; l82++) {
-                                for (long long l83 = 0; l83 < 1; l83++) {
-                                    for (long long l84 = 0; l84 < 128; l84++) {
-                                        (arena + 223368)[l82 * 128 + l83 * 128 + l84] = (arena + 198408)[l82 * 128 + l83 * 128 + l84];
-                                    }
-                                }
-                            }
-                            for (long long l85 = 0; l85 < 1; l85++) {
-                                for (long long l86 = 0; l86 < 1; l86++) {
-                                    for (long long l87 = 0; l87 < 128; l87++) {
-                                        for (long long l88 = 0; l88 < 64; l88++) {
-                                            (arena + 82308)[l85 * 8192 + l86 * 8192 + l87 * 64 + l88] = ((arena + 28674)[l85 * 8192 + l86 * 8192 + l87 * 64 + l88] - (arena + 197896)[l85 * 128 + l86 * 128 + l87]);
+                            for (long long l91 = 0; l91 < 1; l91++) {
+                                for (long long l92 = 0; l92 < 1; l92++) {
+                                    for (long long l93 = 0; l93 < 128; l93++) {
+                                        for (long long l94 = 0; l94 < 64; l94++) {
+                                            (arena + 231562)[l91 * 8192 + l92 * 8192 + l93 * 64 + l94] = ((arena + 223370)[l91 * 8192 + l92 * 8192 + l93 * 64 + l94] - (arena + 223241)[l91 * 128 + l92 * 128 + l93]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l89 = 0; l89 < 1; l89++) {
-                                for (long long l90 = 0; l90 < 1; l90++) {
-                                    for (long long l91 = 0; l91 < 128; l91++) {
-                                        for (long long l92 = 0; l92 < 64; l92++) {
-                                            (arena + 90500)[l89 * 8192 + l90 * 8192 + l91 * 64 + l92] = expf((arena + 82308)[l89 * 8192 + l90 * 8192 + l91 * 64 + l92]);
+                            for (long long l95 = 0; l95 < 1; l95++) {
+                                for (long long l96 = 0; l96 < 1; l96++) {
+                                    for (long long l97 = 0; l97 < 128; l97++) {
+                                        for (long long l98 = 0; l98 < 64; l98++) {
+                                            (arena + 90500)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98] = exp2f((arena + 231562)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l93 = 0; l93 < 1; l93++) {
-                                for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 128; l95++) {
-                                        for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 98692)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] = (o15 + l96 < s3) ? (arena + 90500)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] : 0e0f;
+                            for (long long l99 = 0; l99 < 1; l99++) {
+                                for (long long l100 = 0; l100 < 1; l100++) {
+                                    for (long long l101 = 0; l101 < 128; l101++) {
+                                        for (long long l102 = 0; l102 < 64; l102++) {
+                                            (arena + 98692)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] = (o15 + l102 < s3) ? (arena + 90500)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l97 = 0; l97 < 1; l97++) {
-                                for (long long l98 = 0; l98 < 1; l98++) {
-                                    for (long long l99 = 0; l99 < 128; l99++) {
-                                        float a101 = 0e0f;
-                                        for (long long r100 = 0; r100 < 64; r100 += 1) a101 = a101 + (arena + 98692)[l97 * 8192 + l98 * 8192 + l99 * 64 + r100 * 1];
-                                        (arena + 106884)[l97 * 128 + l98 * 128 + l99] = a101;
+                            for (long long l103 = 0; l103 < 1; l103++) {
+                                for (long long l104 = 0; l104 < 1; l104++) {
+                                    for (long long l105 = 0; l105 < 128; l105++) {
+                                        float a107 = 0e0f;
+                                        for (long long r106 = 0; r106 < 64; r106 += 1) a107 = a107 + (arena + 98692)[l103 * 8192 + l104 * 8192 + l105 * 64 + r106 * 1];
+                                        (arena + 106884)[l103 * 128 + l104 * 128 + l105] = a107;
                                     }
                                 }
                             }
-                            for (long long l102 = 0; l102 < 1; l102++) {
-                                for (long long l103 = 0; l103 < 1; l103++) {
-                                    for (long long l104 = 0; l104 < 128; l104++) {
-                                        (arena + 223368)[l102 * 128 + l103 * 128 + l104] = (arena + 223368)[l102 * 128 + l103 * 128 + l104] + (arena + 106884)[l102 * 128 + l103 * 128 + l104];
+                            for (long long l108 = 0; l108 < 1; l108++) {
+                                for (long long l109 = 0; l109 < 1; l109++) {
+                                    for (long long l110 = 0; l110 < 128; l110++) {
+                                        (arena + 248202)[l108 * 128 + l109 * 128 + l110] = (arena + 248202)[l108 * 128 + l109 * 128 + l110] + (arena + 106884)[l108 * 128 + l109 * 128 + l110];
                                     }
                                 }
                             }
-                            for (long long l105 = 0; l105 < 1; l105++) {
-                                for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 128; l107++) {
-                                        for (long long l108 = 0; l108 < 64; l108++) {
-                                            (arena + 198536)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108] = (arena + 231816)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108];
+                            for (long long l111 = 0; l111 < 1; l111++) {
+                                for (long long l112 = 0; l112 < 1; l112++) {
+                                    for (long long l113 = 0; l113 < 128; l113++) {
+                                        for (long long l114 = 0; l114 < 64; l114++) {
+                                            (arena + 198536)[l111 * 8192 + l112 * 8192 + l113 * 64 + l114] = (arena + 256650)[l111 * 8192 + l112 * 8192 + l113 * 64 + l114];
                                         }
                                     }
                                 }
                             }
-                            for (long long l109 = 0; l109 < 1; l109++) {
-                                for (long long l110 = 0; l110 < 1; l110++) {
-                                    for (long long l111 = 0; l111 < 128; l111++) {
-                                        for (long long l112 = 0; l112 < 64; l112++) {
-                                            (arena + 206728)[l109 * 8192 + l110 * 8192 + l111 * 64 + l112] = ((arena + 198536)[l109 * 8192 + l110 * 8192 + l111 * 64 + l112] * (arena + 198152)[l109 * 128 + l110 * 128 + l111]);
+                            for (long long l115 = 0; l115 < 1; l115++) {
+                                for (long long l116 = 0; l116 < 1; l116++) {
+                                    for (long long l117 = 0; l117 < 128; l117++) {
+                                        for (long long l118 = 0; l118 < 64; l118++) {
+                                            (arena + 206728)[l115 * 8192 + l116 * 8192 + l117 * 64 + l118] = ((arena + 198536)[l115 * 8192 + l116 * 8192 + l117 * 64 + l118] * (arena + 198152)[l115 * 128 + l116 * 128 + l117]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l113 = 0; l113 < 1; l113++) {
-                                for (long long l114 = 0; l114 < 1; l114++) {
-                                    for (long long l115 = 0; l115 < 128; l115++) {
-                                        for (long long l116 = 0; l116 < 64; l116++) {
-                                            (arena + 231816)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116] = (arena + 206728)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116];
+                            for (long long l119 = 0; l119 < 1; l119++) {
+                                for (long long l120 = 0; l120 < 1; l120++) {
+                                    for (long long l121 = 0; l121 < 128; l121++) {
+                                        for (long long l122 = 0; l122 < 64; l122++) {
+                                            (arena + 256650)[l119 * 8192 + l120 * 8192 + l121 * 64 + l122] = (arena + 206728)[l119 * 8192 + l120 * 8192 + l121 * 64 + l122];
                                         }
                                     }
                                 }
                             }
-                            for (long long l117 = 0; l117 < 1; l117++) {
-                                for (long long l118 = 0; l118 < 1; l118++) {
-                                    for (long long l119 = 0; l119 < 64; l119++) {
-                                        for (long long l120 = 0; l120 < 64; l120++) {
-                                            (arena + 168710)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] = (o1 + l117 < s0 && o2 + l118 < s1 && o15 + l120 < s3 && o4 + l119 < s4) ? dt_load_f16(in2[(o1 + l117) * args->input_strides[2][0] + (o2 + l118) * args->input_strides[2][1] + (o15 + l120) * args->input_strides[2][2] + (o4 + l119) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l121 = 0; l121 < 1; l121++) {
-                                for (long long l122 = 0; l122 < 1; l122++) {
-                                    for (long long l123 = 0; l123 < 128; l123++) {
-                                        for (long long l124 = 0; l124 < 64; l124++) {
-                                            float a126 = 0.0f;
-                                            for (long long r125 = 0; r125 < 64; r125++) a126 += (arena + 98692)[l121 * 8192 + l122 * 8192 + l123 * 64 + r125 * 1] * (arena + 168710)[l121 * 4096 + l122 * 4096 + l124 * 64 + r125 * 1];
-                                            (arena + 172806)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124] = a126;
+                            for (long long l123 = 0; l123 < 1; l123++) {
+                                for (long long l124 = 0; l124 < 1; l124++) {
+                                    for (long long l125 = 0; l125 < 64; l125++) {
+                                        for (long long l126 = 0; l126 < 64; l126++) {
+                                            (arena + 168710)[l123 * 4096 + l124 * 4096 + l125 * 64 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o15 + l126 < s3 && o4 + l125 < s4) ? dt_load_f16(in2[(o1 + l123) * args->input_strides[2][0] + (o2 + l124) * args->input_strides[2][1] + (o15 + l126) * args->input_strides[2][2] + (o4 + l125) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -408,42 +413,53 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l128 = 0; l128 < 1; l128++) {
                                     for (long long l129 = 0; l129 < 128; l129++) {
                                         for (long long l130 = 0; l130 < 64; l130++) {
-                                            (arena + 231816)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130] = (arena + 231816)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130] + (arena + 172806)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130];
+                                            float a132 = 0.0f;
+                                            for (long long r131 = 0; r131 < 64; r131++) a132 += (arena + 98692)[l127 * 8192 + l128 * 8192 + l129 * 64 + r131 * 1] * (arena + 168710)[l127 * 4096 + l128 * 4096 + l130 * 64 + r131 * 1];
+                                            (arena + 172806)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130] = a132;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l133 = 0; l133 < 1; l133++) {
+                                for (long long l134 = 0; l134 < 1; l134++) {
+                                    for (long long l135 = 0; l135 < 128; l135++) {
+                                        for (long long l136 = 0; l136 < 64; l136++) {
+                                            (arena + 256650)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136] = (arena + 256650)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136] + (arena + 172806)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l131 = 0; l131 < 1; l131++) {
-                            for (long long l132 = 0; l132 < 1; l132++) {
-                                for (long long l133 = 0; l133 < 128; l133++) {
-                                    (arena + 107012)[l131 * 128 + l132 * 128 + l133] = (arena + 223368)[l131 * 128 + l132 * 128 + l133];
+                        for (long long l137 = 0; l137 < 1; l137++) {
+                            for (long long l138 = 0; l138 < 1; l138++) {
+                                for (long long l139 = 0; l139 < 128; l139++) {
+                                    (arena + 107012)[l137 * 128 + l138 * 128 + l139] = (arena + 248202)[l137 * 128 + l138 * 128 + l139];
                                 }
                             }
                         }
-                        for (long long l134 = 0; l134 < 1; l134++) {
-                            for (long long l135 = 0; l135 < 1; l135++) {
-                                for (long long l136 = 0; l136 < 128; l136++) {
-                                    for (long long l137 = 0; l137 < 64; l137++) {
-                                        (arena + 180998)[l134 * 8192 + l135 * 8192 + l136 * 64 + l137] = (arena + 231816)[l134 * 8192 + l135 * 8192 + l136 * 64 + l137];
+                        for (long long l140 = 0; l140 < 1; l140++) {
+                            for (long long l141 = 0; l141 < 1; l141++) {
+                                for (long long l142 = 0; l142 < 128; l142++) {
+                                    for (long long l143 = 0; l143 < 64; l143++) {
+                                        (arena + 180998)[l140 * 8192 + l141 * 8192 + l142 * 64 + l143] = (arena + 256650)[l140 * 8192 + l141 * 8192 + l142 * 64 + l143];
                                     }
                                 }
                             }
                         }
-                        for (long long l138 = 0; l138 < 1; l138++) {
-                            for (long long l139 = 0; l139 < 1; l139++) {
-                                for (long long l140 = 0; l140 < 128; l140++) {
-                                    for (long long l141 = 0; l141 < 64; l141++) {
-                                        (arena + 189318)[l138 * 8192 + l139 * 8192 + l140 * 64 + l141] = ((arena + 180998)[l138 * 8192 + l139 * 8192 + l140 * 64 + l141] / (arena + 107012)[l138 * 128 + l139 * 128 + l140]);
+                        for (long long l144 = 0; l144 < 1; l144++) {
+                            for (long long l145 = 0; l145 < 1; l145++) {
+                                for (long long l146 = 0; l146 < 128; l146++) {
+                                    for (long long l147 = 0; l147 < 64; l147++) {
+                                        (arena + 189318)[l144 * 8192 + l145 * 8192 + l146 * 64 + l147] = ((arena + 180998)[l144 * 8192 + l145 * 8192 + l146 * 64 + l147] / (arena + 107012)[l144 * 128 + l145 * 128 + l146]);
                                     }
                                 }
                             }
                         }
-                        for (long long l142 = 0; l142 < 1; l142++) {
-                            for (long long l143 = 0; l143 < 1; l143++) {
-                                for (long long l144 = 0; l144 < 128; l144++) {
-                                    for (long long l145 = 0; l145 < 64; l145++) {
-                                        if (o1 + l142 < s0 && o2 + l143 < s1 && o3 + l144 < s2 && o4 + l145 < s4) out[(o1 + l142) * args->output_strides[0] + (o2 + l143) * args->output_strides[1] + (o3 + l144) * args->output_strides[2] + (o4 + l145) * args->output_strides[3]] = dt_store_f16((arena + 189318)[l142 * 8192 + l143 * 8192 + l144 * 64 + l145]);
+                        for (long long l148 = 0; l148 < 1; l148++) {
+                            for (long long l149 = 0; l149 < 1; l149++) {
+                                for (long long l150 = 0; l150 < 128; l150++) {
+                                    for (long long l151 = 0; l151 < 64; l151++) {
+                                        if (o1 + l148 < s0 && o2 + l149 < s1 && o3 + l150 < s2 && o4 + l151 < s4) out[(o1 + l148) * args->output_strides[0] + (o2 + l149) * args->output_strides[1] + (o3 + l150) * args->output_strides[2] + (o4 + l151) * args->output_strides[3]] = dt_store_f16((arena + 189318)[l148 * 8192 + l149 * 8192 + l150 * 64 + l151]);
                                     }
                                 }
                             }
@@ -468,7 +484,7 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_64 */
-    float* arena = (float*)malloc(sizeof(float) * 248200);
+    float* arena = (float*)malloc(sizeof(float) * 273034);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -494,6 +510,8 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
         (arena + 28673)[0] = dt_rsqrt((arena + 28672)[0]);
         (arena + 197766)[0] = (-INFINITY);
         (arena + 197767)[0] = 0e0f;
+        (arena + 223240)[0] = 1.442695e0f;
+        (arena + 223369)[0] = ((arena + 28673)[0] * (arena + 223240)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -507,7 +525,7 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 64; l8++) {
-                                        (arena + 231816)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
+                                        (arena + 256650)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -516,7 +534,7 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 223368)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 248202)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -524,7 +542,7 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 214920)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 239754)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -535,7 +553,7 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
                                 for (long long l17 = 0; l17 < 1; l17++) {
                                     for (long long l18 = 0; l18 < 128; l18++) {
                                         for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 215048)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
+                                            (arena + 239882)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
@@ -573,7 +591,7 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
                                 for (long long l35 = 0; l35 < 1; l35++) {
                                     for (long long l36 = 0; l36 < 128; l36++) {
                                         for (long long l37 = 0; l37 < 64; l37++) {
-                                            (arena + 215048)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 215048)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 12288)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
+                                            (arena + 239882)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 239882)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 12288)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
                                         }
                                     }
                                 }
@@ -582,7 +600,7 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 20480)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 215048)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
+                                            (arena + 20480)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 239882)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
@@ -591,7 +609,7 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 28674)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = ((arena + 20480)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] * (arena + 28673)[0]);
+                                            (arena + 214920)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (o15 + l45 < s3) ? (arena + 20480)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -599,177 +617,180 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
                             for (long long l46 = 0; l46 < 1; l46++) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
-                                        for (long long l49 = 0; l49 < 64; l49++) {
-                                            (arena + 36866)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = (o15 + l49 < s3) ? (arena + 28674)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] : (-INFINITY);
+                                        float a50 = (-INFINITY);
+                                        for (long long r49 = 0; r49 < 64; r49 += 1) a50 = fmaxf(a50, (arena + 214920)[l46 * 8192 + l47 * 8192 + l48 * 64 + r49 * 1]);
+                                        (arena + 223112)[l46 * 128 + l47 * 128 + l48] = a50;
+                                    }
+                                }
+                            }
+                            for (long long l51 = 0; l51 < 1; l51++) {
+                                for (long long l52 = 0; l52 < 1; l52++) {
+                                    for (long long l53 = 0; l53 < 128; l53++) {
+                                        (arena + 45058)[l51 * 128 + l52 * 128 + l53] = ((arena + 223112)[l51 * 128 + l52 * 128 + l53] * (arena + 28673)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l54 = 0; l54 < 1; l54++) {
+                                for (long long l55 = 0; l55 < 1; l55++) {
+                                    for (long long l56 = 0; l56 < 128; l56++) {
+                                        (arena + 197510)[l54 * 128 + l55 * 128 + l56] = (arena + 239754)[l54 * 128 + l55 * 128 + l56];
+                                    }
+                                }
+                            }
+                            for (long long l57 = 0; l57 < 1; l57++) {
+                                for (long long l58 = 0; l58 < 1; l58++) {
+                                    for (long long l59 = 0; l59 < 128; l59++) {
+                                        (arena + 239754)[l57 * 128 + l58 * 128 + l59] = fmaxf((arena + 239754)[l57 * 128 + l58 * 128 + l59], (arena + 45058)[l57 * 128 + l58 * 128 + l59]);
+                                    }
+                                }
+                            }
+                            for (long long l60 = 0; l60 < 1; l60++) {
+                                for (long long l61 = 0; l61 < 1; l61++) {
+                                    for (long long l62 = 0; l62 < 128; l62++) {
+                                        (arena + 197638)[l60 * 128 + l61 * 128 + l62] = (arena + 239754)[l60 * 128 + l61 * 128 + l62];
+                                    }
+                                }
+                            }
+                            for (long long l63 = 0; l63 < 1; l63++) {
+                                for (long long l64 = 0; l64 < 1; l64++) {
+                                    for (long long l65 = 0; l65 < 128; l65++) {
+                                        (arena + 197768)[l63 * 128 + l64 * 128 + l65] = (((arena + 197638)[l63 * 128 + l64 * 128 + l65]) == ((arena + 197766)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l66 = 0; l66 < 1; l66++) {
+                                for (long long l67 = 0; l67 < 1; l67++) {
+                                    for (long long l68 = 0; l68 < 128; l68++) {
+                                        (arena + 197896)[l66 * 128 + l67 * 128 + l68] = (arena + 197768)[l66 * 128 + l67 * 128 + l68] != 0.0f ? (arena + 197767)[0] : (arena + 197638)[l66 * 128 + l67 * 128 + l68];
+                                    }
+                                }
+                            }
+                            for (long long l69 = 0; l69 < 1; l69++) {
+                                for (long long l70 = 0; l70 < 1; l70++) {
+                                    for (long long l71 = 0; l71 < 128; l71++) {
+                                        (arena + 198024)[l69 * 128 + l70 * 128 + l71] = ((arena + 197510)[l69 * 128 + l70 * 128 + l71] - (arena + 197896)[l69 * 128 + l70 * 128 + l71]);
+                                    }
+                                }
+                            }
+                            for (long long l72 = 0; l72 < 1; l72++) {
+                                for (long long l73 = 0; l73 < 1; l73++) {
+                                    for (long long l74 = 0; l74 < 128; l74++) {
+                                        (arena + 198152)[l72 * 128 + l73 * 128 + l74] = expf((arena + 198024)[l72 * 128 + l73 * 128 + l74]);
+                                    }
+                                }
+                            }
+                            for (long long l75 = 0; l75 < 1; l75++) {
+                                for (long long l76 = 0; l76 < 1; l76++) {
+                                    for (long long l77 = 0; l77 < 128; l77++) {
+                                        (arena + 198280)[l75 * 128 + l76 * 128 + l77] = (arena + 248202)[l75 * 128 + l76 * 128 + l77];
+                                    }
+                                }
+                            }
+                            for (long long l78 = 0; l78 < 1; l78++) {
+                                for (long long l79 = 0; l79 < 1; l79++) {
+                                    for (long long l80 = 0; l80 < 128; l80++) {
+                                        (arena + 198408)[l78 * 128 + l79 * 128 + l80] = ((arena + 198280)[l78 * 128 + l79 * 128 + l80] * (arena + 198152)[l78 * 128 + l79 * 128 + l80]);
+                                    }
+                                }
+                            }
+                            for (long long l81 = 0; l81 < 1; l81++) {
+                                for (long long l82 = 0; l82 < 1; l82++) {
+                                    for (long long l83 = 0; l83 < 128; l83++) {
+                                        (arena + 248202)[l81 * 128 + l82 * 128 + l83] = (arena + 198408)[l81 * 128 + l82 * 128 + l83];
+                                    }
+                                }
+                            }
+                            for (long long l84 = 0; l84 < 1; l84++) {
+                                for (long long l85 = 0; l85 < 1; l85++) {
+                                    for (long long l86 = 0; l86 < 128; l86++) {
+                                        (arena + 223241)[l84 * 128 + l85 * 128 + l86] = ((arena + 197896)[l84 * 128 + l85 * 128 + l86] * (arena + 223240)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l87 = 0; l87 < 1; l87++) {
+                                for (long long l88 = 0; l88 < 1; l88++) {
+                                    for (long long l89 = 0; l89 < 128; l89++) {
+                                        for (long long l90 = 0; l90 < 64; l90++) {
+                                            (arena + 223370)[l87 * 8192 + l88 * 8192 + l89 * 64 + l90] = ((arena + 20480)[l87 * 8192 + l88 * 8192 + l89 * 64 + l90] * (arena + 223369)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l50 = 0; l50 < 1; l50++) {
-                                for (long long l51 = 0; l51 < 1; l51++) {
-                                    for (long long l52 = 0; l52 < 128; l52++) {
-                                        float a54 = (-INFINITY);
-                                        for (long long r53 = 0; r53 < 64; r53 += 1) a54 = fmaxf(a54, (arena + 36866)[l50 * 8192 + l51 * 8192 + l52 * 64 + r53 * 1]);
-                                        (arena + 45058)[l50 * 128 + l51 * 128 + l52] = a54;
-                                    }
-                                }
-                            }
-                            for (long long l55 = 0; l55 < 1; l55++) {
-                                for (long long l56 = 0; l56 < 1; l56++) {
-                                    for (long long l57 = 0; l57 < 128; l57++) {
-                                        (arena + 197510)[l55 * 128 + l56 * 128 + l57] = (arena + 214920)[l55 * 128 + l56 * 128 + l57];
-                                    }
-                                }
-                            }
-                            for (long long l58 = 0; l58 < 1; l58++) {
-                                for (long long l59 = 0; l59 < 1; l59++) {
-                                    for (long long l60 = 0; l60 < 128; l60++) {
-                                        (arena + 214920)[l58 * 128 + l59 * 128 + l60] = fmaxf((arena + 214920)[l58 * 128 + l59 * 128 + l60], (arena + 45058)[l58 * 128 + l59 * 128 + l60]);
-                                    }
-                                }
-                            }
-                            for (long long l61 = 0; l61 < 1; l61++) {
-                                for (long long l62 = 0; l62 < 1; l62++) {
-                                    for (long long l63 = 0; l63 < 128; l63++) {
-                                        (arena + 197638)[l61 * 128 + l62 * 128 + l63] = (arena + 214920)[l61 * 128 + l62 * 128 + l63];
-                                    }
-                                }
-                            }
-                            for (long long l64 = 0; l64 < 1; l64++) {
-                                for (long long l65 = 0; l65 < 1; l65++) {
-                                    for (long long l66 = 0; l66 < 128; l66++) {
-                                        (arena + 197768)[l64 * 128 + l65 * 128 + l66] = (((arena + 197638)[l64 * 128 + l65 * 128 + l66]) == ((arena + 197766)[0]) ? 1.0f : 0.0f);
-                                    }
-                                }
-                            }
-                            for (long long l67 = 0; l67 < 1; l67++) {
-                                for (long long l68 = 0; l68 < 1; l68++) {
-                                    for (long long l69 = 0; l69 < 128; l69++) {
-                                        (arena + 197896)[l67 * 128 + l68 * 128 + l69] = (arena + 197768)[l67 * 128 + l68 * 128 + l69] != 0.0f ? (arena + 197767)[0] : (arena + 197638)[l67 * 128 + l68 * 128 + l69];
-                                    }
-                                }
-                            }
-                            for (long long l70 = 0; l70 < 1; l70++) {
-                                for (long long l71 = 0; l71 < 1; l71++) {
-                                    for (long long l72 = 0; l72 < 128; l72++) {
-                                        (arena + 198024)[l70 * 128 + l71 * 128 + l72] = ((arena + 197510)[l70 * 128 + l71 * 128 + l72] - (arena + 197896)[l70 * 128 + l71 * 128 + l72]);
-                                    }
-                                }
-                            }
-                            for (long long l73 = 0; l73 < 1; l73++) {
-                                for (long long l74 = 0; l74 < 1; l74++) {
-                                    for (long long l75 = 0; l75 < 128; l75++) {
-                                        (arena + 198152)[l73 * 128 + l74 * 128 + l75] = expf((arena + 198024)[l73 * 128 + l74 * 128 + l75]);
-                                    }
-                                }
-                            }
-                            for (long long l76 = 0; l76 < 1; l76++) {
-                                for (long long l77 = 0; l77 < 1; l77++) {
-                                    for (long long l78 = 0; l78 < 128; l78++) {
-                                        (arena + 198280)[l76 * 128 + l77 * 128 + l78] = (arena + 223368)[l76 * 128 + l77 * 128 + l78];
-                                    }
-                                }
-                            }
-                            for (long long l79 = 0; l79 < 1; l79++) {
-                                for (long long l80 = 0; l80 < 1; l80++) {
-                                    for (long long l81 = 0; l81 < 128; l81++) {
-                                        (arena + 198408)[l79 * 128 + l80 * 128 + l81] = ((arena + 198280)[l79 * 128 + l80 * 128 + l81] * (arena + 198152)[l79 * 128 + l80 * 128 + l81]);
-                                    }
-                                }
-                            }
-                            for (long long l82 = 0; l82 < 1; l82++) {
-                                for (long long l83 = 0; l83 < 1; l83++) {
-                                    for (long long l84 = 0; l84 < 128; l84++) {
-                                        (arena + 223368)[l82 * 128 + l83 * 128 + l84] = (arena + 198408)[l82 * 128 + l83 * 128 + l84];
-                                    }
-                                }
-                            }
-                            for (long long l85 = 0; l85 < 1; l85++) {
-                                for (long long l86 = 0; l86 < 1; l86++) {
-                                    for (long long l87 = 0; l87 < 128; l87++) {
-                                        for (long long l88 = 0; l88 < 64; l88++) {
-                                            (arena + 82308)[l85 * 8192 + l86 * 8192 + l87 * 64 + l88] = ((arena + 28674)[l85 * 8192 + l86 * 8192 + l87 * 64 + l88] - (arena + 197896)[l85 * 128 + l86 * 128 + l87]);
+                            for (long long l91 = 0; l91 < 1; l91++) {
+                                for (long long l92 = 0; l92 < 1; l92++) {
+                                    for (long long l93 = 0; l93 < 128; l93++) {
+                                        for (long long l94 = 0; l94 < 64; l94++) {
+                                            (arena + 231562)[l91 * 8192 + l92 * 8192 + l93 * 64 + l94] = ((arena + 223370)[l91 * 8192 + l92 * 8192 + l93 * 64 + l94] - (arena + 223241)[l91 * 128 + l92 * 128 + l93]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l89 = 0; l89 < 1; l89++) {
-                                for (long long l90 = 0; l90 < 1; l90++) {
-                                    for (long long l91 = 0; l91 < 128; l91++) {
-                                        for (long long l92 = 0; l92 < 64; l92++) {
-                                            (arena + 90500)[l89 * 8192 + l90 * 8192 + l91 * 64 + l92] = expf((arena + 82308)[l89 * 8192 + l90 * 8192 + l91 * 64 + l92]);
+                            for (long long l95 = 0; l95 < 1; l95++) {
+                                for (long long l96 = 0; l96 < 1; l96++) {
+                                    for (long long l97 = 0; l97 < 128; l97++) {
+                                        for (long long l98 = 0; l98 < 64; l98++) {
+                                            (arena + 90500)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98] = exp2f((arena + 231562)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l93 = 0; l93 < 1; l93++) {
-                                for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 128; l95++) {
-                                        for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 98692)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] = (o15 + l96 < s3) ? (arena + 90500)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] : 0e0f;
+                            for (long long l99 = 0; l99 < 1; l99++) {
+                                for (long long l100 = 0; l100 < 1; l100++) {
+                                    for (long long l101 = 0; l101 < 128; l101++) {
+                                        for (long long l102 = 0; l102 < 64; l102++) {
+                                            (arena + 98692)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] = (o15 + l102 < s3) ? (arena + 90500)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l97 = 0; l97 < 1; l97++) {
-                                for (long long l98 = 0; l98 < 1; l98++) {
-                                    for (long long l99 = 0; l99 < 128; l99++) {
-                                        float a101 = 0e0f;
-                                        for (long long r100 = 0; r100 < 64; r100 += 1) a101 = a101 + (arena + 98692)[l97 * 8192 + l98 * 8192 + l99 * 64 + r100 * 1];
-                                        (arena + 106884)[l97 * 128 + l98 * 128 + l99] = a101;
+                            for (long long l103 = 0; l103 < 1; l103++) {
+                                for (long long l104 = 0; l104 < 1; l104++) {
+                                    for (long long l105 = 0; l105 < 128; l105++) {
+                                        float a107 = 0e0f;
+                                        for (long long r106 = 0; r106 < 64; r106 += 1) a107 = a107 + (arena + 98692)[l103 * 8192 + l104 * 8192 + l105 * 64 + r106 * 1];
+                                        (arena + 106884)[l103 * 128 + l104 * 128 + l105] = a107;
                                     }
                                 }
                             }
-                            for (long long l102 = 0; l102 < 1; l102++) {
-                                for (long long l103 = 0; l103 < 1; l103++) {
-                                    for (long long l104 = 0; l104 < 128; l104++) {
-                                        (arena + 223368)[l102 * 128 + l103 * 128 + l104] = (arena + 223368)[l102 * 128 + l103 * 128 + l104] + (arena + 106884)[l102 * 128 + l103 * 128 + l104];
+                            for (long long l108 = 0; l108 < 1; l108++) {
+                                for (long long l109 = 0; l109 < 1; l109++) {
+                                    for (long long l110 = 0; l110 < 128; l110++) {
+                                        (arena + 248202)[l108 * 128 + l109 * 128 + l110] = (arena + 248202)[l108 * 128 + l109 * 128 + l110] + (arena + 106884)[l108 * 128 + l109 * 128 + l110];
                                     }
                                 }
                             }
-                            for (long long l105 = 0; l105 < 1; l105++) {
-                                for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 128; l107++) {
-                                        for (long long l108 = 0; l108 < 64; l108++) {
-                                            (arena + 198536)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108] = (arena + 231816)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108];
+                            for (long long l111 = 0; l111 < 1; l111++) {
+                                for (long long l112 = 0; l112 < 1; l112++) {
+                                    for (long long l113 = 0; l113 < 128; l113++) {
+                                        for (long long l114 = 0; l114 < 64; l114++) {
+                                            (arena + 198536)[l111 * 8192 + l112 * 8192 + l113 * 64 + l114] = (arena + 256650)[l111 * 8192 + l112 * 8192 + l113 * 64 + l114];
                                         }
                                     }
                                 }
                             }
-                            for (long long l109 = 0; l109 < 1; l109++) {
-                                for (long long l110 = 0; l110 < 1; l110++) {
-                                    for (long long l111 = 0; l111 < 128; l111++) {
-                                        for (long long l112 = 0; l112 < 64; l112++) {
-                                            (arena + 206728)[l109 * 8192 + l110 * 8192 + l111 * 64 + l112] = ((arena + 198536)[l109 * 8192 + l110 * 8192 + l111 * 64 + l112] * (arena + 198152)[l109 * 128 + l110 * 128 + l111]);
+                            for (long long l115 = 0; l115 < 1; l115++) {
+                                for (long long l116 = 0; l116 < 1; l116++) {
+                                    for (long long l117 = 0; l117 < 128; l117++) {
+                                        for (long long l118 = 0; l118 < 64; l118++) {
+                                            (arena + 206728)[l115 * 8192 + l116 * 8192 + l117 * 64 + l118] = ((arena + 198536)[l115 * 8192 + l116 * 8192 + l117 * 64 + l118] * (arena + 198152)[l115 * 128 + l116 * 128 + l117]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l113 = 0; l113 < 1; l113++) {
-                                for (long long l114 = 0; l114 < 1; l114++) {
-                                    for (long long l115 = 0; l115 < 128; l115++) {
-                                        for (long long l116 = 0; l116 < 64; l116++) {
-                                            (arena + 231816)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116] = (arena + 206728)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116];
+                            for (long long l119 = 0; l119 < 1; l119++) {
+                                for (long long l120 = 0; l120 < 1; l120++) {
+                                    for (long long l121 = 0; l121 < 128; l121++) {
+                                        for (long long l122 = 0; l122 < 64; l122++) {
+                                            (arena + 256650)[l119 * 8192 + l120 * 8192 + l121 * 64 + l122] = (arena + 206728)[l119 * 8192 + l120 * 8192 + l121 * 64 + l122];
                                         }
                                     }
                                 }
                             }
-                            for (long long l117 = 0; l117 < 1; l117++) {
-                                for (long long l118 = 0; l118 < 1; l118++) {
-                                    for (long long l119 = 0; l119 < 64; l119++) {
-                                        for (long long l120 = 0; l120 < 64; l120++) {
-                                            (arena + 168710)[l117 * 4096 + l118 * 4096 + l119 * 64 + l120] = (o1 + l117 < s0 && o2 + l118 < s1 && o15 + l120 < s3 && o4 + l119 < s4) ? dt_load_bf16(in2[(o1 + l117) * args->input_strides[2][0] + (o2 + l118) * args->input_strides[2][1] + (o15 + l120) * args->input_strides[2][2] + (o4 + l119) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l121 = 0; l121 < 1; l121++) {
-                                for (long long l122 = 0; l122 < 1; l122++) {
-                                    for (long long l123 = 0; l123 < 128; l123++) {
-                                        for (long long l124 = 0; l124 < 64; l124++) {
-                                            float a126 = 0.0f;
-                                            for (long long r125 = 0; r125 < 64; r125++) a126 += (arena + 98692)[l121 * 8192 + l122 * 8192 + l123 * 64 + r125 * 1] * (arena + 168710)[l121 * 4096 + l122 * 4096 + l124 * 64 + r125 * 1];
-                                            (arena + 172806)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124] = a126;
+                            for (long long l123 = 0; l123 < 1; l123++) {
+                                for (long long l124 = 0; l124 < 1; l124++) {
+                                    for (long long l125 = 0; l125 < 64; l125++) {
+                                        for (long long l126 = 0; l126 < 64; l126++) {
+                                            (arena + 168710)[l123 * 4096 + l124 * 4096 + l125 * 64 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o15 + l126 < s3 && o4 + l125 < s4) ? dt_load_bf16(in2[(o1 + l123) * args->input_strides[2][0] + (o2 + l124) * args->input_strides[2][1] + (o15 + l126) * args->input_strides[2][2] + (o4 + l125) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -778,42 +799,53 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
                                 for (long long l128 = 0; l128 < 1; l128++) {
                                     for (long long l129 = 0; l129 < 128; l129++) {
                                         for (long long l130 = 0; l130 < 64; l130++) {
-                                            (arena + 231816)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130] = (arena + 231816)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130] + (arena + 172806)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130];
+                                            float a132 = 0.0f;
+                                            for (long long r131 = 0; r131 < 64; r131++) a132 += (arena + 98692)[l127 * 8192 + l128 * 8192 + l129 * 64 + r131 * 1] * (arena + 168710)[l127 * 4096 + l128 * 4096 + l130 * 64 + r131 * 1];
+                                            (arena + 172806)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130] = a132;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l133 = 0; l133 < 1; l133++) {
+                                for (long long l134 = 0; l134 < 1; l134++) {
+                                    for (long long l135 = 0; l135 < 128; l135++) {
+                                        for (long long l136 = 0; l136 < 64; l136++) {
+                                            (arena + 256650)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136] = (arena + 256650)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136] + (arena + 172806)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l131 = 0; l131 < 1; l131++) {
-                            for (long long l132 = 0; l132 < 1; l132++) {
-                                for (long long l133 = 0; l133 < 128; l133++) {
-                                    (arena + 107012)[l131 * 128 + l132 * 128 + l133] = (arena + 223368)[l131 * 128 + l132 * 128 + l133];
+                        for (long long l137 = 0; l137 < 1; l137++) {
+                            for (long long l138 = 0; l138 < 1; l138++) {
+                                for (long long l139 = 0; l139 < 128; l139++) {
+                                    (arena + 107012)[l137 * 128 + l138 * 128 + l139] = (arena + 248202)[l137 * 128 + l138 * 128 + l139];
                                 }
                             }
                         }
-                        for (long long l134 = 0; l134 < 1; l134++) {
-                            for (long long l135 = 0; l135 < 1; l135++) {
-                                for (long long l136 = 0; l136 < 128; l136++) {
-                                    for (long long l137 = 0; l137 < 64; l137++) {
-                                        (arena + 180998)[l134 * 8192 + l135 * 8192 + l136 * 64 + l137] = (arena + 231816)[l134 * 8192 + l135 * 8192 + l136 * 64 + l137];
+                        for (long long l140 = 0; l140 < 1; l140++) {
+                            for (long long l141 = 0; l141 < 1; l141++) {
+                                for (long long l142 = 0; l142 < 128; l142++) {
+                                    for (long long l143 = 0; l143 < 64; l143++) {
+                                        (arena + 180998)[l140 * 8192 + l141 * 8192 + l142 * 64 + l143] = (arena + 256650)[l140 * 8192 + l141 * 8192 + l142 * 64 + l143];
                                     }
                                 }
                             }
                         }
-                        for (long long l138 = 0; l138 < 1; l138++) {
-                            for (long long l139 = 0; l139 < 1; l139++) {
-                                for (long long l140 = 0; l140 < 128; l140++) {
-                                    for (long long l141 = 0; l141 < 64; l141++) {
-                                        (arena + 189318)[l138 * 8192 + l139 * 8192 + l140 * 64 + l141] = ((arena + 180998)[l138 * 8192 + l139 * 8192 + l140 * 64 + l141] / (arena + 107012)[l138 * 128 + l139 * 128 + l140]);
+                        for (long long l144 = 0; l144 < 1; l144++) {
+                            for (long long l145 = 0; l145 < 1; l145++) {
+                                for (long long l146 = 0; l146 < 128; l146++) {
+                                    for (long long l147 = 0; l147 < 64; l147++) {
+                                        (arena + 189318)[l144 * 8192 + l145 * 8192 + l146 * 64 + l147] = ((arena + 180998)[l144 * 8192 + l145 * 8192 + l146 * 64 + l147] / (arena + 107012)[l144 * 128 + l145 * 128 + l146]);
                                     }
                                 }
                             }
                         }
-                        for (long long l142 = 0; l142 < 1; l142++) {
-                            for (long long l143 = 0; l143 < 1; l143++) {
-                                for (long long l144 = 0; l144 < 128; l144++) {
-                                    for (long long l145 = 0; l145 < 64; l145++) {
-                                        if (o1 + l142 < s0 && o2 + l143 < s1 && o3 + l144 < s2 && o4 + l145 < s4) out[(o1 + l142) * args->output_strides[0] + (o2 + l143) * args->output_strides[1] + (o3 + l144) * args->output_strides[2] + (o4 + l145) * args->output_strides[3]] = dt_store_bf16((arena + 189318)[l142 * 8192 + l143 * 8192 + l144 * 64 + l145]);
+                        for (long long l148 = 0; l148 < 1; l148++) {
+                            for (long long l149 = 0; l149 < 1; l149++) {
+                                for (long long l150 = 0; l150 < 128; l150++) {
+                                    for (long long l151 = 0; l151 < 64; l151++) {
+                                        if (o1 + l148 < s0 && o2 + l149 < s1 && o3 + l150 < s2 && o4 + l151 < s4) out[(o1 + l148) * args->output_strides[0] + (o2 + l149) * args->output_strides[1] + (o3 + l150) * args->output_strides[2] + (o4 + l151) * args->output_strides[3]] = dt_store_bf16((arena + 189318)[l148 * 8192 + l149 * 8192 + l150 * 64 + l151]);
                                     }
                                 }
                             }
@@ -838,7 +870,7 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_causal_64 */
-    float* arena = (float*)malloc(sizeof(float) * 297934);
+    float* arena = (float*)malloc(sizeof(float) * 339152);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -866,6 +898,8 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
         (arena + 45251)[0] = (-(arena + 45250)[0]);
         (arena + 247500)[0] = (-INFINITY);
         (arena + 247501)[0] = 0e0f;
+        (arena + 281166)[0] = 1.442695e0f;
+        (arena + 289487)[0] = ((arena + 37057)[0] * (arena + 281166)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -879,7 +913,7 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 64; l8++) {
-                                        (arena + 281550)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
+                                        (arena + 322768)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -888,7 +922,7 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 273102)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 314320)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -896,7 +930,7 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 264654)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 305872)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -918,7 +952,7 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 128; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            (arena + 264782)[l20 * 8192 + l21 * 8192 + l22 * 64 + l23] = 0e0f;
+                                            (arena + 306000)[l20 * 8192 + l21 * 8192 + l22 * 64 + l23] = 0e0f;
                                         }
                                     }
                                 }
@@ -956,7 +990,7 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 264782)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 264782)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] + (arena + 20672)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
+                                            (arena + 306000)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 306000)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] + (arena + 20672)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
@@ -965,7 +999,7 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 28864)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (arena + 264782)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45];
+                                            (arena + 28864)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (arena + 306000)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45];
                                         }
                                     }
                                 }
@@ -974,7 +1008,7 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
                                         for (long long l49 = 0; l49 < 64; l49++) {
-                                            (arena + 37058)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = ((arena + 28864)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] * (arena + 37057)[0]);
+                                            (arena + 264654)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = (arena + 192)[l48 * 64 + l49] != 0.0f ? (arena + 28864)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] : (arena + 45251)[0];
                                         }
                                     }
                                 }
@@ -983,7 +1017,7 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
                                 for (long long l51 = 0; l51 < 1; l51++) {
                                     for (long long l52 = 0; l52 < 128; l52++) {
                                         for (long long l53 = 0; l53 < 64; l53++) {
-                                            (arena + 45252)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] = (arena + 192)[l52 * 64 + l53] != 0.0f ? (arena + 37058)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] : (arena + 45251)[0];
+                                            (arena + 272846)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] = (o15 + l53 < s3) ? (arena + 264654)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -991,177 +1025,180 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
                             for (long long l54 = 0; l54 < 1; l54++) {
                                 for (long long l55 = 0; l55 < 1; l55++) {
                                     for (long long l56 = 0; l56 < 128; l56++) {
-                                        for (long long l57 = 0; l57 < 64; l57++) {
-                                            (arena + 53444)[l54 * 8192 + l55 * 8192 + l56 * 64 + l57] = (o15 + l57 < s3) ? (arena + 45252)[l54 * 8192 + l55 * 8192 + l56 * 64 + l57] : (-INFINITY);
+                                        float a58 = (-INFINITY);
+                                        for (long long r57 = 0; r57 < 64; r57 += 1) a58 = fmaxf(a58, (arena + 272846)[l54 * 8192 + l55 * 8192 + l56 * 64 + r57 * 1]);
+                                        (arena + 281038)[l54 * 128 + l55 * 128 + l56] = a58;
+                                    }
+                                }
+                            }
+                            for (long long l59 = 0; l59 < 1; l59++) {
+                                for (long long l60 = 0; l60 < 1; l60++) {
+                                    for (long long l61 = 0; l61 < 128; l61++) {
+                                        (arena + 61636)[l59 * 128 + l60 * 128 + l61] = ((arena + 281038)[l59 * 128 + l60 * 128 + l61] * (arena + 37057)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l62 = 0; l62 < 1; l62++) {
+                                for (long long l63 = 0; l63 < 1; l63++) {
+                                    for (long long l64 = 0; l64 < 128; l64++) {
+                                        (arena + 247244)[l62 * 128 + l63 * 128 + l64] = (arena + 305872)[l62 * 128 + l63 * 128 + l64];
+                                    }
+                                }
+                            }
+                            for (long long l65 = 0; l65 < 1; l65++) {
+                                for (long long l66 = 0; l66 < 1; l66++) {
+                                    for (long long l67 = 0; l67 < 128; l67++) {
+                                        (arena + 305872)[l65 * 128 + l66 * 128 + l67] = fmaxf((arena + 305872)[l65 * 128 + l66 * 128 + l67], (arena + 61636)[l65 * 128 + l66 * 128 + l67]);
+                                    }
+                                }
+                            }
+                            for (long long l68 = 0; l68 < 1; l68++) {
+                                for (long long l69 = 0; l69 < 1; l69++) {
+                                    for (long long l70 = 0; l70 < 128; l70++) {
+                                        (arena + 247372)[l68 * 128 + l69 * 128 + l70] = (arena + 305872)[l68 * 128 + l69 * 128 + l70];
+                                    }
+                                }
+                            }
+                            for (long long l71 = 0; l71 < 1; l71++) {
+                                for (long long l72 = 0; l72 < 1; l72++) {
+                                    for (long long l73 = 0; l73 < 128; l73++) {
+                                        (arena + 247502)[l71 * 128 + l72 * 128 + l73] = (((arena + 247372)[l71 * 128 + l72 * 128 + l73]) == ((arena + 247500)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l74 = 0; l74 < 1; l74++) {
+                                for (long long l75 = 0; l75 < 1; l75++) {
+                                    for (long long l76 = 0; l76 < 128; l76++) {
+                                        (arena + 247630)[l74 * 128 + l75 * 128 + l76] = (arena + 247502)[l74 * 128 + l75 * 128 + l76] != 0.0f ? (arena + 247501)[0] : (arena + 247372)[l74 * 128 + l75 * 128 + l76];
+                                    }
+                                }
+                            }
+                            for (long long l77 = 0; l77 < 1; l77++) {
+                                for (long long l78 = 0; l78 < 1; l78++) {
+                                    for (long long l79 = 0; l79 < 128; l79++) {
+                                        (arena + 247758)[l77 * 128 + l78 * 128 + l79] = ((arena + 247244)[l77 * 128 + l78 * 128 + l79] - (arena + 247630)[l77 * 128 + l78 * 128 + l79]);
+                                    }
+                                }
+                            }
+                            for (long long l80 = 0; l80 < 1; l80++) {
+                                for (long long l81 = 0; l81 < 1; l81++) {
+                                    for (long long l82 = 0; l82 < 128; l82++) {
+                                        (arena + 247886)[l80 * 128 + l81 * 128 + l82] = expf((arena + 247758)[l80 * 128 + l81 * 128 + l82]);
+                                    }
+                                }
+                            }
+                            for (long long l83 = 0; l83 < 1; l83++) {
+                                for (long long l84 = 0; l84 < 1; l84++) {
+                                    for (long long l85 = 0; l85 < 128; l85++) {
+                                        (arena + 248014)[l83 * 128 + l84 * 128 + l85] = (arena + 314320)[l83 * 128 + l84 * 128 + l85];
+                                    }
+                                }
+                            }
+                            for (long long l86 = 0; l86 < 1; l86++) {
+                                for (long long l87 = 0; l87 < 1; l87++) {
+                                    for (long long l88 = 0; l88 < 128; l88++) {
+                                        (arena + 248142)[l86 * 128 + l87 * 128 + l88] = ((arena + 248014)[l86 * 128 + l87 * 128 + l88] * (arena + 247886)[l86 * 128 + l87 * 128 + l88]);
+                                    }
+                                }
+                            }
+                            for (long long l89 = 0; l89 < 1; l89++) {
+                                for (long long l90 = 0; l90 < 1; l90++) {
+                                    for (long long l91 = 0; l91 < 128; l91++) {
+                                        (arena + 314320)[l89 * 128 + l90 * 128 + l91] = (arena + 248142)[l89 * 128 + l90 * 128 + l91];
+                                    }
+                                }
+                            }
+                            for (long long l92 = 0; l92 < 1; l92++) {
+                                for (long long l93 = 0; l93 < 1; l93++) {
+                                    for (long long l94 = 0; l94 < 128; l94++) {
+                                        (arena + 281167)[l92 * 128 + l93 * 128 + l94] = ((arena + 247630)[l92 * 128 + l93 * 128 + l94] * (arena + 281166)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l95 = 0; l95 < 1; l95++) {
+                                for (long long l96 = 0; l96 < 1; l96++) {
+                                    for (long long l97 = 0; l97 < 128; l97++) {
+                                        for (long long l98 = 0; l98 < 64; l98++) {
+                                            (arena + 289488)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98] = ((arena + 264654)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98] * (arena + 289487)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l58 = 0; l58 < 1; l58++) {
-                                for (long long l59 = 0; l59 < 1; l59++) {
-                                    for (long long l60 = 0; l60 < 128; l60++) {
-                                        float a62 = (-INFINITY);
-                                        for (long long r61 = 0; r61 < 64; r61 += 1) a62 = fmaxf(a62, (arena + 53444)[l58 * 8192 + l59 * 8192 + l60 * 64 + r61 * 1]);
-                                        (arena + 61636)[l58 * 128 + l59 * 128 + l60] = a62;
-                                    }
-                                }
-                            }
-                            for (long long l63 = 0; l63 < 1; l63++) {
-                                for (long long l64 = 0; l64 < 1; l64++) {
-                                    for (long long l65 = 0; l65 < 128; l65++) {
-                                        (arena + 247244)[l63 * 128 + l64 * 128 + l65] = (arena + 264654)[l63 * 128 + l64 * 128 + l65];
-                                    }
-                                }
-                            }
-                            for (long long l66 = 0; l66 < 1; l66++) {
-                                for (long long l67 = 0; l67 < 1; l67++) {
-                                    for (long long l68 = 0; l68 < 128; l68++) {
-                                        (arena + 264654)[l66 * 128 + l67 * 128 + l68] = fmaxf((arena + 264654)[l66 * 128 + l67 * 128 + l68], (arena + 61636)[l66 * 128 + l67 * 128 + l68]);
-                                    }
-                                }
-                            }
-                            for (long long l69 = 0; l69 < 1; l69++) {
-                                for (long long l70 = 0; l70 < 1; l70++) {
-                                    for (long long l71 = 0; l71 < 128; l71++) {
-                                        (arena + 247372)[l69 * 128 + l70 * 128 + l71] = (arena + 264654)[l69 * 128 + l70 * 128 + l71];
-                                    }
-                                }
-                            }
-                            for (long long l72 = 0; l72 < 1; l72++) {
-                                for (long long l73 = 0; l73 < 1; l73++) {
-                                    for (long long l74 = 0; l74 < 128; l74++) {
-                                        (arena + 247502)[l72 * 128 + l73 * 128 + l74] = (((arena + 247372)[l72 * 128 + l73 * 128 + l74]) == ((arena + 247500)[0]) ? 1.0f : 0.0f);
-                                    }
-                                }
-                            }
-                            for (long long l75 = 0; l75 < 1; l75++) {
-                                for (long long l76 = 0; l76 < 1; l76++) {
-                                    for (long long l77 = 0; l77 < 128; l77++) {
-                                        (arena + 247630)[l75 * 128 + l76 * 128 + l77] = (arena + 247502)[l75 * 128 + l76 * 128 + l77] != 0.0f ? (arena + 247501)[0] : (arena + 247372)[l75 * 128 + l76 * 128 + l77];
-                                    }
-                                }
-                            }
-                            for (long long l78 = 0; l78 < 1; l78++) {
-                                for (long long l79 = 0; l79 < 1; l79++) {
-                                    for (long long l80 = 0; l80 < 128; l80++) {
-                                        (arena + 247758)[l78 * 128 + l79 * 128 + l80] = ((arena + 247244)[l78 * 128 + l79 * 128 + l80] - (arena + 247630)[l78 * 128 + l79 * 128 + l80]);
-                                    }
-                                }
-                            }
-                            for (long long l81 = 0; l81 < 1; l81++) {
-                                for (long long l82 = 0; l82 < 1; l82++) {
-                                    for (long long l83 = 0; l83 < 128; l83++) {
-                                        (arena + 247886)[l81 * 128 + l82 * 128 + l83] = expf((arena + 247758)[l81 * 128 + l82 * 128 + l83]);
-                                    }
-                                }
-                            }
-                            for (long long l84 = 0; l84 < 1; l84++) {
-                                for (long long l85 = 0; l85 < 1; l85++) {
-                                    for (long long l86 = 0; l86 < 128; l86++) {
-                                        (arena + 248014)[l84 * 128 + l85 * 128 + l86] = (arena + 273102)[l84 * 128 + l85 * 128 + l86];
-                                    }
-                                }
-                            }
-                            for (long long l87 = 0; l87 < 1; l87++) {
-                                for (long long l88 = 0; l88 < 1; l88++) {
-                                    for (long long l89 = 0; l89 < 128; l89++) {
-                                        (arena + 248142)[l87 * 128 + l88 * 128 + l89] = ((arena + 248014)[l87 * 128 + l88 * 128 + l89] * (arena + 247886)[l87 * 128 + l88 * 128 + l89]);
-                                    }
-                                }
-                            }
-                            for (long long l90 = 0; l90 < 1; l90++) {
-                                for (long long l91 = 0; l91 < 1; l91++) {
-                                    for (long long l92 = 0; l92 < 128; l92++) {
-                                        (arena + 273102)[l90 * 128 + l91 * 128 + l92] = (arena + 248142)[l90 * 128 + l91 * 128 + l92];
-                                    }
-                                }
-                            }
-                            for (long long l93 = 0; l93 < 1; l93++) {
-                                for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 128; l95++) {
-                                        for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 115464)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] = ((arena + 45252)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] - (arena + 247630)[l93 * 128 + l94 * 128 + l95]);
+                            for (long long l99 = 0; l99 < 1; l99++) {
+                                for (long long l100 = 0; l100 < 1; l100++) {
+                                    for (long long l101 = 0; l101 < 128; l101++) {
+                                        for (long long l102 = 0; l102 < 64; l102++) {
+                                            (arena + 297680)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] = ((arena + 289488)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] - (arena + 281167)[l99 * 128 + l100 * 128 + l101]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l97 = 0; l97 < 1; l97++) {
-                                for (long long l98 = 0; l98 < 1; l98++) {
-                                    for (long long l99 = 0; l99 < 128; l99++) {
-                                        for (long long l100 = 0; l100 < 64; l100++) {
-                                            (arena + 123656)[l97 * 8192 + l98 * 8192 + l99 * 64 + l100] = expf((arena + 115464)[l97 * 8192 + l98 * 8192 + l99 * 64 + l100]);
+                            for (long long l103 = 0; l103 < 1; l103++) {
+                                for (long long l104 = 0; l104 < 1; l104++) {
+                                    for (long long l105 = 0; l105 < 128; l105++) {
+                                        for (long long l106 = 0; l106 < 64; l106++) {
+                                            (arena + 123656)[l103 * 8192 + l104 * 8192 + l105 * 64 + l106] = exp2f((arena + 297680)[l103 * 8192 + l104 * 8192 + l105 * 64 + l106]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l101 = 0; l101 < 1; l101++) {
-                                for (long long l102 = 0; l102 < 1; l102++) {
-                                    for (long long l103 = 0; l103 < 128; l103++) {
-                                        for (long long l104 = 0; l104 < 64; l104++) {
-                                            (arena + 131848)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104] = (o15 + l104 < s3) ? (arena + 123656)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104] : 0e0f;
+                            for (long long l107 = 0; l107 < 1; l107++) {
+                                for (long long l108 = 0; l108 < 1; l108++) {
+                                    for (long long l109 = 0; l109 < 128; l109++) {
+                                        for (long long l110 = 0; l110 < 64; l110++) {
+                                            (arena + 131848)[l107 * 8192 + l108 * 8192 + l109 * 64 + l110] = (o15 + l110 < s3) ? (arena + 123656)[l107 * 8192 + l108 * 8192 + l109 * 64 + l110] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l105 = 0; l105 < 1; l105++) {
-                                for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 128; l107++) {
-                                        float a109 = 0e0f;
-                                        for (long long r108 = 0; r108 < 64; r108 += 1) a109 = a109 + (arena + 131848)[l105 * 8192 + l106 * 8192 + l107 * 64 + r108 * 1];
-                                        (arena + 140040)[l105 * 128 + l106 * 128 + l107] = a109;
+                            for (long long l111 = 0; l111 < 1; l111++) {
+                                for (long long l112 = 0; l112 < 1; l112++) {
+                                    for (long long l113 = 0; l113 < 128; l113++) {
+                                        float a115 = 0e0f;
+                                        for (long long r114 = 0; r114 < 64; r114 += 1) a115 = a115 + (arena + 131848)[l111 * 8192 + l112 * 8192 + l113 * 64 + r114 * 1];
+                                        (arena + 140040)[l111 * 128 + l112 * 128 + l113] = a115;
                                     }
                                 }
                             }
-                            for (long long l110 = 0; l110 < 1; l110++) {
-                                for (long long l111 = 0; l111 < 1; l111++) {
-                                    for (long long l112 = 0; l112 < 128; l112++) {
-                                        (arena + 273102)[l110 * 128 + l111 * 128 + l112] = (arena + 273102)[l110 * 128 + l111 * 128 + l112] + (arena + 140040)[l110 * 128 + l111 * 128 + l112];
+                            for (long long l116 = 0; l116 < 1; l116++) {
+                                for (long long l117 = 0; l117 < 1; l117++) {
+                                    for (long long l118 = 0; l118 < 128; l118++) {
+                                        (arena + 314320)[l116 * 128 + l117 * 128 + l118] = (arena + 314320)[l116 * 128 + l117 * 128 + l118] + (arena + 140040)[l116 * 128 + l117 * 128 + l118];
                                     }
                                 }
                             }
-                            for (long long l113 = 0; l113 < 1; l113++) {
-                                for (long long l114 = 0; l114 < 1; l114++) {
-                                    for (long long l115 = 0; l115 < 128; l115++) {
-                                        for (long long l116 = 0; l116 < 64; l116++) {
-                                            (arena + 248270)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116] = (arena + 281550)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116];
+                            for (long long l119 = 0; l119 < 1; l119++) {
+                                for (long long l120 = 0; l120 < 1; l120++) {
+                                    for (long long l121 = 0; l121 < 128; l121++) {
+                                        for (long long l122 = 0; l122 < 64; l122++) {
+                                            (arena + 248270)[l119 * 8192 + l120 * 8192 + l121 * 64 + l122] = (arena + 322768)[l119 * 8192 + l120 * 8192 + l121 * 64 + l122];
                                         }
                                     }
                                 }
                             }
-                            for (long long l117 = 0; l117 < 1; l117++) {
-                                for (long long l118 = 0; l118 < 1; l118++) {
-                                    for (long long l119 = 0; l119 < 128; l119++) {
-                                        for (long long l120 = 0; l120 < 64; l120++) {
-                                            (arena + 256462)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120] = ((arena + 248270)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120] * (arena + 247886)[l117 * 128 + l118 * 128 + l119]);
+                            for (long long l123 = 0; l123 < 1; l123++) {
+                                for (long long l124 = 0; l124 < 1; l124++) {
+                                    for (long long l125 = 0; l125 < 128; l125++) {
+                                        for (long long l126 = 0; l126 < 64; l126++) {
+                                            (arena + 256462)[l123 * 8192 + l124 * 8192 + l125 * 64 + l126] = ((arena + 248270)[l123 * 8192 + l124 * 8192 + l125 * 64 + l126] * (arena + 247886)[l123 * 128 + l124 * 128 + l125]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l121 = 0; l121 < 1; l121++) {
-                                for (long long l122 = 0; l122 < 1; l122++) {
-                                    for (long long l123 = 0; l123 < 128; l123++) {
-                                        for (long long l124 = 0; l124 < 64; l124++) {
-                                            (arena + 281550)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124] = (arena + 256462)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124];
+                            for (long long l127 = 0; l127 < 1; l127++) {
+                                for (long long l128 = 0; l128 < 1; l128++) {
+                                    for (long long l129 = 0; l129 < 128; l129++) {
+                                        for (long long l130 = 0; l130 < 64; l130++) {
+                                            (arena + 322768)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130] = (arena + 256462)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130];
                                         }
                                     }
                                 }
                             }
-                            for (long long l125 = 0; l125 < 1; l125++) {
-                                for (long long l126 = 0; l126 < 1; l126++) {
-                                    for (long long l127 = 0; l127 < 64; l127++) {
-                                        for (long long l128 = 0; l128 < 64; l128++) {
-                                            (arena + 218444)[l125 * 4096 + l126 * 4096 + l127 * 64 + l128] = (o1 + l125 < s0 && o2 + l126 < s1 && o15 + l128 < s3 && o4 + l127 < s4) ? dt_load_f16(in2[(o1 + l125) * args->input_strides[2][0] + (o2 + l126) * args->input_strides[2][1] + (o15 + l128) * args->input_strides[2][2] + (o4 + l127) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l129 = 0; l129 < 1; l129++) {
-                                for (long long l130 = 0; l130 < 1; l130++) {
-                                    for (long long l131 = 0; l131 < 128; l131++) {
-                                        for (long long l132 = 0; l132 < 64; l132++) {
-                                            float a134 = 0.0f;
-                                            for (long long r133 = 0; r133 < 64; r133++) a134 += (arena + 131848)[l129 * 8192 + l130 * 8192 + l131 * 64 + r133 * 1] * (arena + 218444)[l129 * 4096 + l130 * 4096 + l132 * 64 + r133 * 1];
-                                            (arena + 222540)[l129 * 8192 + l130 * 8192 + l131 * 64 + l132] = a134;
+                            for (long long l131 = 0; l131 < 1; l131++) {
+                                for (long long l132 = 0; l132 < 1; l132++) {
+                                    for (long long l133 = 0; l133 < 64; l133++) {
+                                        for (long long l134 = 0; l134 < 64; l134++) {
+                                            (arena + 218444)[l131 * 4096 + l132 * 4096 + l133 * 64 + l134] = (o1 + l131 < s0 && o2 + l132 < s1 && o15 + l134 < s3 && o4 + l133 < s4) ? dt_load_f16(in2[(o1 + l131) * args->input_strides[2][0] + (o2 + l132) * args->input_strides[2][1] + (o15 + l134) * args->input_strides[2][2] + (o4 + l133) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1170,42 +1207,53 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
                                 for (long long l136 = 0; l136 < 1; l136++) {
                                     for (long long l137 = 0; l137 < 128; l137++) {
                                         for (long long l138 = 0; l138 < 64; l138++) {
-                                            (arena + 281550)[l135 * 8192 + l136 * 8192 + l137 * 64 + l138] = (arena + 281550)[l135 * 8192 + l136 * 8192 + l137 * 64 + l138] + (arena + 222540)[l135 * 8192 + l136 * 8192 + l137 * 64 + l138];
+                                            float a140 = 0.0f;
+                                            for (long long r139 = 0; r139 < 64; r139++) a140 += (arena + 131848)[l135 * 8192 + l136 * 8192 + l137 * 64 + r139 * 1] * (arena + 218444)[l135 * 4096 + l136 * 4096 + l138 * 64 + r139 * 1];
+                                            (arena + 222540)[l135 * 8192 + l136 * 8192 + l137 * 64 + l138] = a140;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l141 = 0; l141 < 1; l141++) {
+                                for (long long l142 = 0; l142 < 1; l142++) {
+                                    for (long long l143 = 0; l143 < 128; l143++) {
+                                        for (long long l144 = 0; l144 < 64; l144++) {
+                                            (arena + 322768)[l141 * 8192 + l142 * 8192 + l143 * 64 + l144] = (arena + 322768)[l141 * 8192 + l142 * 8192 + l143 * 64 + l144] + (arena + 222540)[l141 * 8192 + l142 * 8192 + l143 * 64 + l144];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l139 = 0; l139 < 1; l139++) {
-                            for (long long l140 = 0; l140 < 1; l140++) {
-                                for (long long l141 = 0; l141 < 128; l141++) {
-                                    (arena + 140168)[l139 * 128 + l140 * 128 + l141] = (arena + 273102)[l139 * 128 + l140 * 128 + l141];
+                        for (long long l145 = 0; l145 < 1; l145++) {
+                            for (long long l146 = 0; l146 < 1; l146++) {
+                                for (long long l147 = 0; l147 < 128; l147++) {
+                                    (arena + 140168)[l145 * 128 + l146 * 128 + l147] = (arena + 314320)[l145 * 128 + l146 * 128 + l147];
                                 }
                             }
                         }
-                        for (long long l142 = 0; l142 < 1; l142++) {
-                            for (long long l143 = 0; l143 < 1; l143++) {
-                                for (long long l144 = 0; l144 < 128; l144++) {
-                                    for (long long l145 = 0; l145 < 64; l145++) {
-                                        (arena + 230732)[l142 * 8192 + l143 * 8192 + l144 * 64 + l145] = (arena + 281550)[l142 * 8192 + l143 * 8192 + l144 * 64 + l145];
+                        for (long long l148 = 0; l148 < 1; l148++) {
+                            for (long long l149 = 0; l149 < 1; l149++) {
+                                for (long long l150 = 0; l150 < 128; l150++) {
+                                    for (long long l151 = 0; l151 < 64; l151++) {
+                                        (arena + 230732)[l148 * 8192 + l149 * 8192 + l150 * 64 + l151] = (arena + 322768)[l148 * 8192 + l149 * 8192 + l150 * 64 + l151];
                                     }
                                 }
                             }
                         }
-                        for (long long l146 = 0; l146 < 1; l146++) {
-                            for (long long l147 = 0; l147 < 1; l147++) {
-                                for (long long l148 = 0; l148 < 128; l148++) {
-                                    for (long long l149 = 0; l149 < 64; l149++) {
-                                        (arena + 239052)[l146 * 8192 + l147 * 8192 + l148 * 64 + l149] = ((arena + 230732)[l146 * 8192 + l147 * 8192 + l148 * 64 + l149] / (arena + 140168)[l146 * 128 + l147 * 128 + l148]);
+                        for (long long l152 = 0; l152 < 1; l152++) {
+                            for (long long l153 = 0; l153 < 1; l153++) {
+                                for (long long l154 = 0; l154 < 128; l154++) {
+                                    for (long long l155 = 0; l155 < 64; l155++) {
+                                        (arena + 239052)[l152 * 8192 + l153 * 8192 + l154 * 64 + l155] = ((arena + 230732)[l152 * 8192 + l153 * 8192 + l154 * 64 + l155] / (arena + 140168)[l152 * 128 + l153 * 128 + l154]);
                                     }
                                 }
                             }
                         }
-                        for (long long l150 = 0; l150 < 1; l150++) {
-                            for (long long l151 = 0; l151 < 1; l151++) {
-                                for (long long l152 = 0; l152 < 128; l152++) {
-                                    for (long long l153 = 0; l153 < 64; l153++) {
-                                        if (o1 + l150 < s0 && o2 + l151 < s1 && o3 + l152 < s2 && o4 + l153 < s4) out[(o1 + l150) * args->output_strides[0] + (o2 + l151) * args->output_strides[1] + (o3 + l152) * args->output_strides[2] + (o4 + l153) * args->output_strides[3]] = dt_store_f16((arena + 239052)[l150 * 8192 + l151 * 8192 + l152 * 64 + l153]);
+                        for (long long l156 = 0; l156 < 1; l156++) {
+                            for (long long l157 = 0; l157 < 1; l157++) {
+                                for (long long l158 = 0; l158 < 128; l158++) {
+                                    for (long long l159 = 0; l159 < 64; l159++) {
+                                        if (o1 + l156 < s0 && o2 + l157 < s1 && o3 + l158 < s2 && o4 + l159 < s4) out[(o1 + l156) * args->output_strides[0] + (o2 + l157) * args->output_strides[1] + (o3 + l158) * args->output_strides[2] + (o4 + l159) * args->output_strides[3]] = dt_store_f16((arena + 239052)[l156 * 8192 + l157 * 8192 + l158 * 64 + l159]);
                                     }
                                 }
                             }
@@ -1230,7 +1278,7 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_causal_64 */
-    float* arena = (float*)malloc(sizeof(float) * 297934);
+    float* arena = (float*)malloc(sizeof(float) * 339152);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1258,6 +1306,8 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
         (arena + 45251)[0] = (-(arena + 45250)[0]);
         (arena + 247500)[0] = (-INFINITY);
         (arena + 247501)[0] = 0e0f;
+        (arena + 281166)[0] = 1.442695e0f;
+        (arena + 289487)[0] = ((arena + 37057)[0] * (arena + 281166)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -1271,7 +1321,7 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 64; l8++) {
-                                        (arena + 281550)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
+                                        (arena + 322768)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -1280,7 +1330,7 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 273102)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 314320)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -1288,7 +1338,7 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 264654)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 305872)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -1310,7 +1360,7 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 128; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            (arena + 264782)[l20 * 8192 + l21 * 8192 + l22 * 64 + l23] = 0e0f;
+                                            (arena + 306000)[l20 * 8192 + l21 * 8192 + l22 * 64 + l23] = 0e0f;
                                         }
                                     }
                                 }
@@ -1348,7 +1398,7 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 264782)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 264782)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] + (arena + 20672)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
+                                            (arena + 306000)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 306000)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] + (arena + 20672)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
@@ -1357,7 +1407,7 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 28864)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (arena + 264782)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45];
+                                            (arena + 28864)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (arena + 306000)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45];
                                         }
                                     }
                                 }
@@ -1366,7 +1416,7 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
                                         for (long long l49 = 0; l49 < 64; l49++) {
-                                            (arena + 37058)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = ((arena + 28864)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] * (arena + 37057)[0]);
+                                            (arena + 264654)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = (arena + 192)[l48 * 64 + l49] != 0.0f ? (arena + 28864)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] : (arena + 45251)[0];
                                         }
                                     }
                                 }
@@ -1375,7 +1425,7 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
                                 for (long long l51 = 0; l51 < 1; l51++) {
                                     for (long long l52 = 0; l52 < 128; l52++) {
                                         for (long long l53 = 0; l53 < 64; l53++) {
-                                            (arena + 45252)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] = (arena + 192)[l52 * 64 + l53] != 0.0f ? (arena + 37058)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] : (arena + 45251)[0];
+                                            (arena + 272846)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] = (o15 + l53 < s3) ? (arena + 264654)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -1383,177 +1433,180 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
                             for (long long l54 = 0; l54 < 1; l54++) {
                                 for (long long l55 = 0; l55 < 1; l55++) {
                                     for (long long l56 = 0; l56 < 128; l56++) {
-                                        for (long long l57 = 0; l57 < 64; l57++) {
-                                            (arena + 53444)[l54 * 8192 + l55 * 8192 + l56 * 64 + l57] = (o15 + l57 < s3) ? (arena + 45252)[l54 * 8192 + l55 * 8192 + l56 * 64 + l57] : (-INFINITY);
+                                        float a58 = (-INFINITY);
+                                        for (long long r57 = 0; r57 < 64; r57 += 1) a58 = fmaxf(a58, (arena + 272846)[l54 * 8192 + l55 * 8192 + l56 * 64 + r57 * 1]);
+                                        (arena + 281038)[l54 * 128 + l55 * 128 + l56] = a58;
+                                    }
+                                }
+                            }
+                            for (long long l59 = 0; l59 < 1; l59++) {
+                                for (long long l60 = 0; l60 < 1; l60++) {
+                                    for (long long l61 = 0; l61 < 128; l61++) {
+                                        (arena + 61636)[l59 * 128 + l60 * 128 + l61] = ((arena + 281038)[l59 * 128 + l60 * 128 + l61] * (arena + 37057)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l62 = 0; l62 < 1; l62++) {
+                                for (long long l63 = 0; l63 < 1; l63++) {
+                                    for (long long l64 = 0; l64 < 128; l64++) {
+                                        (arena + 247244)[l62 * 128 + l63 * 128 + l64] = (arena + 305872)[l62 * 128 + l63 * 128 + l64];
+                                    }
+                                }
+                            }
+                            for (long long l65 = 0; l65 < 1; l65++) {
+                                for (long long l66 = 0; l66 < 1; l66++) {
+                                    for (long long l67 = 0; l67 < 128; l67++) {
+                                        (arena + 305872)[l65 * 128 + l66 * 128 + l67] = fmaxf((arena + 305872)[l65 * 128 + l66 * 128 + l67], (arena + 61636)[l65 * 128 + l66 * 128 + l67]);
+                                    }
+                                }
+                            }
+                            for (long long l68 = 0; l68 < 1; l68++) {
+                                for (long long l69 = 0; l69 < 1; l69++) {
+                                    for (long long l70 = 0; l70 < 128; l70++) {
+                                        (arena + 247372)[l68 * 128 + l69 * 128 + l70] = (arena + 305872)[l68 * 128 + l69 * 128 + l70];
+                                    }
+                                }
+                            }
+                            for (long long l71 = 0; l71 < 1; l71++) {
+                                for (long long l72 = 0; l72 < 1; l72++) {
+                                    for (long long l73 = 0; l73 < 128; l73++) {
+                                        (arena + 247502)[l71 * 128 + l72 * 128 + l73] = (((arena + 247372)[l71 * 128 + l72 * 128 + l73]) == ((arena + 247500)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l74 = 0; l74 < 1; l74++) {
+                                for (long long l75 = 0; l75 < 1; l75++) {
+                                    for (long long l76 = 0; l76 < 128; l76++) {
+                                        (arena + 247630)[l74 * 128 + l75 * 128 + l76] = (arena + 247502)[l74 * 128 + l75 * 128 + l76] != 0.0f ? (arena + 247501)[0] : (arena + 247372)[l74 * 128 + l75 * 128 + l76];
+                                    }
+                                }
+                            }
+                            for (long long l77 = 0; l77 < 1; l77++) {
+                                for (long long l78 = 0; l78 < 1; l78++) {
+                                    for (long long l79 = 0; l79 < 128; l79++) {
+                                        (arena + 247758)[l77 * 128 + l78 * 128 + l79] = ((arena + 247244)[l77 * 128 + l78 * 128 + l79] - (arena + 247630)[l77 * 128 + l78 * 128 + l79]);
+                                    }
+                                }
+                            }
+                            for (long long l80 = 0; l80 < 1; l80++) {
+                                for (long long l81 = 0; l81 < 1; l81++) {
+                                    for (long long l82 = 0; l82 < 128; l82++) {
+                                        (arena + 247886)[l80 * 128 + l81 * 128 + l82] = expf((arena + 247758)[l80 * 128 + l81 * 128 + l82]);
+                                    }
+                                }
+                            }
+                            for (long long l83 = 0; l83 < 1; l83++) {
+                                for (long long l84 = 0; l84 < 1; l84++) {
+                                    for (long long l85 = 0; l85 < 128; l85++) {
+                                        (arena + 248014)[l83 * 128 + l84 * 128 + l85] = (arena + 314320)[l83 * 128 + l84 * 128 + l85];
+                                    }
+                                }
+                            }
+                            for (long long l86 = 0; l86 < 1; l86++) {
+                                for (long long l87 = 0; l87 < 1; l87++) {
+                                    for (long long l88 = 0; l88 < 128; l88++) {
+                                        (arena + 248142)[l86 * 128 + l87 * 128 + l88] = ((arena + 248014)[l86 * 128 + l87 * 128 + l88] * (arena + 247886)[l86 * 128 + l87 * 128 + l88]);
+                                    }
+                                }
+                            }
+                            for (long long l89 = 0; l89 < 1; l89++) {
+                                for (long long l90 = 0; l90 < 1; l90++) {
+                                    for (long long l91 = 0; l91 < 128; l91++) {
+                                        (arena + 314320)[l89 * 128 + l90 * 128 + l91] = (arena + 248142)[l89 * 128 + l90 * 128 + l91];
+                                    }
+                                }
+                            }
+                            for (long long l92 = 0; l92 < 1; l92++) {
+                                for (long long l93 = 0; l93 < 1; l93++) {
+                                    for (long long l94 = 0; l94 < 128; l94++) {
+                                        (arena + 281167)[l92 * 128 + l93 * 128 + l94] = ((arena + 247630)[l92 * 128 + l93 * 128 + l94] * (arena + 281166)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l95 = 0; l95 < 1; l95++) {
+                                for (long long l96 = 0; l96 < 1; l96++) {
+                                    for (long long l97 = 0; l97 < 128; l97++) {
+                                        for (long long l98 = 0; l98 < 64; l98++) {
+                                            (arena + 289488)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98] = ((arena + 264654)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98] * (arena + 289487)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l58 = 0; l58 < 1; l58++) {
-                                for (long long l59 = 0; l59 < 1; l59++) {
-                                    for (long long l60 = 0; l60 < 128; l60++) {
-                                        float a62 = (-INFINITY);
-                                        for (long long r61 = 0; r61 < 64; r61 += 1) a62 = fmaxf(a62, (arena + 53444)[l58 * 8192 + l59 * 8192 + l60 * 64 + r61 * 1]);
-                                        (arena + 61636)[l58 * 128 + l59 * 128 + l60] = a62;
-                                    }
-                                }
-                            }
-                            for (long long l63 = 0; l63 < 1; l63++) {
-                                for (long long l64 = 0; l64 < 1; l64++) {
-                                    for (long long l65 = 0; l65 < 128; l65++) {
-                                        (arena + 247244)[l63 * 128 + l64 * 128 + l65] = (arena + 264654)[l63 * 128 + l64 * 128 + l65];
-                                    }
-                                }
-                            }
-                            for (long long l66 = 0; l66 < 1; l66++) {
-                                for (long long l67 = 0; l67 < 1; l67++) {
-                                    for (long long l68 = 0; l68 < 128; l68++) {
-                                        (arena + 264654)[l66 * 128 + l67 * 128 + l68] = fmaxf((arena + 264654)[l66 * 128 + l67 * 128 + l68], (arena + 61636)[l66 * 128 + l67 * 128 + l68]);
-                                    }
-                                }
-                            }
-                            for (long long l69 = 0; l69 < 1; l69++) {
-                                for (long long l70 = 0; l70 < 1; l70++) {
-                                    for (long long l71 = 0; l71 < 128; l71++) {
-                                        (arena + 247372)[l69 * 128 + l70 * 128 + l71] = (arena + 264654)[l69 * 128 + l70 * 128 + l71];
-                                    }
-                                }
-                            }
-                            for (long long l72 = 0; l72 < 1; l72++) {
-                                for (long long l73 = 0; l73 < 1; l73++) {
-                                    for (long long l74 = 0; l74 < 128; l74++) {
-                                        (arena + 247502)[l72 * 128 + l73 * 128 + l74] = (((arena + 247372)[l72 * 128 + l73 * 128 + l74]) == ((arena + 247500)[0]) ? 1.0f : 0.0f);
-                                    }
-                                }
-                            }
-                            for (long long l75 = 0; l75 < 1; l75++) {
-                                for (long long l76 = 0; l76 < 1; l76++) {
-                                    for (long long l77 = 0; l77 < 128; l77++) {
-                                        (arena + 247630)[l75 * 128 + l76 * 128 + l77] = (arena + 247502)[l75 * 128 + l76 * 128 + l77] != 0.0f ? (arena + 247501)[0] : (arena + 247372)[l75 * 128 + l76 * 128 + l77];
-                                    }
-                                }
-                            }
-                            for (long long l78 = 0; l78 < 1; l78++) {
-                                for (long long l79 = 0; l79 < 1; l79++) {
-                                    for (long long l80 = 0; l80 < 128; l80++) {
-                                        (arena + 247758)[l78 * 128 + l79 * 128 + l80] = ((arena + 247244)[l78 * 128 + l79 * 128 + l80] - (arena + 247630)[l78 * 128 + l79 * 128 + l80]);
-                                    }
-                                }
-                            }
-                            for (long long l81 = 0; l81 < 1; l81++) {
-                                for (long long l82 = 0; l82 < 1; l82++) {
-                                    for (long long l83 = 0; l83 < 128; l83++) {
-                                        (arena + 247886)[l81 * 128 + l82 * 128 + l83] = expf((arena + 247758)[l81 * 128 + l82 * 128 + l83]);
-                                    }
-                                }
-                            }
-                            for (long long l84 = 0; l84 < 1; l84++) {
-                                for (long long l85 = 0; l85 < 1; l85++) {
-                                    for (long long l86 = 0; l86 < 128; l86++) {
-                                        (arena + 248014)[l84 * 128 + l85 * 128 + l86] = (arena + 273102)[l84 * 128 + l85 * 128 + l86];
-                                    }
-                                }
-                            }
-                            for (long long l87 = 0; l87 < 1; l87++) {
-                                for (long long l88 = 0; l88 < 1; l88++) {
-                                    for (long long l89 = 0; l89 < 128; l89++) {
-                                        (arena + 248142)[l87 * 128 + l88 * 128 + l89] = ((arena + 248014)[l87 * 128 + l88 * 128 + l89] * (arena + 247886)[l87 * 128 + l88 * 128 + l89]);
-                                    }
-                                }
-                            }
-                            for (long long l90 = 0; l90 < 1; l90++) {
-                                for (long long l91 = 0; l91 < 1; l91++) {
-                                    for (long long l92 = 0; l92 < 128; l92++) {
-                                        (arena + 273102)[l90 * 128 + l91 * 128 + l92] = (arena + 248142)[l90 * 128 + l91 * 128 + l92];
-                                    }
-                                }
-                            }
-                            for (long long l93 = 0; l93 < 1; l93++) {
-                                for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 128; l95++) {
-                                        for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 115464)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] = ((arena + 45252)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] - (arena + 247630)[l93 * 128 + l94 * 128 + l95]);
+                            for (long long l99 = 0; l99 < 1; l99++) {
+                                for (long long l100 = 0; l100 < 1; l100++) {
+                                    for (long long l101 = 0; l101 < 128; l101++) {
+                                        for (long long l102 = 0; l102 < 64; l102++) {
+                                            (arena + 297680)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] = ((arena + 289488)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] - (arena + 281167)[l99 * 128 + l100 * 128 + l101]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l97 = 0; l97 < 1; l97++) {
-                                for (long long l98 = 0; l98 < 1; l98++) {
-                                    for (long long l99 = 0; l99 < 128; l99++) {
-                                        for (long long l100 = 0; l100 < 64; l100++) {
-                                            (arena + 123656)[l97 * 8192 + l98 * 8192 + l99 * 64 + l100] = expf((arena + 115464)[l97 * 8192 + l98 * 8192 + l99 * 64 + l100]);
+                            for (long long l103 = 0; l103 < 1; l103++) {
+                                for (long long l104 = 0; l104 < 1; l104++) {
+                                    for (long long l105 = 0; l105 < 128; l105++) {
+                                        for (long long l106 = 0; l106 < 64; l106++) {
+                                            (arena + 123656)[l103 * 8192 + l104 * 8192 + l105 * 64 + l106] = exp2f((arena + 297680)[l103 * 8192 + l104 * 8192 + l105 * 64 + l106]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l101 = 0; l101 < 1; l101++) {
-                                for (long long l102 = 0; l102 < 1; l102++) {
-                                    for (long long l103 = 0; l103 < 128; l103++) {
-                                        for (long long l104 = 0; l104 < 64; l104++) {
-                                            (arena + 131848)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104] = (o15 + l104 < s3) ? (arena + 123656)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104] : 0e0f;
+                            for (long long l107 = 0; l107 < 1; l107++) {
+                                for (long long l108 = 0; l108 < 1; l108++) {
+                                    for (long long l109 = 0; l109 < 128; l109++) {
+                                        for (long long l110 = 0; l110 < 64; l110++) {
+                                            (arena + 131848)[l107 * 8192 + l108 * 8192 + l109 * 64 + l110] = (o15 + l110 < s3) ? (arena + 123656)[l107 * 8192 + l108 * 8192 + l109 * 64 + l110] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l105 = 0; l105 < 1; l105++) {
-                                for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 128; l107++) {
-                                        float a109 = 0e0f;
-                                        for (long long r108 = 0; r108 < 64; r108 += 1) a109 = a109 + (arena + 131848)[l105 * 8192 + l106 * 8192 + l107 * 64 + r108 * 1];
-                                        (arena + 140040)[l105 * 128 + l106 * 128 + l107] = a109;
+                            for (long long l111 = 0; l111 < 1; l111++) {
+                                for (long long l112 = 0; l112 < 1; l112++) {
+                                    for (long long l113 = 0; l113 < 128; l113++) {
+                                        float a115 = 0e0f;
+                                        for (long long r114 = 0; r114 < 64; r114 += 1) a115 = a115 + (arena + 131848)[l111 * 8192 + l112 * 8192 + l113 * 64 + r114 * 1];
+                                        (arena + 140040)[l111 * 128 + l112 * 128 + l113] = a115;
                                     }
                                 }
                             }
-                            for (long long l110 = 0; l110 < 1; l110++) {
-                                for (long long l111 = 0; l111 < 1; l111++) {
-                                    for (long long l112 = 0; l112 < 128; l112++) {
-                                        (arena + 273102)[l110 * 128 + l111 * 128 + l112] = (arena + 273102)[l110 * 128 + l111 * 128 + l112] + (arena + 140040)[l110 * 128 + l111 * 128 + l112];
+                            for (long long l116 = 0; l116 < 1; l116++) {
+                                for (long long l117 = 0; l117 < 1; l117++) {
+                                    for (long long l118 = 0; l118 < 128; l118++) {
+                                        (arena + 314320)[l116 * 128 + l117 * 128 + l118] = (arena + 314320)[l116 * 128 + l117 * 128 + l118] + (arena + 140040)[l116 * 128 + l117 * 128 + l118];
                                     }
                                 }
                             }
-                            for (long long l113 = 0; l113 < 1; l113++) {
-                                for (long long l114 = 0; l114 < 1; l114++) {
-                                    for (long long l115 = 0; l115 < 128; l115++) {
-                                        for (long long l116 = 0; l116 < 64; l116++) {
-                                            (arena + 248270)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116] = (arena + 281550)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116];
+                            for (long long l119 = 0; l119 < 1; l119++) {
+                                for (long long l120 = 0; l120 < 1; l120++) {
+                                    for (long long l121 = 0; l121 < 128; l121++) {
+                                        for (long long l122 = 0; l122 < 64; l122++) {
+                                            (arena + 248270)[l119 * 8192 + l120 * 8192 + l121 * 64 + l122] = (arena + 322768)[l119 * 8192 + l120 * 8192 + l121 * 64 + l122];
                                         }
                                     }
                                 }
                             }
-                            for (long long l117 = 0; l117 < 1; l117++) {
-                                for (long long l118 = 0; l118 < 1; l118++) {
-                                    for (long long l119 = 0; l119 < 128; l119++) {
-                                        for (long long l120 = 0; l120 < 64; l120++) {
-                                            (arena + 256462)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120] = ((arena + 248270)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120] * (arena + 247886)[l117 * 128 + l118 * 128 + l119]);
+                            for (long long l123 = 0; l123 < 1; l123++) {
+                                for (long long l124 = 0; l124 < 1; l124++) {
+                                    for (long long l125 = 0; l125 < 128; l125++) {
+                                        for (long long l126 = 0; l126 < 64; l126++) {
+                                            (arena + 256462)[l123 * 8192 + l124 * 8192 + l125 * 64 + l126] = ((arena + 248270)[l123 * 8192 + l124 * 8192 + l125 * 64 + l126] * (arena + 247886)[l123 * 128 + l124 * 128 + l125]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l121 = 0; l121 < 1; l121++) {
-                                for (long long l122 = 0; l122 < 1; l122++) {
-                                    for (long long l123 = 0; l123 < 128; l123++) {
-                                        for (long long l124 = 0; l124 < 64; l124++) {
-                                            (arena + 281550)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124] = (arena + 256462)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124];
+                            for (long long l127 = 0; l127 < 1; l127++) {
+                                for (long long l128 = 0; l128 < 1; l128++) {
+                                    for (long long l129 = 0; l129 < 128; l129++) {
+                                        for (long long l130 = 0; l130 < 64; l130++) {
+                                            (arena + 322768)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130] = (arena + 256462)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130];
                                         }
                                     }
                                 }
                             }
-                            for (long long l125 = 0; l125 < 1; l125++) {
-                                for (long long l126 = 0; l126 < 1; l126++) {
-                                    for (long long l127 = 0; l127 < 64; l127++) {
-                                        for (long long l128 = 0; l128 < 64; l128++) {
-                                            (arena + 218444)[l125 * 4096 + l126 * 4096 + l127 * 64 + l128] = (o1 + l125 < s0 && o2 + l126 < s1 && o15 + l128 < s3 && o4 + l127 < s4) ? dt_load_bf16(in2[(o1 + l125) * args->input_strides[2][0] + (o2 + l126) * args->input_strides[2][1] + (o15 + l128) * args->input_strides[2][2] + (o4 + l127) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l129 = 0; l129 < 1; l129++) {
-                                for (long long l130 = 0; l130 < 1; l130++) {
-                                    for (long long l131 = 0; l131 < 128; l131++) {
-                                        for (long long l132 = 0; l132 < 64; l132++) {
-                                            float a134 = 0.0f;
-                                            for (long long r133 = 0; r133 < 64; r133++) a134 += (arena + 131848)[l129 * 8192 + l130 * 8192 + l131 * 64 + r133 * 1] * (arena + 218444)[l129 * 4096 + l130 * 4096 + l132 * 64 + r133 * 1];
-                                            (arena + 222540)[l129 * 8192 + l130 * 8192 + l131 * 64 + l132] = a134;
+                            for (long long l131 = 0; l131 < 1; l131++) {
+                                for (long long l132 = 0; l132 < 1; l132++) {
+                                    for (long long l133 = 0; l133 < 64; l133++) {
+                                        for (long long l134 = 0; l134 < 64; l134++) {
+                                            (arena + 218444)[l131 * 4096 + l132 * 4096 + l133 * 64 + l134] = (o1 + l131 < s0 && o2 + l132 < s1 && o15 + l134 < s3 && o4 + l133 < s4) ? dt_load_bf16(in2[(o1 + l131) * args->input_strides[2][0] + (o2 + l132) * args->input_strides[2][1] + (o15 + l134) * args->input_strides[2][2] + (o4 + l133) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1562,42 +1615,53 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
                                 for (long long l136 = 0; l136 < 1; l136++) {
                                     for (long long l137 = 0; l137 < 128; l137++) {
                                         for (long long l138 = 0; l138 < 64; l138++) {
-                                            (arena + 281550)[l135 * 8192 + l136 * 8192 + l137 * 64 + l138] = (arena + 281550)[l135 * 8192 + l136 * 8192 + l137 * 64 + l138] + (arena + 222540)[l135 * 8192 + l136 * 8192 + l137 * 64 + l138];
+                                            float a140 = 0.0f;
+                                            for (long long r139 = 0; r139 < 64; r139++) a140 += (arena + 131848)[l135 * 8192 + l136 * 8192 + l137 * 64 + r139 * 1] * (arena + 218444)[l135 * 4096 + l136 * 4096 + l138 * 64 + r139 * 1];
+                                            (arena + 222540)[l135 * 8192 + l136 * 8192 + l137 * 64 + l138] = a140;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l141 = 0; l141 < 1; l141++) {
+                                for (long long l142 = 0; l142 < 1; l142++) {
+                                    for (long long l143 = 0; l143 < 128; l143++) {
+                                        for (long long l144 = 0; l144 < 64; l144++) {
+                                            (arena + 322768)[l141 * 8192 + l142 * 8192 + l143 * 64 + l144] = (arena + 322768)[l141 * 8192 + l142 * 8192 + l143 * 64 + l144] + (arena + 222540)[l141 * 8192 + l142 * 8192 + l143 * 64 + l144];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l139 = 0; l139 < 1; l139++) {
-                            for (long long l140 = 0; l140 < 1; l140++) {
-                                for (long long l141 = 0; l141 < 128; l141++) {
-                                    (arena + 140168)[l139 * 128 + l140 * 128 + l141] = (arena + 273102)[l139 * 128 + l140 * 128 + l141];
+                        for (long long l145 = 0; l145 < 1; l145++) {
+                            for (long long l146 = 0; l146 < 1; l146++) {
+                                for (long long l147 = 0; l147 < 128; l147++) {
+                                    (arena + 140168)[l145 * 128 + l146 * 128 + l147] = (arena + 314320)[l145 * 128 + l146 * 128 + l147];
                                 }
                             }
                         }
-                        for (long long l142 = 0; l142 < 1; l142++) {
-                            for (long long l143 = 0; l143 < 1; l143++) {
-                                for (long long l144 = 0; l144 < 128; l144++) {
-                                    for (long long l145 = 0; l145 < 64; l145++) {
-                                        (arena + 230732)[l142 * 8192 + l143 * 8192 + l144 * 64 + l145] = (arena + 281550)[l142 * 8192 + l143 * 8192 + l144 * 64 + l145];
+                        for (long long l148 = 0; l148 < 1; l148++) {
+                            for (long long l149 = 0; l149 < 1; l149++) {
+                                for (long long l150 = 0; l150 < 128; l150++) {
+                                    for (long long l151 = 0; l151 < 64; l151++) {
+                                        (arena + 230732)[l148 * 8192 + l149 * 8192 + l150 * 64 + l151] = (arena + 322768)[l148 * 8192 + l149 * 8192 + l150 * 64 + l151];
                                     }
                                 }
                             }
                         }
-                        for (long long l146 = 0; l146 < 1; l146++) {
-                            for (long long l147 = 0; l147 < 1; l147++) {
-                                for (long long l148 = 0; l148 < 128; l148++) {
-                                    for (long long l149 = 0; l149 < 64; l149++) {
-                                        (arena + 239052)[l146 * 8192 + l147 * 8192 + l148 * 64 + l149] = ((arena + 230732)[l146 * 8192 + l147 * 8192 + l148 * 64 + l149] / (arena + 140168)[l146 * 128 + l147 * 128 + l148]);
+                        for (long long l152 = 0; l152 < 1; l152++) {
+                            for (long long l153 = 0; l153 < 1; l153++) {
+                                for (long long l154 = 0; l154 < 128; l154++) {
+                                    for (long long l155 = 0; l155 < 64; l155++) {
+                                        (arena + 239052)[l152 * 8192 + l153 * 8192 + l154 * 64 + l155] = ((arena + 230732)[l152 * 8192 + l153 * 8192 + l154 * 64 + l155] / (arena + 140168)[l152 * 128 + l153 * 128 + l154]);
                                     }
                                 }
                             }
                         }
-                        for (long long l150 = 0; l150 < 1; l150++) {
-                            for (long long l151 = 0; l151 < 1; l151++) {
-                                for (long long l152 = 0; l152 < 128; l152++) {
-                                    for (long long l153 = 0; l153 < 64; l153++) {
-                                        if (o1 + l150 < s0 && o2 + l151 < s1 && o3 + l152 < s2 && o4 + l153 < s4) out[(o1 + l150) * args->output_strides[0] + (o2 + l151) * args->output_strides[1] + (o3 + l152) * args->output_strides[2] + (o4 + l153) * args->output_strides[3]] = dt_store_bf16((arena + 239052)[l150 * 8192 + l151 * 8192 + l152 * 64 + l153]);
+                        for (long long l156 = 0; l156 < 1; l156++) {
+                            for (long long l157 = 0; l157 < 1; l157++) {
+                                for (long long l158 = 0; l158 < 128; l158++) {
+                                    for (long long l159 = 0; l159 < 64; l159++) {
+                                        if (o1 + l156 < s0 && o2 + l157 < s1 && o3 + l158 < s2 && o4 + l159 < s4) out[(o1 + l156) * args->output_strides[0] + (o2 + l157) * args->output_strides[1] + (o3 + l158) * args->output_strides[2] + (o4 + l159) * args->output_strides[3]] = dt_store_bf16((arena + 239052)[l156 * 8192 + l157 * 8192 + l158 * 64 + l159]);
                                     }
                                 }
                             }
@@ -1622,7 +1686,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_128 */
-    float* arena = (float*)malloc(sizeof(float) * 338312);
+    float* arena = (float*)malloc(sizeof(float) * 363146);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1648,6 +1712,8 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
         (arena + 40961)[0] = dt_rsqrt((arena + 40960)[0]);
         (arena + 263302)[0] = (-INFINITY);
         (arena + 263303)[0] = 0e0f;
+        (arena + 305160)[0] = 1.442695e0f;
+        (arena + 305289)[0] = ((arena + 40961)[0] * (arena + 305160)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -1661,7 +1727,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 313736)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 338570)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -1670,7 +1736,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 305288)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 330122)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -1678,7 +1744,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 296840)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 321674)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -1689,7 +1755,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                                 for (long long l17 = 0; l17 < 1; l17++) {
                                     for (long long l18 = 0; l18 < 128; l18++) {
                                         for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 296968)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
+                                            (arena + 321802)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
@@ -1727,7 +1793,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                                 for (long long l35 = 0; l35 < 1; l35++) {
                                     for (long long l36 = 0; l36 < 128; l36++) {
                                         for (long long l37 = 0; l37 < 64; l37++) {
-                                            (arena + 296968)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 296968)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 24576)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
+                                            (arena + 321802)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 321802)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 24576)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
                                         }
                                     }
                                 }
@@ -1736,7 +1802,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 32768)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 296968)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
+                                            (arena + 32768)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 321802)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
@@ -1745,7 +1811,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 40962)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = ((arena + 32768)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] * (arena + 40961)[0]);
+                                            (arena + 296840)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (o15 + l45 < s3) ? (arena + 32768)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -1753,177 +1819,180 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                             for (long long l46 = 0; l46 < 1; l46++) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
-                                        for (long long l49 = 0; l49 < 64; l49++) {
-                                            (arena + 49154)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = (o15 + l49 < s3) ? (arena + 40962)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] : (-INFINITY);
+                                        float a50 = (-INFINITY);
+                                        for (long long r49 = 0; r49 < 64; r49 += 1) a50 = fmaxf(a50, (arena + 296840)[l46 * 8192 + l47 * 8192 + l48 * 64 + r49 * 1]);
+                                        (arena + 305032)[l46 * 128 + l47 * 128 + l48] = a50;
+                                    }
+                                }
+                            }
+                            for (long long l51 = 0; l51 < 1; l51++) {
+                                for (long long l52 = 0; l52 < 1; l52++) {
+                                    for (long long l53 = 0; l53 < 128; l53++) {
+                                        (arena + 57346)[l51 * 128 + l52 * 128 + l53] = ((arena + 305032)[l51 * 128 + l52 * 128 + l53] * (arena + 40961)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l54 = 0; l54 < 1; l54++) {
+                                for (long long l55 = 0; l55 < 1; l55++) {
+                                    for (long long l56 = 0; l56 < 128; l56++) {
+                                        (arena + 263046)[l54 * 128 + l55 * 128 + l56] = (arena + 321674)[l54 * 128 + l55 * 128 + l56];
+                                    }
+                                }
+                            }
+                            for (long long l57 = 0; l57 < 1; l57++) {
+                                for (long long l58 = 0; l58 < 1; l58++) {
+                                    for (long long l59 = 0; l59 < 128; l59++) {
+                                        (arena + 321674)[l57 * 128 + l58 * 128 + l59] = fmaxf((arena + 321674)[l57 * 128 + l58 * 128 + l59], (arena + 57346)[l57 * 128 + l58 * 128 + l59]);
+                                    }
+                                }
+                            }
+                            for (long long l60 = 0; l60 < 1; l60++) {
+                                for (long long l61 = 0; l61 < 1; l61++) {
+                                    for (long long l62 = 0; l62 < 128; l62++) {
+                                        (arena + 263174)[l60 * 128 + l61 * 128 + l62] = (arena + 321674)[l60 * 128 + l61 * 128 + l62];
+                                    }
+                                }
+                            }
+                            for (long long l63 = 0; l63 < 1; l63++) {
+                                for (long long l64 = 0; l64 < 1; l64++) {
+                                    for (long long l65 = 0; l65 < 128; l65++) {
+                                        (arena + 263304)[l63 * 128 + l64 * 128 + l65] = (((arena + 263174)[l63 * 128 + l64 * 128 + l65]) == ((arena + 263302)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l66 = 0; l66 < 1; l66++) {
+                                for (long long l67 = 0; l67 < 1; l67++) {
+                                    for (long long l68 = 0; l68 < 128; l68++) {
+                                        (arena + 263432)[l66 * 128 + l67 * 128 + l68] = (arena + 263304)[l66 * 128 + l67 * 128 + l68] != 0.0f ? (arena + 263303)[0] : (arena + 263174)[l66 * 128 + l67 * 128 + l68];
+                                    }
+                                }
+                            }
+                            for (long long l69 = 0; l69 < 1; l69++) {
+                                for (long long l70 = 0; l70 < 1; l70++) {
+                                    for (long long l71 = 0; l71 < 128; l71++) {
+                                        (arena + 263560)[l69 * 128 + l70 * 128 + l71] = ((arena + 263046)[l69 * 128 + l70 * 128 + l71] - (arena + 263432)[l69 * 128 + l70 * 128 + l71]);
+                                    }
+                                }
+                            }
+                            for (long long l72 = 0; l72 < 1; l72++) {
+                                for (long long l73 = 0; l73 < 1; l73++) {
+                                    for (long long l74 = 0; l74 < 128; l74++) {
+                                        (arena + 263688)[l72 * 128 + l73 * 128 + l74] = expf((arena + 263560)[l72 * 128 + l73 * 128 + l74]);
+                                    }
+                                }
+                            }
+                            for (long long l75 = 0; l75 < 1; l75++) {
+                                for (long long l76 = 0; l76 < 1; l76++) {
+                                    for (long long l77 = 0; l77 < 128; l77++) {
+                                        (arena + 263816)[l75 * 128 + l76 * 128 + l77] = (arena + 330122)[l75 * 128 + l76 * 128 + l77];
+                                    }
+                                }
+                            }
+                            for (long long l78 = 0; l78 < 1; l78++) {
+                                for (long long l79 = 0; l79 < 1; l79++) {
+                                    for (long long l80 = 0; l80 < 128; l80++) {
+                                        (arena + 263944)[l78 * 128 + l79 * 128 + l80] = ((arena + 263816)[l78 * 128 + l79 * 128 + l80] * (arena + 263688)[l78 * 128 + l79 * 128 + l80]);
+                                    }
+                                }
+                            }
+                            for (long long l81 = 0; l81 < 1; l81++) {
+                                for (long long l82 = 0; l82 < 1; l82++) {
+                                    for (long long l83 = 0; l83 < 128; l83++) {
+                                        (arena + 330122)[l81 * 128 + l82 * 128 + l83] = (arena + 263944)[l81 * 128 + l82 * 128 + l83];
+                                    }
+                                }
+                            }
+                            for (long long l84 = 0; l84 < 1; l84++) {
+                                for (long long l85 = 0; l85 < 1; l85++) {
+                                    for (long long l86 = 0; l86 < 128; l86++) {
+                                        (arena + 305161)[l84 * 128 + l85 * 128 + l86] = ((arena + 263432)[l84 * 128 + l85 * 128 + l86] * (arena + 305160)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l87 = 0; l87 < 1; l87++) {
+                                for (long long l88 = 0; l88 < 1; l88++) {
+                                    for (long long l89 = 0; l89 < 128; l89++) {
+                                        for (long long l90 = 0; l90 < 64; l90++) {
+                                            (arena + 305290)[l87 * 8192 + l88 * 8192 + l89 * 64 + l90] = ((arena + 32768)[l87 * 8192 + l88 * 8192 + l89 * 64 + l90] * (arena + 305289)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l50 = 0; l50 < 1; l50++) {
-                                for (long long l51 = 0; l51 < 1; l51++) {
-                                    for (long long l52 = 0; l52 < 128; l52++) {
-                                        float a54 = (-INFINITY);
-                                        for (long long r53 = 0; r53 < 64; r53 += 1) a54 = fmaxf(a54, (arena + 49154)[l50 * 8192 + l51 * 8192 + l52 * 64 + r53 * 1]);
-                                        (arena + 57346)[l50 * 128 + l51 * 128 + l52] = a54;
-                                    }
-                                }
-                            }
-                            for (long long l55 = 0; l55 < 1; l55++) {
-                                for (long long l56 = 0; l56 < 1; l56++) {
-                                    for (long long l57 = 0; l57 < 128; l57++) {
-                                        (arena + 263046)[l55 * 128 + l56 * 128 + l57] = (arena + 296840)[l55 * 128 + l56 * 128 + l57];
-                                    }
-                                }
-                            }
-                            for (long long l58 = 0; l58 < 1; l58++) {
-                                for (long long l59 = 0; l59 < 1; l59++) {
-                                    for (long long l60 = 0; l60 < 128; l60++) {
-                                        (arena + 296840)[l58 * 128 + l59 * 128 + l60] = fmaxf((arena + 296840)[l58 * 128 + l59 * 128 + l60], (arena + 57346)[l58 * 128 + l59 * 128 + l60]);
-                                    }
-                                }
-                            }
-                            for (long long l61 = 0; l61 < 1; l61++) {
-                                for (long long l62 = 0; l62 < 1; l62++) {
-                                    for (long long l63 = 0; l63 < 128; l63++) {
-                                        (arena + 263174)[l61 * 128 + l62 * 128 + l63] = (arena + 296840)[l61 * 128 + l62 * 128 + l63];
-                                    }
-                                }
-                            }
-                            for (long long l64 = 0; l64 < 1; l64++) {
-                                for (long long l65 = 0; l65 < 1; l65++) {
-                                    for (long long l66 = 0; l66 < 128; l66++) {
-                                        (arena + 263304)[l64 * 128 + l65 * 128 + l66] = (((arena + 263174)[l64 * 128 + l65 * 128 + l66]) == ((arena + 263302)[0]) ? 1.0f : 0.0f);
-                                    }
-                                }
-                            }
-                            for (long long l67 = 0; l67 < 1; l67++) {
-                                for (long long l68 = 0; l68 < 1; l68++) {
-                                    for (long long l69 = 0; l69 < 128; l69++) {
-                                        (arena + 263432)[l67 * 128 + l68 * 128 + l69] = (arena + 263304)[l67 * 128 + l68 * 128 + l69] != 0.0f ? (arena + 263303)[0] : (arena + 263174)[l67 * 128 + l68 * 128 + l69];
-                                    }
-                                }
-                            }
-                            for (long long l70 = 0; l70 < 1; l70++) {
-                                for (long long l71 = 0; l71 < 1; l71++) {
-                                    for (long long l72 = 0; l72 < 128; l72++) {
-                                        (arena + 263560)[l70 * 128 + l71 * 128 + l72] = ((arena + 263046)[l70 * 128 + l71 * 128 + l72] - (arena + 263432)[l70 * 128 + l71 * 128 + l72]);
-                                    }
-                                }
-                            }
-                            for (long long l73 = 0; l73 < 1; l73++) {
-                                for (long long l74 = 0; l74 < 1; l74++) {
-                                    for (long long l75 = 0; l75 < 128; l75++) {
-                                        (arena + 263688)[l73 * 128 + l74 * 128 + l75] = expf((arena + 263560)[l73 * 128 + l74 * 128 + l75]);
-                                    }
-                                }
-                            }
-                            for (long long l76 = 0; l76 < 1; l76++) {
-                                for (long long l77 = 0; l77 < 1; l77++) {
-                                    for (long long l78 = 0; l78 < 128; l78++) {
-                                        (arena + 263816)[l76 * 128 + l77 * 128 + l78] = (arena + 305288)[l76 * 128 + l77 * 128 + l78];
-                                    }
-                                }
-                            }
-                            for (long long l79 = 0; l79 < 1; l79++) {
-                                for (long long l80 = 0; l80 < 1; l80++) {
-                                    for (long long l81 = 0; l81 < 128; l81++) {
-                                        (arena + 263944)[l79 * 128 + l80 * 128 + l81] = ((arena + 263816)[l79 * 128 + l80 * 128 + l81] * (arena + 263688)[l79 * 128 + l80 * 128 + l81]);
-                                    }
-                                }
-                            }
-                            for (long long l82 = 0; l82 < 1; l82++) {
-                                for (long long l83 = 0; l83 < 1; l83++) {
-                                    for (long long l84 = 0; l84 < 128; l84++) {
-                                        (arena + 305288)[l82 * 128 + l83 * 128 + l84] = (arena + 263944)[l82 * 128 + l83 * 128 + l84];
-                                    }
-                                }
-                            }
-                            for (long long l85 = 0; l85 < 1; l85++) {
-                                for (long long l86 = 0; l86 < 1; l86++) {
-                                    for (long long l87 = 0; l87 < 128; l87++) {
-                                        for (long long l88 = 0; l88 < 64; l88++) {
-                                            (arena + 106884)[l85 * 8192 + l86 * 8192 + l87 * 64 + l88] = ((arena + 40962)[l85 * 8192 + l86 * 8192 + l87 * 64 + l88] - (arena + 263432)[l85 * 128 + l86 * 128 + l87]);
+                            for (long long l91 = 0; l91 < 1; l91++) {
+                                for (long long l92 = 0; l92 < 1; l92++) {
+                                    for (long long l93 = 0; l93 < 128; l93++) {
+                                        for (long long l94 = 0; l94 < 64; l94++) {
+                                            (arena + 313482)[l91 * 8192 + l92 * 8192 + l93 * 64 + l94] = ((arena + 305290)[l91 * 8192 + l92 * 8192 + l93 * 64 + l94] - (arena + 305161)[l91 * 128 + l92 * 128 + l93]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l89 = 0; l89 < 1; l89++) {
-                                for (long long l90 = 0; l90 < 1; l90++) {
-                                    for (long long l91 = 0; l91 < 128; l91++) {
-                                        for (long long l92 = 0; l92 < 64; l92++) {
-                                            (arena + 115076)[l89 * 8192 + l90 * 8192 + l91 * 64 + l92] = expf((arena + 106884)[l89 * 8192 + l90 * 8192 + l91 * 64 + l92]);
+                            for (long long l95 = 0; l95 < 1; l95++) {
+                                for (long long l96 = 0; l96 < 1; l96++) {
+                                    for (long long l97 = 0; l97 < 128; l97++) {
+                                        for (long long l98 = 0; l98 < 64; l98++) {
+                                            (arena + 115076)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98] = exp2f((arena + 313482)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l93 = 0; l93 < 1; l93++) {
-                                for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 128; l95++) {
-                                        for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 123268)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] = (o15 + l96 < s3) ? (arena + 115076)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] : 0e0f;
+                            for (long long l99 = 0; l99 < 1; l99++) {
+                                for (long long l100 = 0; l100 < 1; l100++) {
+                                    for (long long l101 = 0; l101 < 128; l101++) {
+                                        for (long long l102 = 0; l102 < 64; l102++) {
+                                            (arena + 123268)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] = (o15 + l102 < s3) ? (arena + 115076)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l97 = 0; l97 < 1; l97++) {
-                                for (long long l98 = 0; l98 < 1; l98++) {
-                                    for (long long l99 = 0; l99 < 128; l99++) {
-                                        float a101 = 0e0f;
-                                        for (long long r100 = 0; r100 < 64; r100 += 1) a101 = a101 + (arena + 123268)[l97 * 8192 + l98 * 8192 + l99 * 64 + r100 * 1];
-                                        (arena + 131460)[l97 * 128 + l98 * 128 + l99] = a101;
+                            for (long long l103 = 0; l103 < 1; l103++) {
+                                for (long long l104 = 0; l104 < 1; l104++) {
+                                    for (long long l105 = 0; l105 < 128; l105++) {
+                                        float a107 = 0e0f;
+                                        for (long long r106 = 0; r106 < 64; r106 += 1) a107 = a107 + (arena + 123268)[l103 * 8192 + l104 * 8192 + l105 * 64 + r106 * 1];
+                                        (arena + 131460)[l103 * 128 + l104 * 128 + l105] = a107;
                                     }
                                 }
                             }
-                            for (long long l102 = 0; l102 < 1; l102++) {
-                                for (long long l103 = 0; l103 < 1; l103++) {
-                                    for (long long l104 = 0; l104 < 128; l104++) {
-                                        (arena + 305288)[l102 * 128 + l103 * 128 + l104] = (arena + 305288)[l102 * 128 + l103 * 128 + l104] + (arena + 131460)[l102 * 128 + l103 * 128 + l104];
+                            for (long long l108 = 0; l108 < 1; l108++) {
+                                for (long long l109 = 0; l109 < 1; l109++) {
+                                    for (long long l110 = 0; l110 < 128; l110++) {
+                                        (arena + 330122)[l108 * 128 + l109 * 128 + l110] = (arena + 330122)[l108 * 128 + l109 * 128 + l110] + (arena + 131460)[l108 * 128 + l109 * 128 + l110];
                                     }
                                 }
                             }
-                            for (long long l105 = 0; l105 < 1; l105++) {
-                                for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 128; l107++) {
-                                        for (long long l108 = 0; l108 < 128; l108++) {
-                                            (arena + 264072)[l105 * 16384 + l106 * 16384 + l107 * 128 + l108] = (arena + 313736)[l105 * 16384 + l106 * 16384 + l107 * 128 + l108];
+                            for (long long l111 = 0; l111 < 1; l111++) {
+                                for (long long l112 = 0; l112 < 1; l112++) {
+                                    for (long long l113 = 0; l113 < 128; l113++) {
+                                        for (long long l114 = 0; l114 < 128; l114++) {
+                                            (arena + 264072)[l111 * 16384 + l112 * 16384 + l113 * 128 + l114] = (arena + 338570)[l111 * 16384 + l112 * 16384 + l113 * 128 + l114];
                                         }
                                     }
                                 }
                             }
-                            for (long long l109 = 0; l109 < 1; l109++) {
-                                for (long long l110 = 0; l110 < 1; l110++) {
-                                    for (long long l111 = 0; l111 < 128; l111++) {
-                                        for (long long l112 = 0; l112 < 128; l112++) {
-                                            (arena + 280456)[l109 * 16384 + l110 * 16384 + l111 * 128 + l112] = ((arena + 264072)[l109 * 16384 + l110 * 16384 + l111 * 128 + l112] * (arena + 263688)[l109 * 128 + l110 * 128 + l111]);
+                            for (long long l115 = 0; l115 < 1; l115++) {
+                                for (long long l116 = 0; l116 < 1; l116++) {
+                                    for (long long l117 = 0; l117 < 128; l117++) {
+                                        for (long long l118 = 0; l118 < 128; l118++) {
+                                            (arena + 280456)[l115 * 16384 + l116 * 16384 + l117 * 128 + l118] = ((arena + 264072)[l115 * 16384 + l116 * 16384 + l117 * 128 + l118] * (arena + 263688)[l115 * 128 + l116 * 128 + l117]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l113 = 0; l113 < 1; l113++) {
-                                for (long long l114 = 0; l114 < 1; l114++) {
-                                    for (long long l115 = 0; l115 < 128; l115++) {
-                                        for (long long l116 = 0; l116 < 128; l116++) {
-                                            (arena + 313736)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116] = (arena + 280456)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116];
+                            for (long long l119 = 0; l119 < 1; l119++) {
+                                for (long long l120 = 0; l120 < 1; l120++) {
+                                    for (long long l121 = 0; l121 < 128; l121++) {
+                                        for (long long l122 = 0; l122 < 128; l122++) {
+                                            (arena + 338570)[l119 * 16384 + l120 * 16384 + l121 * 128 + l122] = (arena + 280456)[l119 * 16384 + l120 * 16384 + l121 * 128 + l122];
                                         }
                                     }
                                 }
                             }
-                            for (long long l117 = 0; l117 < 1; l117++) {
-                                for (long long l118 = 0; l118 < 1; l118++) {
-                                    for (long long l119 = 0; l119 < 128; l119++) {
-                                        for (long long l120 = 0; l120 < 64; l120++) {
-                                            (arena + 205574)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120] = (o1 + l117 < s0 && o2 + l118 < s1 && o15 + l120 < s3 && o4 + l119 < s4) ? dt_load_f16(in2[(o1 + l117) * args->input_strides[2][0] + (o2 + l118) * args->input_strides[2][1] + (o15 + l120) * args->input_strides[2][2] + (o4 + l119) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l121 = 0; l121 < 1; l121++) {
-                                for (long long l122 = 0; l122 < 1; l122++) {
-                                    for (long long l123 = 0; l123 < 128; l123++) {
-                                        for (long long l124 = 0; l124 < 128; l124++) {
-                                            float a126 = 0.0f;
-                                            for (long long r125 = 0; r125 < 64; r125++) a126 += (arena + 123268)[l121 * 8192 + l122 * 8192 + l123 * 64 + r125 * 1] * (arena + 205574)[l121 * 8192 + l122 * 8192 + l124 * 64 + r125 * 1];
-                                            (arena + 213766)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124] = a126;
+                            for (long long l123 = 0; l123 < 1; l123++) {
+                                for (long long l124 = 0; l124 < 1; l124++) {
+                                    for (long long l125 = 0; l125 < 128; l125++) {
+                                        for (long long l126 = 0; l126 < 64; l126++) {
+                                            (arena + 205574)[l123 * 8192 + l124 * 8192 + l125 * 64 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o15 + l126 < s3 && o4 + l125 < s4) ? dt_load_f16(in2[(o1 + l123) * args->input_strides[2][0] + (o2 + l124) * args->input_strides[2][1] + (o15 + l126) * args->input_strides[2][2] + (o4 + l125) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1932,42 +2001,53 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
                                 for (long long l128 = 0; l128 < 1; l128++) {
                                     for (long long l129 = 0; l129 < 128; l129++) {
                                         for (long long l130 = 0; l130 < 128; l130++) {
-                                            (arena + 313736)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] = (arena + 313736)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] + (arena + 213766)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130];
+                                            float a132 = 0.0f;
+                                            for (long long r131 = 0; r131 < 64; r131++) a132 += (arena + 123268)[l127 * 8192 + l128 * 8192 + l129 * 64 + r131 * 1] * (arena + 205574)[l127 * 8192 + l128 * 8192 + l130 * 64 + r131 * 1];
+                                            (arena + 213766)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] = a132;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l133 = 0; l133 < 1; l133++) {
+                                for (long long l134 = 0; l134 < 1; l134++) {
+                                    for (long long l135 = 0; l135 < 128; l135++) {
+                                        for (long long l136 = 0; l136 < 128; l136++) {
+                                            (arena + 338570)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136] = (arena + 338570)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136] + (arena + 213766)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l131 = 0; l131 < 1; l131++) {
-                            for (long long l132 = 0; l132 < 1; l132++) {
-                                for (long long l133 = 0; l133 < 128; l133++) {
-                                    (arena + 131588)[l131 * 128 + l132 * 128 + l133] = (arena + 305288)[l131 * 128 + l132 * 128 + l133];
+                        for (long long l137 = 0; l137 < 1; l137++) {
+                            for (long long l138 = 0; l138 < 1; l138++) {
+                                for (long long l139 = 0; l139 < 128; l139++) {
+                                    (arena + 131588)[l137 * 128 + l138 * 128 + l139] = (arena + 330122)[l137 * 128 + l138 * 128 + l139];
                                 }
                             }
                         }
-                        for (long long l134 = 0; l134 < 1; l134++) {
-                            for (long long l135 = 0; l135 < 1; l135++) {
-                                for (long long l136 = 0; l136 < 128; l136++) {
-                                    for (long long l137 = 0; l137 < 128; l137++) {
-                                        (arena + 230150)[l134 * 16384 + l135 * 16384 + l136 * 128 + l137] = (arena + 313736)[l134 * 16384 + l135 * 16384 + l136 * 128 + l137];
+                        for (long long l140 = 0; l140 < 1; l140++) {
+                            for (long long l141 = 0; l141 < 1; l141++) {
+                                for (long long l142 = 0; l142 < 128; l142++) {
+                                    for (long long l143 = 0; l143 < 128; l143++) {
+                                        (arena + 230150)[l140 * 16384 + l141 * 16384 + l142 * 128 + l143] = (arena + 338570)[l140 * 16384 + l141 * 16384 + l142 * 128 + l143];
                                     }
                                 }
                             }
                         }
-                        for (long long l138 = 0; l138 < 1; l138++) {
-                            for (long long l139 = 0; l139 < 1; l139++) {
-                                for (long long l140 = 0; l140 < 128; l140++) {
-                                    for (long long l141 = 0; l141 < 128; l141++) {
-                                        (arena + 246662)[l138 * 16384 + l139 * 16384 + l140 * 128 + l141] = ((arena + 230150)[l138 * 16384 + l139 * 16384 + l140 * 128 + l141] / (arena + 131588)[l138 * 128 + l139 * 128 + l140]);
+                        for (long long l144 = 0; l144 < 1; l144++) {
+                            for (long long l145 = 0; l145 < 1; l145++) {
+                                for (long long l146 = 0; l146 < 128; l146++) {
+                                    for (long long l147 = 0; l147 < 128; l147++) {
+                                        (arena + 246662)[l144 * 16384 + l145 * 16384 + l146 * 128 + l147] = ((arena + 230150)[l144 * 16384 + l145 * 16384 + l146 * 128 + l147] / (arena + 131588)[l144 * 128 + l145 * 128 + l146]);
                                     }
                                 }
                             }
                         }
-                        for (long long l142 = 0; l142 < 1; l142++) {
-                            for (long long l143 = 0; l143 < 1; l143++) {
-                                for (long long l144 = 0; l144 < 128; l144++) {
-                                    for (long long l145 = 0; l145 < 128; l145++) {
-                                        if (o1 + l142 < s0 && o2 + l143 < s1 && o3 + l144 < s2 && o4 + l145 < s4) out[(o1 + l142) * args->output_strides[0] + (o2 + l143) * args->output_strides[1] + (o3 + l144) * args->output_strides[2] + (o4 + l145) * args->output_strides[3]] = dt_store_f16((arena + 246662)[l142 * 16384 + l143 * 16384 + l144 * 128 + l145]);
+                        for (long long l148 = 0; l148 < 1; l148++) {
+                            for (long long l149 = 0; l149 < 1; l149++) {
+                                for (long long l150 = 0; l150 < 128; l150++) {
+                                    for (long long l151 = 0; l151 < 128; l151++) {
+                                        if (o1 + l148 < s0 && o2 + l149 < s1 && o3 + l150 < s2 && o4 + l151 < s4) out[(o1 + l148) * args->output_strides[0] + (o2 + l149) * args->output_strides[1] + (o3 + l150) * args->output_strides[2] + (o4 + l151) * args->output_strides[3]] = dt_store_f16((arena + 246662)[l148 * 16384 + l149 * 16384 + l150 * 128 + l151]);
                                     }
                                 }
                             }
@@ -1992,7 +2072,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_128 */
-    float* arena = (float*)malloc(sizeof(float) * 338312);
+    float* arena = (float*)malloc(sizeof(float) * 363146);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -2018,6 +2098,8 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
         (arena + 40961)[0] = dt_rsqrt((arena + 40960)[0]);
         (arena + 263302)[0] = (-INFINITY);
         (arena + 263303)[0] = 0e0f;
+        (arena + 305160)[0] = 1.442695e0f;
+        (arena + 305289)[0] = ((arena + 40961)[0] * (arena + 305160)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -2031,7 +2113,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 313736)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 338570)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -2040,7 +2122,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 305288)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 330122)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -2048,7 +2130,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 296840)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 321674)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -2059,7 +2141,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                                 for (long long l17 = 0; l17 < 1; l17++) {
                                     for (long long l18 = 0; l18 < 128; l18++) {
                                         for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 296968)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
+                                            (arena + 321802)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
@@ -2097,7 +2179,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                                 for (long long l35 = 0; l35 < 1; l35++) {
                                     for (long long l36 = 0; l36 < 128; l36++) {
                                         for (long long l37 = 0; l37 < 64; l37++) {
-                                            (arena + 296968)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 296968)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 24576)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
+                                            (arena + 321802)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 321802)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 24576)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
                                         }
                                     }
                                 }
@@ -2106,7 +2188,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 32768)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 296968)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
+                                            (arena + 32768)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 321802)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
@@ -2115,7 +2197,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 40962)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = ((arena + 32768)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] * (arena + 40961)[0]);
+                                            (arena + 296840)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (o15 + l45 < s3) ? (arena + 32768)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -2123,177 +2205,180 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                             for (long long l46 = 0; l46 < 1; l46++) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
-                                        for (long long l49 = 0; l49 < 64; l49++) {
-                                            (arena + 49154)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = (o15 + l49 < s3) ? (arena + 40962)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] : (-INFINITY);
+                                        float a50 = (-INFINITY);
+                                        for (long long r49 = 0; r49 < 64; r49 += 1) a50 = fmaxf(a50, (arena + 296840)[l46 * 8192 + l47 * 8192 + l48 * 64 + r49 * 1]);
+                                        (arena + 305032)[l46 * 128 + l47 * 128 + l48] = a50;
+                                    }
+                                }
+                            }
+                            for (long long l51 = 0; l51 < 1; l51++) {
+                                for (long long l52 = 0; l52 < 1; l52++) {
+                                    for (long long l53 = 0; l53 < 128; l53++) {
+                                        (arena + 57346)[l51 * 128 + l52 * 128 + l53] = ((arena + 305032)[l51 * 128 + l52 * 128 + l53] * (arena + 40961)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l54 = 0; l54 < 1; l54++) {
+                                for (long long l55 = 0; l55 < 1; l55++) {
+                                    for (long long l56 = 0; l56 < 128; l56++) {
+                                        (arena + 263046)[l54 * 128 + l55 * 128 + l56] = (arena + 321674)[l54 * 128 + l55 * 128 + l56];
+                                    }
+                                }
+                            }
+                            for (long long l57 = 0; l57 < 1; l57++) {
+                                for (long long l58 = 0; l58 < 1; l58++) {
+                                    for (long long l59 = 0; l59 < 128; l59++) {
+                                        (arena + 321674)[l57 * 128 + l58 * 128 + l59] = fmaxf((arena + 321674)[l57 * 128 + l58 * 128 + l59], (arena + 57346)[l57 * 128 + l58 * 128 + l59]);
+                                    }
+                                }
+                            }
+                            for (long long l60 = 0; l60 < 1; l60++) {
+                                for (long long l61 = 0; l61 < 1; l61++) {
+                                    for (long long l62 = 0; l62 < 128; l62++) {
+                                        (arena + 263174)[l60 * 128 + l61 * 128 + l62] = (arena + 321674)[l60 * 128 + l61 * 128 + l62];
+                                    }
+                                }
+                            }
+                            for (long long l63 = 0; l63 < 1; l63++) {
+                                for (long long l64 = 0; l64 < 1; l64++) {
+                                    for (long long l65 = 0; l65 < 128; l65++) {
+                                        (arena + 263304)[l63 * 128 + l64 * 128 + l65] = (((arena + 263174)[l63 * 128 + l64 * 128 + l65]) == ((arena + 263302)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l66 = 0; l66 < 1; l66++) {
+                                for (long long l67 = 0; l67 < 1; l67++) {
+                                    for (long long l68 = 0; l68 < 128; l68++) {
+                                        (arena + 263432)[l66 * 128 + l67 * 128 + l68] = (arena + 263304)[l66 * 128 + l67 * 128 + l68] != 0.0f ? (arena + 263303)[0] : (arena + 263174)[l66 * 128 + l67 * 128 + l68];
+                                    }
+                                }
+                            }
+                            for (long long l69 = 0; l69 < 1; l69++) {
+                                for (long long l70 = 0; l70 < 1; l70++) {
+                                    for (long long l71 = 0; l71 < 128; l71++) {
+                                        (arena + 263560)[l69 * 128 + l70 * 128 + l71] = ((arena + 263046)[l69 * 128 + l70 * 128 + l71] - (arena + 263432)[l69 * 128 + l70 * 128 + l71]);
+                                    }
+                                }
+                            }
+                            for (long long l72 = 0; l72 < 1; l72++) {
+                                for (long long l73 = 0; l73 < 1; l73++) {
+                                    for (long long l74 = 0; l74 < 128; l74++) {
+                                        (arena + 263688)[l72 * 128 + l73 * 128 + l74] = expf((arena + 263560)[l72 * 128 + l73 * 128 + l74]);
+                                    }
+                                }
+                            }
+                            for (long long l75 = 0; l75 < 1; l75++) {
+                                for (long long l76 = 0; l76 < 1; l76++) {
+                                    for (long long l77 = 0; l77 < 128; l77++) {
+                                        (arena + 263816)[l75 * 128 + l76 * 128 + l77] = (arena + 330122)[l75 * 128 + l76 * 128 + l77];
+                                    }
+                                }
+                            }
+                            for (long long l78 = 0; l78 < 1; l78++) {
+                                for (long long l79 = 0; l79 < 1; l79++) {
+                                    for (long long l80 = 0; l80 < 128; l80++) {
+                                        (arena + 263944)[l78 * 128 + l79 * 128 + l80] = ((arena + 263816)[l78 * 128 + l79 * 128 + l80] * (arena + 263688)[l78 * 128 + l79 * 128 + l80]);
+                                    }
+                                }
+                            }
+                            for (long long l81 = 0; l81 < 1; l81++) {
+                                for (long long l82 = 0; l82 < 1; l82++) {
+                                    for (long long l83 = 0; l83 < 128; l83++) {
+                                        (arena + 330122)[l81 * 128 + l82 * 128 + l83] = (arena + 263944)[l81 * 128 + l82 * 128 + l83];
+                                    }
+                                }
+                            }
+                            for (long long l84 = 0; l84 < 1; l84++) {
+                                for (long long l85 = 0; l85 < 1; l85++) {
+                                    for (long long l86 = 0; l86 < 128; l86++) {
+                                        (arena + 305161)[l84 * 128 + l85 * 128 + l86] = ((arena + 263432)[l84 * 128 + l85 * 128 + l86] * (arena + 305160)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l87 = 0; l87 < 1; l87++) {
+                                for (long long l88 = 0; l88 < 1; l88++) {
+                                    for (long long l89 = 0; l89 < 128; l89++) {
+                                        for (long long l90 = 0; l90 < 64; l90++) {
+                                            (arena + 305290)[l87 * 8192 + l88 * 8192 + l89 * 64 + l90] = ((arena + 32768)[l87 * 8192 + l88 * 8192 + l89 * 64 + l90] * (arena + 305289)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l50 = 0; l50 < 1; l50++) {
-                                for (long long l51 = 0; l51 < 1; l51++) {
-                                    for (long long l52 = 0; l52 < 128; l52++) {
-                                        float a54 = (-INFINITY);
-                                        for (long long r53 = 0; r53 < 64; r53 += 1) a54 = fmaxf(a54, (arena + 49154)[l50 * 8192 + l51 * 8192 + l52 * 64 + r53 * 1]);
-                                        (arena + 57346)[l50 * 128 + l51 * 128 + l52] = a54;
-                                    }
-                                }
-                            }
-                            for (long long l55 = 0; l55 < 1; l55++) {
-                                for (long long l56 = 0; l56 < 1; l56++) {
-                                    for (long long l57 = 0; l57 < 128; l57++) {
-                                        (arena + 263046)[l55 * 128 + l56 * 128 + l57] = (arena + 296840)[l55 * 128 + l56 * 128 + l57];
-                                    }
-                                }
-                            }
-                            for (long long l58 = 0; l58 < 1; l58++) {
-                                for (long long l59 = 0; l59 < 1; l59++) {
-                                    for (long long l60 = 0; l60 < 128; l60++) {
-                                        (arena + 296840)[l58 * 128 + l59 * 128 + l60] = fmaxf((arena + 296840)[l58 * 128 + l59 * 128 + l60], (arena + 57346)[l58 * 128 + l59 * 128 + l60]);
-                                    }
-                                }
-                            }
-                            for (long long l61 = 0; l61 < 1; l61++) {
-                                for (long long l62 = 0; l62 < 1; l62++) {
-                                    for (long long l63 = 0; l63 < 128; l63++) {
-                                        (arena + 263174)[l61 * 128 + l62 * 128 + l63] = (arena + 296840)[l61 * 128 + l62 * 128 + l63];
-                                    }
-                                }
-                            }
-                            for (long long l64 = 0; l64 < 1; l64++) {
-                                for (long long l65 = 0; l65 < 1; l65++) {
-                                    for (long long l66 = 0; l66 < 128; l66++) {
-                                        (arena + 263304)[l64 * 128 + l65 * 128 + l66] = (((arena + 263174)[l64 * 128 + l65 * 128 + l66]) == ((arena + 263302)[0]) ? 1.0f : 0.0f);
-                                    }
-                                }
-                            }
-                            for (long long l67 = 0; l67 < 1; l67++) {
-                                for (long long l68 = 0; l68 < 1; l68++) {
-                                    for (long long l69 = 0; l69 < 128; l69++) {
-                                        (arena + 263432)[l67 * 128 + l68 * 128 + l69] = (arena + 263304)[l67 * 128 + l68 * 128 + l69] != 0.0f ? (arena + 263303)[0] : (arena + 263174)[l67 * 128 + l68 * 128 + l69];
-                                    }
-                                }
-                            }
-                            for (long long l70 = 0; l70 < 1; l70++) {
-                                for (long long l71 = 0; l71 < 1; l71++) {
-                                    for (long long l72 = 0; l72 < 128; l72++) {
-                                        (arena + 263560)[l70 * 128 + l71 * 128 + l72] = ((arena + 263046)[l70 * 128 + l71 * 128 + l72] - (arena + 263432)[l70 * 128 + l71 * 128 + l72]);
-                                    }
-                                }
-                            }
-                            for (long long l73 = 0; l73 < 1; l73++) {
-                                for (long long l74 = 0; l74 < 1; l74++) {
-                                    for (long long l75 = 0; l75 < 128; l75++) {
-                                        (arena + 263688)[l73 * 128 + l74 * 128 + l75] = expf((arena + 263560)[l73 * 128 + l74 * 128 + l75]);
-                                    }
-                                }
-                            }
-                            for (long long l76 = 0; l76 < 1; l76++) {
-                                for (long long l77 = 0; l77 < 1; l77++) {
-                                    for (long long l78 = 0; l78 < 128; l78++) {
-                                        (arena + 263816)[l76 * 128 + l77 * 128 + l78] = (arena + 305288)[l76 * 128 + l77 * 128 + l78];
-                                    }
-                                }
-                            }
-                            for (long long l79 = 0; l79 < 1; l79++) {
-                                for (long long l80 = 0; l80 < 1; l80++) {
-                                    for (long long l81 = 0; l81 < 128; l81++) {
-                                        (arena + 263944)[l79 * 128 + l80 * 128 + l81] = ((arena + 263816)[l79 * 128 + l80 * 128 + l81] * (arena + 263688)[l79 * 128 + l80 * 128 + l81]);
-                                    }
-                                }
-                            }
-                            for (long long l82 = 0; l82 < 1; l82++) {
-                                for (long long l83 = 0; l83 < 1; l83++) {
-                                    for (long long l84 = 0; l84 < 128; l84++) {
-                                        (arena + 305288)[l82 * 128 + l83 * 128 + l84] = (arena + 263944)[l82 * 128 + l83 * 128 + l84];
-                                    }
-                                }
-                            }
-                            for (long long l85 = 0; l85 < 1; l85++) {
-                                for (long long l86 = 0; l86 < 1; l86++) {
-                                    for (long long l87 = 0; l87 < 128; l87++) {
-                                        for (long long l88 = 0; l88 < 64; l88++) {
-                                            (arena + 106884)[l85 * 8192 + l86 * 8192 + l87 * 64 + l88] = ((arena + 40962)[l85 * 8192 + l86 * 8192 + l87 * 64 + l88] - (arena + 263432)[l85 * 128 + l86 * 128 + l87]);
+                            for (long long l91 = 0; l91 < 1; l91++) {
+                                for (long long l92 = 0; l92 < 1; l92++) {
+                                    for (long long l93 = 0; l93 < 128; l93++) {
+                                        for (long long l94 = 0; l94 < 64; l94++) {
+                                            (arena + 313482)[l91 * 8192 + l92 * 8192 + l93 * 64 + l94] = ((arena + 305290)[l91 * 8192 + l92 * 8192 + l93 * 64 + l94] - (arena + 305161)[l91 * 128 + l92 * 128 + l93]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l89 = 0; l89 < 1; l89++) {
-                                for (long long l90 = 0; l90 < 1; l90++) {
-                                    for (long long l91 = 0; l91 < 128; l91++) {
-                                        for (long long l92 = 0; l92 < 64; l92++) {
-                                            (arena + 115076)[l89 * 8192 + l90 * 8192 + l91 * 64 + l92] = expf((arena + 106884)[l89 * 8192 + l90 * 8192 + l91 * 64 + l92]);
+                            for (long long l95 = 0; l95 < 1; l95++) {
+                                for (long long l96 = 0; l96 < 1; l96++) {
+                                    for (long long l97 = 0; l97 < 128; l97++) {
+                                        for (long long l98 = 0; l98 < 64; l98++) {
+                                            (arena + 115076)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98] = exp2f((arena + 313482)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l93 = 0; l93 < 1; l93++) {
-                                for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 128; l95++) {
-                                        for (long long l96 = 0; l96 < 64; l96++) {
-                                            (arena + 123268)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] = (o15 + l96 < s3) ? (arena + 115076)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] : 0e0f;
+                            for (long long l99 = 0; l99 < 1; l99++) {
+                                for (long long l100 = 0; l100 < 1; l100++) {
+                                    for (long long l101 = 0; l101 < 128; l101++) {
+                                        for (long long l102 = 0; l102 < 64; l102++) {
+                                            (arena + 123268)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] = (o15 + l102 < s3) ? (arena + 115076)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l97 = 0; l97 < 1; l97++) {
-                                for (long long l98 = 0; l98 < 1; l98++) {
-                                    for (long long l99 = 0; l99 < 128; l99++) {
-                                        float a101 = 0e0f;
-                                        for (long long r100 = 0; r100 < 64; r100 += 1) a101 = a101 + (arena + 123268)[l97 * 8192 + l98 * 8192 + l99 * 64 + r100 * 1];
-                                        (arena + 131460)[l97 * 128 + l98 * 128 + l99] = a101;
+                            for (long long l103 = 0; l103 < 1; l103++) {
+                                for (long long l104 = 0; l104 < 1; l104++) {
+                                    for (long long l105 = 0; l105 < 128; l105++) {
+                                        float a107 = 0e0f;
+                                        for (long long r106 = 0; r106 < 64; r106 += 1) a107 = a107 + (arena + 123268)[l103 * 8192 + l104 * 8192 + l105 * 64 + r106 * 1];
+                                        (arena + 131460)[l103 * 128 + l104 * 128 + l105] = a107;
                                     }
                                 }
                             }
-                            for (long long l102 = 0; l102 < 1; l102++) {
-                                for (long long l103 = 0; l103 < 1; l103++) {
-                                    for (long long l104 = 0; l104 < 128; l104++) {
-                                        (arena + 305288)[l102 * 128 + l103 * 128 + l104] = (arena + 305288)[l102 * 128 + l103 * 128 + l104] + (arena + 131460)[l102 * 128 + l103 * 128 + l104];
+                            for (long long l108 = 0; l108 < 1; l108++) {
+                                for (long long l109 = 0; l109 < 1; l109++) {
+                                    for (long long l110 = 0; l110 < 128; l110++) {
+                                        (arena + 330122)[l108 * 128 + l109 * 128 + l110] = (arena + 330122)[l108 * 128 + l109 * 128 + l110] + (arena + 131460)[l108 * 128 + l109 * 128 + l110];
                                     }
                                 }
                             }
-                            for (long long l105 = 0; l105 < 1; l105++) {
-                                for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 128; l107++) {
-                                        for (long long l108 = 0; l108 < 128; l108++) {
-                                            (arena + 264072)[l105 * 16384 + l106 * 16384 + l107 * 128 + l108] = (arena + 313736)[l105 * 16384 + l106 * 16384 + l107 * 128 + l108];
+                            for (long long l111 = 0; l111 < 1; l111++) {
+                                for (long long l112 = 0; l112 < 1; l112++) {
+                                    for (long long l113 = 0; l113 < 128; l113++) {
+                                        for (long long l114 = 0; l114 < 128; l114++) {
+                                            (arena + 264072)[l111 * 16384 + l112 * 16384 + l113 * 128 + l114] = (arena + 338570)[l111 * 16384 + l112 * 16384 + l113 * 128 + l114];
                                         }
                                     }
                                 }
                             }
-                            for (long long l109 = 0; l109 < 1; l109++) {
-                                for (long long l110 = 0; l110 < 1; l110++) {
-                                    for (long long l111 = 0; l111 < 128; l111++) {
-                                        for (long long l112 = 0; l112 < 128; l112++) {
-                                            (arena + 280456)[l109 * 16384 + l110 * 16384 + l111 * 128 + l112] = ((arena + 264072)[l109 * 16384 + l110 * 16384 + l111 * 128 + l112] * (arena + 263688)[l109 * 128 + l110 * 128 + l111]);
+                            for (long long l115 = 0; l115 < 1; l115++) {
+                                for (long long l116 = 0; l116 < 1; l116++) {
+                                    for (long long l117 = 0; l117 < 128; l117++) {
+                                        for (long long l118 = 0; l118 < 128; l118++) {
+                                            (arena + 280456)[l115 * 16384 + l116 * 16384 + l117 * 128 + l118] = ((arena + 264072)[l115 * 16384 + l116 * 16384 + l117 * 128 + l118] * (arena + 263688)[l115 * 128 + l116 * 128 + l117]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l113 = 0; l113 < 1; l113++) {
-                                for (long long l114 = 0; l114 < 1; l114++) {
-                                    for (long long l115 = 0; l115 < 128; l115++) {
-                                        for (long long l116 = 0; l116 < 128; l116++) {
-                                            (arena + 313736)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116] = (arena + 280456)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116];
+                            for (long long l119 = 0; l119 < 1; l119++) {
+                                for (long long l120 = 0; l120 < 1; l120++) {
+                                    for (long long l121 = 0; l121 < 128; l121++) {
+                                        for (long long l122 = 0; l122 < 128; l122++) {
+                                            (arena + 338570)[l119 * 16384 + l120 * 16384 + l121 * 128 + l122] = (arena + 280456)[l119 * 16384 + l120 * 16384 + l121 * 128 + l122];
                                         }
                                     }
                                 }
                             }
-                            for (long long l117 = 0; l117 < 1; l117++) {
-                                for (long long l118 = 0; l118 < 1; l118++) {
-                                    for (long long l119 = 0; l119 < 128; l119++) {
-                                        for (long long l120 = 0; l120 < 64; l120++) {
-                                            (arena + 205574)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120] = (o1 + l117 < s0 && o2 + l118 < s1 && o15 + l120 < s3 && o4 + l119 < s4) ? dt_load_bf16(in2[(o1 + l117) * args->input_strides[2][0] + (o2 + l118) * args->input_strides[2][1] + (o15 + l120) * args->input_strides[2][2] + (o4 + l119) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l121 = 0; l121 < 1; l121++) {
-                                for (long long l122 = 0; l122 < 1; l122++) {
-                                    for (long long l123 = 0; l123 < 128; l123++) {
-                                        for (long long l124 = 0; l124 < 128; l124++) {
-                                            float a126 = 0.0f;
-                                            for (long long r125 = 0; r125 < 64; r125++) a126 += (arena + 123268)[l121 * 8192 + l122 * 8192 + l123 * 64 + r125 * 1] * (arena + 205574)[l121 * 8192 + l122 * 8192 + l124 * 64 + r125 * 1];
-                                            (arena + 213766)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124] = a126;
+                            for (long long l123 = 0; l123 < 1; l123++) {
+                                for (long long l124 = 0; l124 < 1; l124++) {
+                                    for (long long l125 = 0; l125 < 128; l125++) {
+                                        for (long long l126 = 0; l126 < 64; l126++) {
+                                            (arena + 205574)[l123 * 8192 + l124 * 8192 + l125 * 64 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o15 + l126 < s3 && o4 + l125 < s4) ? dt_load_bf16(in2[(o1 + l123) * args->input_strides[2][0] + (o2 + l124) * args->input_strides[2][1] + (o15 + l126) * args->input_strides[2][2] + (o4 + l125) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2302,42 +2387,53 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
                                 for (long long l128 = 0; l128 < 1; l128++) {
                                     for (long long l129 = 0; l129 < 128; l129++) {
                                         for (long long l130 = 0; l130 < 128; l130++) {
-                                            (arena + 313736)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] = (arena + 313736)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] + (arena + 213766)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130];
+                                            float a132 = 0.0f;
+                                            for (long long r131 = 0; r131 < 64; r131++) a132 += (arena + 123268)[l127 * 8192 + l128 * 8192 + l129 * 64 + r131 * 1] * (arena + 205574)[l127 * 8192 + l128 * 8192 + l130 * 64 + r131 * 1];
+                                            (arena + 213766)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] = a132;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l133 = 0; l133 < 1; l133++) {
+                                for (long long l134 = 0; l134 < 1; l134++) {
+                                    for (long long l135 = 0; l135 < 128; l135++) {
+                                        for (long long l136 = 0; l136 < 128; l136++) {
+                                            (arena + 338570)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136] = (arena + 338570)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136] + (arena + 213766)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l131 = 0; l131 < 1; l131++) {
-                            for (long long l132 = 0; l132 < 1; l132++) {
-                                for (long long l133 = 0; l133 < 128; l133++) {
-                                    (arena + 131588)[l131 * 128 + l132 * 128 + l133] = (arena + 305288)[l131 * 128 + l132 * 128 + l133];
+                        for (long long l137 = 0; l137 < 1; l137++) {
+                            for (long long l138 = 0; l138 < 1; l138++) {
+                                for (long long l139 = 0; l139 < 128; l139++) {
+                                    (arena + 131588)[l137 * 128 + l138 * 128 + l139] = (arena + 330122)[l137 * 128 + l138 * 128 + l139];
                                 }
                             }
                         }
-                        for (long long l134 = 0; l134 < 1; l134++) {
-                            for (long long l135 = 0; l135 < 1; l135++) {
-                                for (long long l136 = 0; l136 < 128; l136++) {
-                                    for (long long l137 = 0; l137 < 128; l137++) {
-                                        (arena + 230150)[l134 * 16384 + l135 * 16384 + l136 * 128 + l137] = (arena + 313736)[l134 * 16384 + l135 * 16384 + l136 * 128 + l137];
+                        for (long long l140 = 0; l140 < 1; l140++) {
+                            for (long long l141 = 0; l141 < 1; l141++) {
+                                for (long long l142 = 0; l142 < 128; l142++) {
+                                    for (long long l143 = 0; l143 < 128; l143++) {
+                                        (arena + 230150)[l140 * 16384 + l141 * 16384 + l142 * 128 + l143] = (arena + 338570)[l140 * 16384 + l141 * 16384 + l142 * 128 + l143];
                                     }
                                 }
                             }
                         }
-                        for (long long l138 = 0; l138 < 1; l138++) {
-                            for (long long l139 = 0; l139 < 1; l139++) {
-                                for (long long l140 = 0; l140 < 128; l140++) {
-                                    for (long long l141 = 0; l141 < 128; l141++) {
-                                        (arena + 246662)[l138 * 16384 + l139 * 16384 + l140 * 128 + l141] = ((arena + 230150)[l138 * 16384 + l139 * 16384 + l140 * 128 + l141] / (arena + 131588)[l138 * 128 + l139 * 128 + l140]);
+                        for (long long l144 = 0; l144 < 1; l144++) {
+                            for (long long l145 = 0; l145 < 1; l145++) {
+                                for (long long l146 = 0; l146 < 128; l146++) {
+                                    for (long long l147 = 0; l147 < 128; l147++) {
+                                        (arena + 246662)[l144 * 16384 + l145 * 16384 + l146 * 128 + l147] = ((arena + 230150)[l144 * 16384 + l145 * 16384 + l146 * 128 + l147] / (arena + 131588)[l144 * 128 + l145 * 128 + l146]);
                                     }
                                 }
                             }
                         }
-                        for (long long l142 = 0; l142 < 1; l142++) {
-                            for (long long l143 = 0; l143 < 1; l143++) {
-                                for (long long l144 = 0; l144 < 128; l144++) {
-                                    for (long long l145 = 0; l145 < 128; l145++) {
-                                        if (o1 + l142 < s0 && o2 + l143 < s1 && o3 + l144 < s2 && o4 + l145 < s4) out[(o1 + l142) * args->output_strides[0] + (o2 + l143) * args->output_strides[1] + (o3 + l144) * args->output_strides[2] + (o4 + l145) * args->output_strides[3]] = dt_store_bf16((arena + 246662)[l142 * 16384 + l143 * 16384 + l144 * 128 + l145]);
+                        for (long long l148 = 0; l148 < 1; l148++) {
+                            for (long long l149 = 0; l149 < 1; l149++) {
+                                for (long long l150 = 0; l150 < 128; l150++) {
+                                    for (long long l151 = 0; l151 < 128; l151++) {
+                                        if (o1 + l148 < s0 && o2 + l149 < s1 && o3 + l150 < s2 && o4 + l151 < s4) out[(o1 + l148) * args->output_strides[0] + (o2 + l149) * args->output_strides[1] + (o3 + l150) * args->output_strides[2] + (o4 + l151) * args->output_strides[3]] = dt_store_bf16((arena + 246662)[l148 * 16384 + l149 * 16384 + l150 * 128 + l151]);
                                     }
                                 }
                             }
@@ -2362,7 +2458,7 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_causal_128 */
-    float* arena = (float*)malloc(sizeof(float) * 269166);
+    float* arena = (float*)malloc(sizeof(float) * 289904);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -2390,6 +2486,8 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
         (arena + 37027)[0] = (-(arena + 37026)[0]);
         (arena + 206444)[0] = (-INFINITY);
         (arena + 206445)[0] = 0e0f;
+        (arena + 248302)[0] = 1.442695e0f;
+        (arena + 252527)[0] = ((arena + 32929)[0] * (arena + 248302)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -2403,7 +2501,7 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 248686)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 269424)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -2412,7 +2510,7 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 244334)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 265072)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -2420,7 +2518,7 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 239982)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 260720)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -2442,7 +2540,7 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 128; l22++) {
                                         for (long long l23 = 0; l23 < 32; l23++) {
-                                            (arena + 240110)[l20 * 4096 + l21 * 4096 + l22 * 32 + l23] = 0e0f;
+                                            (arena + 260848)[l20 * 4096 + l21 * 4096 + l22 * 32 + l23] = 0e0f;
                                         }
                                     }
                                 }
@@ -2480,7 +2578,7 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 32; l41++) {
-                                            (arena + 240110)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] = (arena + 240110)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] + (arena + 24736)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41];
+                                            (arena + 260848)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] = (arena + 260848)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] + (arena + 24736)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41];
                                         }
                                     }
                                 }
@@ -2489,7 +2587,7 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 32; l45++) {
-                                            (arena + 28832)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] = (arena + 240110)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45];
+                                            (arena + 28832)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] = (arena + 260848)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45];
                                         }
                                     }
                                 }
@@ -2498,7 +2596,7 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
                                         for (long long l49 = 0; l49 < 32; l49++) {
-                                            (arena + 32930)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] = ((arena + 28832)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] * (arena + 32929)[0]);
+                                            (arena + 239982)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] = (arena + 160)[l48 * 32 + l49] != 0.0f ? (arena + 28832)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] : (arena + 37027)[0];
                                         }
                                     }
                                 }
@@ -2507,7 +2605,7 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
                                 for (long long l51 = 0; l51 < 1; l51++) {
                                     for (long long l52 = 0; l52 < 128; l52++) {
                                         for (long long l53 = 0; l53 < 32; l53++) {
-                                            (arena + 37028)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] = (arena + 160)[l52 * 32 + l53] != 0.0f ? (arena + 32930)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] : (arena + 37027)[0];
+                                            (arena + 244078)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] = (o15 + l53 < s3) ? (arena + 239982)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -2515,177 +2613,180 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
                             for (long long l54 = 0; l54 < 1; l54++) {
                                 for (long long l55 = 0; l55 < 1; l55++) {
                                     for (long long l56 = 0; l56 < 128; l56++) {
-                                        for (long long l57 = 0; l57 < 32; l57++) {
-                                            (arena + 41124)[l54 * 4096 + l55 * 4096 + l56 * 32 + l57] = (o15 + l57 < s3) ? (arena + 37028)[l54 * 4096 + l55 * 4096 + l56 * 32 + l57] : (-INFINITY);
+                                        float a58 = (-INFINITY);
+                                        for (long long r57 = 0; r57 < 32; r57 += 1) a58 = fmaxf(a58, (arena + 244078)[l54 * 4096 + l55 * 4096 + l56 * 32 + r57 * 1]);
+                                        (arena + 248174)[l54 * 128 + l55 * 128 + l56] = a58;
+                                    }
+                                }
+                            }
+                            for (long long l59 = 0; l59 < 1; l59++) {
+                                for (long long l60 = 0; l60 < 1; l60++) {
+                                    for (long long l61 = 0; l61 < 128; l61++) {
+                                        (arena + 45220)[l59 * 128 + l60 * 128 + l61] = ((arena + 248174)[l59 * 128 + l60 * 128 + l61] * (arena + 32929)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l62 = 0; l62 < 1; l62++) {
+                                for (long long l63 = 0; l63 < 1; l63++) {
+                                    for (long long l64 = 0; l64 < 128; l64++) {
+                                        (arena + 206188)[l62 * 128 + l63 * 128 + l64] = (arena + 260720)[l62 * 128 + l63 * 128 + l64];
+                                    }
+                                }
+                            }
+                            for (long long l65 = 0; l65 < 1; l65++) {
+                                for (long long l66 = 0; l66 < 1; l66++) {
+                                    for (long long l67 = 0; l67 < 128; l67++) {
+                                        (arena + 260720)[l65 * 128 + l66 * 128 + l67] = fmaxf((arena + 260720)[l65 * 128 + l66 * 128 + l67], (arena + 45220)[l65 * 128 + l66 * 128 + l67]);
+                                    }
+                                }
+                            }
+                            for (long long l68 = 0; l68 < 1; l68++) {
+                                for (long long l69 = 0; l69 < 1; l69++) {
+                                    for (long long l70 = 0; l70 < 128; l70++) {
+                                        (arena + 206316)[l68 * 128 + l69 * 128 + l70] = (arena + 260720)[l68 * 128 + l69 * 128 + l70];
+                                    }
+                                }
+                            }
+                            for (long long l71 = 0; l71 < 1; l71++) {
+                                for (long long l72 = 0; l72 < 1; l72++) {
+                                    for (long long l73 = 0; l73 < 128; l73++) {
+                                        (arena + 206446)[l71 * 128 + l72 * 128 + l73] = (((arena + 206316)[l71 * 128 + l72 * 128 + l73]) == ((arena + 206444)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l74 = 0; l74 < 1; l74++) {
+                                for (long long l75 = 0; l75 < 1; l75++) {
+                                    for (long long l76 = 0; l76 < 128; l76++) {
+                                        (arena + 206574)[l74 * 128 + l75 * 128 + l76] = (arena + 206446)[l74 * 128 + l75 * 128 + l76] != 0.0f ? (arena + 206445)[0] : (arena + 206316)[l74 * 128 + l75 * 128 + l76];
+                                    }
+                                }
+                            }
+                            for (long long l77 = 0; l77 < 1; l77++) {
+                                for (long long l78 = 0; l78 < 1; l78++) {
+                                    for (long long l79 = 0; l79 < 128; l79++) {
+                                        (arena + 206702)[l77 * 128 + l78 * 128 + l79] = ((arena + 206188)[l77 * 128 + l78 * 128 + l79] - (arena + 206574)[l77 * 128 + l78 * 128 + l79]);
+                                    }
+                                }
+                            }
+                            for (long long l80 = 0; l80 < 1; l80++) {
+                                for (long long l81 = 0; l81 < 1; l81++) {
+                                    for (long long l82 = 0; l82 < 128; l82++) {
+                                        (arena + 206830)[l80 * 128 + l81 * 128 + l82] = expf((arena + 206702)[l80 * 128 + l81 * 128 + l82]);
+                                    }
+                                }
+                            }
+                            for (long long l83 = 0; l83 < 1; l83++) {
+                                for (long long l84 = 0; l84 < 1; l84++) {
+                                    for (long long l85 = 0; l85 < 128; l85++) {
+                                        (arena + 206958)[l83 * 128 + l84 * 128 + l85] = (arena + 265072)[l83 * 128 + l84 * 128 + l85];
+                                    }
+                                }
+                            }
+                            for (long long l86 = 0; l86 < 1; l86++) {
+                                for (long long l87 = 0; l87 < 1; l87++) {
+                                    for (long long l88 = 0; l88 < 128; l88++) {
+                                        (arena + 207086)[l86 * 128 + l87 * 128 + l88] = ((arena + 206958)[l86 * 128 + l87 * 128 + l88] * (arena + 206830)[l86 * 128 + l87 * 128 + l88]);
+                                    }
+                                }
+                            }
+                            for (long long l89 = 0; l89 < 1; l89++) {
+                                for (long long l90 = 0; l90 < 1; l90++) {
+                                    for (long long l91 = 0; l91 < 128; l91++) {
+                                        (arena + 265072)[l89 * 128 + l90 * 128 + l91] = (arena + 207086)[l89 * 128 + l90 * 128 + l91];
+                                    }
+                                }
+                            }
+                            for (long long l92 = 0; l92 < 1; l92++) {
+                                for (long long l93 = 0; l93 < 1; l93++) {
+                                    for (long long l94 = 0; l94 < 128; l94++) {
+                                        (arena + 248303)[l92 * 128 + l93 * 128 + l94] = ((arena + 206574)[l92 * 128 + l93 * 128 + l94] * (arena + 248302)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l95 = 0; l95 < 1; l95++) {
+                                for (long long l96 = 0; l96 < 1; l96++) {
+                                    for (long long l97 = 0; l97 < 128; l97++) {
+                                        for (long long l98 = 0; l98 < 32; l98++) {
+                                            (arena + 252528)[l95 * 4096 + l96 * 4096 + l97 * 32 + l98] = ((arena + 239982)[l95 * 4096 + l96 * 4096 + l97 * 32 + l98] * (arena + 252527)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l58 = 0; l58 < 1; l58++) {
-                                for (long long l59 = 0; l59 < 1; l59++) {
-                                    for (long long l60 = 0; l60 < 128; l60++) {
-                                        float a62 = (-INFINITY);
-                                        for (long long r61 = 0; r61 < 32; r61 += 1) a62 = fmaxf(a62, (arena + 41124)[l58 * 4096 + l59 * 4096 + l60 * 32 + r61 * 1]);
-                                        (arena + 45220)[l58 * 128 + l59 * 128 + l60] = a62;
-                                    }
-                                }
-                            }
-                            for (long long l63 = 0; l63 < 1; l63++) {
-                                for (long long l64 = 0; l64 < 1; l64++) {
-                                    for (long long l65 = 0; l65 < 128; l65++) {
-                                        (arena + 206188)[l63 * 128 + l64 * 128 + l65] = (arena + 239982)[l63 * 128 + l64 * 128 + l65];
-                                    }
-                                }
-                            }
-                            for (long long l66 = 0; l66 < 1; l66++) {
-                                for (long long l67 = 0; l67 < 1; l67++) {
-                                    for (long long l68 = 0; l68 < 128; l68++) {
-                                        (arena + 239982)[l66 * 128 + l67 * 128 + l68] = fmaxf((arena + 239982)[l66 * 128 + l67 * 128 + l68], (arena + 45220)[l66 * 128 + l67 * 128 + l68]);
-                                    }
-                                }
-                            }
-                            for (long long l69 = 0; l69 < 1; l69++) {
-                                for (long long l70 = 0; l70 < 1; l70++) {
-                                    for (long long l71 = 0; l71 < 128; l71++) {
-                                        (arena + 206316)[l69 * 128 + l70 * 128 + l71] = (arena + 239982)[l69 * 128 + l70 * 128 + l71];
-                                    }
-                                }
-                            }
-                            for (long long l72 = 0; l72 < 1; l72++) {
-                                for (long long l73 = 0; l73 < 1; l73++) {
-                                    for (long long l74 = 0; l74 < 128; l74++) {
-                                        (arena + 206446)[l72 * 128 + l73 * 128 + l74] = (((arena + 206316)[l72 * 128 + l73 * 128 + l74]) == ((arena + 206444)[0]) ? 1.0f : 0.0f);
-                                    }
-                                }
-                            }
-                            for (long long l75 = 0; l75 < 1; l75++) {
-                                for (long long l76 = 0; l76 < 1; l76++) {
-                                    for (long long l77 = 0; l77 < 128; l77++) {
-                                        (arena + 206574)[l75 * 128 + l76 * 128 + l77] = (arena + 206446)[l75 * 128 + l76 * 128 + l77] != 0.0f ? (arena + 206445)[0] : (arena + 206316)[l75 * 128 + l76 * 128 + l77];
-                                    }
-                                }
-                            }
-                            for (long long l78 = 0; l78 < 1; l78++) {
-                                for (long long l79 = 0; l79 < 1; l79++) {
-                                    for (long long l80 = 0; l80 < 128; l80++) {
-                                        (arena + 206702)[l78 * 128 + l79 * 128 + l80] = ((arena + 206188)[l78 * 128 + l79 * 128 + l80] - (arena + 206574)[l78 * 128 + l79 * 128 + l80]);
-                                    }
-                                }
-                            }
-                            for (long long l81 = 0; l81 < 1; l81++) {
-                                for (long long l82 = 0; l82 < 1; l82++) {
-                                    for (long long l83 = 0; l83 < 128; l83++) {
-                                        (arena + 206830)[l81 * 128 + l82 * 128 + l83] = expf((arena + 206702)[l81 * 128 + l82 * 128 + l83]);
-                                    }
-                                }
-                            }
-                            for (long long l84 = 0; l84 < 1; l84++) {
-                                for (long long l85 = 0; l85 < 1; l85++) {
-                                    for (long long l86 = 0; l86 < 128; l86++) {
-                                        (arena + 206958)[l84 * 128 + l85 * 128 + l86] = (arena + 244334)[l84 * 128 + l85 * 128 + l86];
-                                    }
-                                }
-                            }
-                            for (long long l87 = 0; l87 < 1; l87++) {
-                                for (long long l88 = 0; l88 < 1; l88++) {
-                                    for (long long l89 = 0; l89 < 128; l89++) {
-                                        (arena + 207086)[l87 * 128 + l88 * 128 + l89] = ((arena + 206958)[l87 * 128 + l88 * 128 + l89] * (arena + 206830)[l87 * 128 + l88 * 128 + l89]);
-                                    }
-                                }
-                            }
-                            for (long long l90 = 0; l90 < 1; l90++) {
-                                for (long long l91 = 0; l91 < 1; l91++) {
-                                    for (long long l92 = 0; l92 < 128; l92++) {
-                                        (arena + 244334)[l90 * 128 + l91 * 128 + l92] = (arena + 207086)[l90 * 128 + l91 * 128 + l92];
-                                    }
-                                }
-                            }
-                            for (long long l93 = 0; l93 < 1; l93++) {
-                                for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 128; l95++) {
-                                        for (long long l96 = 0; l96 < 32; l96++) {
-                                            (arena + 86728)[l93 * 4096 + l94 * 4096 + l95 * 32 + l96] = ((arena + 37028)[l93 * 4096 + l94 * 4096 + l95 * 32 + l96] - (arena + 206574)[l93 * 128 + l94 * 128 + l95]);
+                            for (long long l99 = 0; l99 < 1; l99++) {
+                                for (long long l100 = 0; l100 < 1; l100++) {
+                                    for (long long l101 = 0; l101 < 128; l101++) {
+                                        for (long long l102 = 0; l102 < 32; l102++) {
+                                            (arena + 256624)[l99 * 4096 + l100 * 4096 + l101 * 32 + l102] = ((arena + 252528)[l99 * 4096 + l100 * 4096 + l101 * 32 + l102] - (arena + 248303)[l99 * 128 + l100 * 128 + l101]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l97 = 0; l97 < 1; l97++) {
-                                for (long long l98 = 0; l98 < 1; l98++) {
-                                    for (long long l99 = 0; l99 < 128; l99++) {
-                                        for (long long l100 = 0; l100 < 32; l100++) {
-                                            (arena + 90824)[l97 * 4096 + l98 * 4096 + l99 * 32 + l100] = expf((arena + 86728)[l97 * 4096 + l98 * 4096 + l99 * 32 + l100]);
+                            for (long long l103 = 0; l103 < 1; l103++) {
+                                for (long long l104 = 0; l104 < 1; l104++) {
+                                    for (long long l105 = 0; l105 < 128; l105++) {
+                                        for (long long l106 = 0; l106 < 32; l106++) {
+                                            (arena + 90824)[l103 * 4096 + l104 * 4096 + l105 * 32 + l106] = exp2f((arena + 256624)[l103 * 4096 + l104 * 4096 + l105 * 32 + l106]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l101 = 0; l101 < 1; l101++) {
-                                for (long long l102 = 0; l102 < 1; l102++) {
-                                    for (long long l103 = 0; l103 < 128; l103++) {
-                                        for (long long l104 = 0; l104 < 32; l104++) {
-                                            (arena + 94920)[l101 * 4096 + l102 * 4096 + l103 * 32 + l104] = (o15 + l104 < s3) ? (arena + 90824)[l101 * 4096 + l102 * 4096 + l103 * 32 + l104] : 0e0f;
+                            for (long long l107 = 0; l107 < 1; l107++) {
+                                for (long long l108 = 0; l108 < 1; l108++) {
+                                    for (long long l109 = 0; l109 < 128; l109++) {
+                                        for (long long l110 = 0; l110 < 32; l110++) {
+                                            (arena + 94920)[l107 * 4096 + l108 * 4096 + l109 * 32 + l110] = (o15 + l110 < s3) ? (arena + 90824)[l107 * 4096 + l108 * 4096 + l109 * 32 + l110] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l105 = 0; l105 < 1; l105++) {
-                                for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 128; l107++) {
-                                        float a109 = 0e0f;
-                                        for (long long r108 = 0; r108 < 32; r108 += 1) a109 = a109 + (arena + 94920)[l105 * 4096 + l106 * 4096 + l107 * 32 + r108 * 1];
-                                        (arena + 99016)[l105 * 128 + l106 * 128 + l107] = a109;
+                            for (long long l111 = 0; l111 < 1; l111++) {
+                                for (long long l112 = 0; l112 < 1; l112++) {
+                                    for (long long l113 = 0; l113 < 128; l113++) {
+                                        float a115 = 0e0f;
+                                        for (long long r114 = 0; r114 < 32; r114 += 1) a115 = a115 + (arena + 94920)[l111 * 4096 + l112 * 4096 + l113 * 32 + r114 * 1];
+                                        (arena + 99016)[l111 * 128 + l112 * 128 + l113] = a115;
                                     }
                                 }
                             }
-                            for (long long l110 = 0; l110 < 1; l110++) {
-                                for (long long l111 = 0; l111 < 1; l111++) {
-                                    for (long long l112 = 0; l112 < 128; l112++) {
-                                        (arena + 244334)[l110 * 128 + l111 * 128 + l112] = (arena + 244334)[l110 * 128 + l111 * 128 + l112] + (arena + 99016)[l110 * 128 + l111 * 128 + l112];
+                            for (long long l116 = 0; l116 < 1; l116++) {
+                                for (long long l117 = 0; l117 < 1; l117++) {
+                                    for (long long l118 = 0; l118 < 128; l118++) {
+                                        (arena + 265072)[l116 * 128 + l117 * 128 + l118] = (arena + 265072)[l116 * 128 + l117 * 128 + l118] + (arena + 99016)[l116 * 128 + l117 * 128 + l118];
                                     }
                                 }
                             }
-                            for (long long l113 = 0; l113 < 1; l113++) {
-                                for (long long l114 = 0; l114 < 1; l114++) {
-                                    for (long long l115 = 0; l115 < 128; l115++) {
-                                        for (long long l116 = 0; l116 < 128; l116++) {
-                                            (arena + 207214)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116] = (arena + 248686)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116];
+                            for (long long l119 = 0; l119 < 1; l119++) {
+                                for (long long l120 = 0; l120 < 1; l120++) {
+                                    for (long long l121 = 0; l121 < 128; l121++) {
+                                        for (long long l122 = 0; l122 < 128; l122++) {
+                                            (arena + 207214)[l119 * 16384 + l120 * 16384 + l121 * 128 + l122] = (arena + 269424)[l119 * 16384 + l120 * 16384 + l121 * 128 + l122];
                                         }
                                     }
                                 }
                             }
-                            for (long long l117 = 0; l117 < 1; l117++) {
-                                for (long long l118 = 0; l118 < 1; l118++) {
-                                    for (long long l119 = 0; l119 < 128; l119++) {
-                                        for (long long l120 = 0; l120 < 128; l120++) {
-                                            (arena + 223598)[l117 * 16384 + l118 * 16384 + l119 * 128 + l120] = ((arena + 207214)[l117 * 16384 + l118 * 16384 + l119 * 128 + l120] * (arena + 206830)[l117 * 128 + l118 * 128 + l119]);
+                            for (long long l123 = 0; l123 < 1; l123++) {
+                                for (long long l124 = 0; l124 < 1; l124++) {
+                                    for (long long l125 = 0; l125 < 128; l125++) {
+                                        for (long long l126 = 0; l126 < 128; l126++) {
+                                            (arena + 223598)[l123 * 16384 + l124 * 16384 + l125 * 128 + l126] = ((arena + 207214)[l123 * 16384 + l124 * 16384 + l125 * 128 + l126] * (arena + 206830)[l123 * 128 + l124 * 128 + l125]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l121 = 0; l121 < 1; l121++) {
-                                for (long long l122 = 0; l122 < 1; l122++) {
-                                    for (long long l123 = 0; l123 < 128; l123++) {
-                                        for (long long l124 = 0; l124 < 128; l124++) {
-                                            (arena + 248686)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124] = (arena + 223598)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124];
+                            for (long long l127 = 0; l127 < 1; l127++) {
+                                for (long long l128 = 0; l128 < 1; l128++) {
+                                    for (long long l129 = 0; l129 < 128; l129++) {
+                                        for (long long l130 = 0; l130 < 128; l130++) {
+                                            (arena + 269424)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] = (arena + 223598)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130];
                                         }
                                     }
                                 }
                             }
-                            for (long long l125 = 0; l125 < 1; l125++) {
-                                for (long long l126 = 0; l126 < 1; l126++) {
-                                    for (long long l127 = 0; l127 < 128; l127++) {
-                                        for (long long l128 = 0; l128 < 32; l128++) {
-                                            (arena + 152812)[l125 * 4096 + l126 * 4096 + l127 * 32 + l128] = (o1 + l125 < s0 && o2 + l126 < s1 && o15 + l128 < s3 && o4 + l127 < s4) ? dt_load_f16(in2[(o1 + l125) * args->input_strides[2][0] + (o2 + l126) * args->input_strides[2][1] + (o15 + l128) * args->input_strides[2][2] + (o4 + l127) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l129 = 0; l129 < 1; l129++) {
-                                for (long long l130 = 0; l130 < 1; l130++) {
-                                    for (long long l131 = 0; l131 < 128; l131++) {
-                                        for (long long l132 = 0; l132 < 128; l132++) {
-                                            float a134 = 0.0f;
-                                            for (long long r133 = 0; r133 < 32; r133++) a134 += (arena + 94920)[l129 * 4096 + l130 * 4096 + l131 * 32 + r133 * 1] * (arena + 152812)[l129 * 4096 + l130 * 4096 + l132 * 32 + r133 * 1];
-                                            (arena + 156908)[l129 * 16384 + l130 * 16384 + l131 * 128 + l132] = a134;
+                            for (long long l131 = 0; l131 < 1; l131++) {
+                                for (long long l132 = 0; l132 < 1; l132++) {
+                                    for (long long l133 = 0; l133 < 128; l133++) {
+                                        for (long long l134 = 0; l134 < 32; l134++) {
+                                            (arena + 152812)[l131 * 4096 + l132 * 4096 + l133 * 32 + l134] = (o1 + l131 < s0 && o2 + l132 < s1 && o15 + l134 < s3 && o4 + l133 < s4) ? dt_load_f16(in2[(o1 + l131) * args->input_strides[2][0] + (o2 + l132) * args->input_strides[2][1] + (o15 + l134) * args->input_strides[2][2] + (o4 + l133) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2694,42 +2795,53 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
                                 for (long long l136 = 0; l136 < 1; l136++) {
                                     for (long long l137 = 0; l137 < 128; l137++) {
                                         for (long long l138 = 0; l138 < 128; l138++) {
-                                            (arena + 248686)[l135 * 16384 + l136 * 16384 + l137 * 128 + l138] = (arena + 248686)[l135 * 16384 + l136 * 16384 + l137 * 128 + l138] + (arena + 156908)[l135 * 16384 + l136 * 16384 + l137 * 128 + l138];
+                                            float a140 = 0.0f;
+                                            for (long long r139 = 0; r139 < 32; r139++) a140 += (arena + 94920)[l135 * 4096 + l136 * 4096 + l137 * 32 + r139 * 1] * (arena + 152812)[l135 * 4096 + l136 * 4096 + l138 * 32 + r139 * 1];
+                                            (arena + 156908)[l135 * 16384 + l136 * 16384 + l137 * 128 + l138] = a140;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l141 = 0; l141 < 1; l141++) {
+                                for (long long l142 = 0; l142 < 1; l142++) {
+                                    for (long long l143 = 0; l143 < 128; l143++) {
+                                        for (long long l144 = 0; l144 < 128; l144++) {
+                                            (arena + 269424)[l141 * 16384 + l142 * 16384 + l143 * 128 + l144] = (arena + 269424)[l141 * 16384 + l142 * 16384 + l143 * 128 + l144] + (arena + 156908)[l141 * 16384 + l142 * 16384 + l143 * 128 + l144];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l139 = 0; l139 < 1; l139++) {
-                            for (long long l140 = 0; l140 < 1; l140++) {
-                                for (long long l141 = 0; l141 < 128; l141++) {
-                                    (arena + 99144)[l139 * 128 + l140 * 128 + l141] = (arena + 244334)[l139 * 128 + l140 * 128 + l141];
+                        for (long long l145 = 0; l145 < 1; l145++) {
+                            for (long long l146 = 0; l146 < 1; l146++) {
+                                for (long long l147 = 0; l147 < 128; l147++) {
+                                    (arena + 99144)[l145 * 128 + l146 * 128 + l147] = (arena + 265072)[l145 * 128 + l146 * 128 + l147];
                                 }
                             }
                         }
-                        for (long long l142 = 0; l142 < 1; l142++) {
-                            for (long long l143 = 0; l143 < 1; l143++) {
-                                for (long long l144 = 0; l144 < 128; l144++) {
-                                    for (long long l145 = 0; l145 < 128; l145++) {
-                                        (arena + 173292)[l142 * 16384 + l143 * 16384 + l144 * 128 + l145] = (arena + 248686)[l142 * 16384 + l143 * 16384 + l144 * 128 + l145];
+                        for (long long l148 = 0; l148 < 1; l148++) {
+                            for (long long l149 = 0; l149 < 1; l149++) {
+                                for (long long l150 = 0; l150 < 128; l150++) {
+                                    for (long long l151 = 0; l151 < 128; l151++) {
+                                        (arena + 173292)[l148 * 16384 + l149 * 16384 + l150 * 128 + l151] = (arena + 269424)[l148 * 16384 + l149 * 16384 + l150 * 128 + l151];
                                     }
                                 }
                             }
                         }
-                        for (long long l146 = 0; l146 < 1; l146++) {
-                            for (long long l147 = 0; l147 < 1; l147++) {
-                                for (long long l148 = 0; l148 < 128; l148++) {
-                                    for (long long l149 = 0; l149 < 128; l149++) {
-                                        (arena + 189804)[l146 * 16384 + l147 * 16384 + l148 * 128 + l149] = ((arena + 173292)[l146 * 16384 + l147 * 16384 + l148 * 128 + l149] / (arena + 99144)[l146 * 128 + l147 * 128 + l148]);
+                        for (long long l152 = 0; l152 < 1; l152++) {
+                            for (long long l153 = 0; l153 < 1; l153++) {
+                                for (long long l154 = 0; l154 < 128; l154++) {
+                                    for (long long l155 = 0; l155 < 128; l155++) {
+                                        (arena + 189804)[l152 * 16384 + l153 * 16384 + l154 * 128 + l155] = ((arena + 173292)[l152 * 16384 + l153 * 16384 + l154 * 128 + l155] / (arena + 99144)[l152 * 128 + l153 * 128 + l154]);
                                     }
                                 }
                             }
                         }
-                        for (long long l150 = 0; l150 < 1; l150++) {
-                            for (long long l151 = 0; l151 < 1; l151++) {
-                                for (long long l152 = 0; l152 < 128; l152++) {
-                                    for (long long l153 = 0; l153 < 128; l153++) {
-                                        if (o1 + l150 < s0 && o2 + l151 < s1 && o3 + l152 < s2 && o4 + l153 < s4) out[(o1 + l150) * args->output_strides[0] + (o2 + l151) * args->output_strides[1] + (o3 + l152) * args->output_strides[2] + (o4 + l153) * args->output_strides[3]] = dt_store_f16((arena + 189804)[l150 * 16384 + l151 * 16384 + l152 * 128 + l153]);
+                        for (long long l156 = 0; l156 < 1; l156++) {
+                            for (long long l157 = 0; l157 < 1; l157++) {
+                                for (long long l158 = 0; l158 < 128; l158++) {
+                                    for (long long l159 = 0; l159 < 128; l159++) {
+                                        if (o1 + l156 < s0 && o2 + l157 < s1 && o3 + l158 < s2 && o4 + l159 < s4) out[(o1 + l156) * args->output_strides[0] + (o2 + l157) * args->output_strides[1] + (o3 + l158) * args->output_strides[2] + (o4 + l159) * args->output_strides[3]] = dt_store_f16((arena + 189804)[l156 * 16384 + l157 * 16384 + l158 * 128 + l159]);
                                     }
                                 }
                             }
@@ -2754,7 +2866,7 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_causal_128 */
-    float* arena = (float*)malloc(sizeof(float) * 269166);
+    float* arena = (float*)malloc(sizeof(float) * 289904);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -2782,6 +2894,8 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
         (arena + 37027)[0] = (-(arena + 37026)[0]);
         (arena + 206444)[0] = (-INFINITY);
         (arena + 206445)[0] = 0e0f;
+        (arena + 248302)[0] = 1.442695e0f;
+        (arena + 252527)[0] = ((arena + 32929)[0] * (arena + 248302)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -2795,7 +2909,7 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 248686)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 269424)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -2804,7 +2918,7 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 244334)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 265072)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -2812,7 +2926,7 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 239982)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 260720)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -2834,7 +2948,7 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 128; l22++) {
                                         for (long long l23 = 0; l23 < 32; l23++) {
-                                            (arena + 240110)[l20 * 4096 + l21 * 4096 + l22 * 32 + l23] = 0e0f;
+                                            (arena + 260848)[l20 * 4096 + l21 * 4096 + l22 * 32 + l23] = 0e0f;
                                         }
                                     }
                                 }
@@ -2872,7 +2986,7 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 32; l41++) {
-                                            (arena + 240110)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] = (arena + 240110)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] + (arena + 24736)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41];
+                                            (arena + 260848)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] = (arena + 260848)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] + (arena + 24736)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41];
                                         }
                                     }
                                 }
@@ -2881,7 +2995,7 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 32; l45++) {
-                                            (arena + 28832)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] = (arena + 240110)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45];
+                                            (arena + 28832)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] = (arena + 260848)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45];
                                         }
                                     }
                                 }
@@ -2890,7 +3004,7 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
                                         for (long long l49 = 0; l49 < 32; l49++) {
-                                            (arena + 32930)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] = ((arena + 28832)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] * (arena + 32929)[0]);
+                                            (arena + 239982)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] = (arena + 160)[l48 * 32 + l49] != 0.0f ? (arena + 28832)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] : (arena + 37027)[0];
                                         }
                                     }
                                 }
@@ -2899,7 +3013,7 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
                                 for (long long l51 = 0; l51 < 1; l51++) {
                                     for (long long l52 = 0; l52 < 128; l52++) {
                                         for (long long l53 = 0; l53 < 32; l53++) {
-                                            (arena + 37028)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] = (arena + 160)[l52 * 32 + l53] != 0.0f ? (arena + 32930)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] : (arena + 37027)[0];
+                                            (arena + 244078)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] = (o15 + l53 < s3) ? (arena + 239982)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -2907,177 +3021,180 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
                             for (long long l54 = 0; l54 < 1; l54++) {
                                 for (long long l55 = 0; l55 < 1; l55++) {
                                     for (long long l56 = 0; l56 < 128; l56++) {
-                                        for (long long l57 = 0; l57 < 32; l57++) {
-                                            (arena + 41124)[l54 * 4096 + l55 * 4096 + l56 * 32 + l57] = (o15 + l57 < s3) ? (arena + 37028)[l54 * 4096 + l55 * 4096 + l56 * 32 + l57] : (-INFINITY);
+                                        float a58 = (-INFINITY);
+                                        for (long long r57 = 0; r57 < 32; r57 += 1) a58 = fmaxf(a58, (arena + 244078)[l54 * 4096 + l55 * 4096 + l56 * 32 + r57 * 1]);
+                                        (arena + 248174)[l54 * 128 + l55 * 128 + l56] = a58;
+                                    }
+                                }
+                            }
+                            for (long long l59 = 0; l59 < 1; l59++) {
+                                for (long long l60 = 0; l60 < 1; l60++) {
+                                    for (long long l61 = 0; l61 < 128; l61++) {
+                                        (arena + 45220)[l59 * 128 + l60 * 128 + l61] = ((arena + 248174)[l59 * 128 + l60 * 128 + l61] * (arena + 32929)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l62 = 0; l62 < 1; l62++) {
+                                for (long long l63 = 0; l63 < 1; l63++) {
+                                    for (long long l64 = 0; l64 < 128; l64++) {
+                                        (arena + 206188)[l62 * 128 + l63 * 128 + l64] = (arena + 260720)[l62 * 128 + l63 * 128 + l64];
+                                    }
+                                }
+                            }
+                            for (long long l65 = 0; l65 < 1; l65++) {
+                                for (long long l66 = 0; l66 < 1; l66++) {
+                                    for (long long l67 = 0; l67 < 128; l67++) {
+                                        (arena + 260720)[l65 * 128 + l66 * 128 + l67] = fmaxf((arena + 260720)[l65 * 128 + l66 * 128 + l67], (arena + 45220)[l65 * 128 + l66 * 128 + l67]);
+                                    }
+                                }
+                            }
+                            for (long long l68 = 0; l68 < 1; l68++) {
+                                for (long long l69 = 0; l69 < 1; l69++) {
+                                    for (long long l70 = 0; l70 < 128; l70++) {
+                                        (arena + 206316)[l68 * 128 + l69 * 128 + l70] = (arena + 260720)[l68 * 128 + l69 * 128 + l70];
+                                    }
+                                }
+                            }
+                            for (long long l71 = 0; l71 < 1; l71++) {
+                                for (long long l72 = 0; l72 < 1; l72++) {
+                                    for (long long l73 = 0; l73 < 128; l73++) {
+                                        (arena + 206446)[l71 * 128 + l72 * 128 + l73] = (((arena + 206316)[l71 * 128 + l72 * 128 + l73]) == ((arena + 206444)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l74 = 0; l74 < 1; l74++) {
+                                for (long long l75 = 0; l75 < 1; l75++) {
+                                    for (long long l76 = 0; l76 < 128; l76++) {
+                                        (arena + 206574)[l74 * 128 + l75 * 128 + l76] = (arena + 206446)[l74 * 128 + l75 * 128 + l76] != 0.0f ? (arena + 206445)[0] : (arena + 206316)[l74 * 128 + l75 * 128 + l76];
+                                    }
+                                }
+                            }
+                            for (long long l77 = 0; l77 < 1; l77++) {
+                                for (long long l78 = 0; l78 < 1; l78++) {
+                                    for (long long l79 = 0; l79 < 128; l79++) {
+                                        (arena + 206702)[l77 * 128 + l78 * 128 + l79] = ((arena + 206188)[l77 * 128 + l78 * 128 + l79] - (arena + 206574)[l77 * 128 + l78 * 128 + l79]);
+                                    }
+                                }
+                            }
+                            for (long long l80 = 0; l80 < 1; l80++) {
+                                for (long long l81 = 0; l81 < 1; l81++) {
+                                    for (long long l82 = 0; l82 < 128; l82++) {
+                                        (arena + 206830)[l80 * 128 + l81 * 128 + l82] = expf((arena + 206702)[l80 * 128 + l81 * 128 + l82]);
+                                    }
+                                }
+                            }
+                            for (long long l83 = 0; l83 < 1; l83++) {
+                                for (long long l84 = 0; l84 < 1; l84++) {
+                                    for (long long l85 = 0; l85 < 128; l85++) {
+                                        (arena + 206958)[l83 * 128 + l84 * 128 + l85] = (arena + 265072)[l83 * 128 + l84 * 128 + l85];
+                                    }
+                                }
+                            }
+                            for (long long l86 = 0; l86 < 1; l86++) {
+                                for (long long l87 = 0; l87 < 1; l87++) {
+                                    for (long long l88 = 0; l88 < 128; l88++) {
+                                        (arena + 207086)[l86 * 128 + l87 * 128 + l88] = ((arena + 206958)[l86 * 128 + l87 * 128 + l88] * (arena + 206830)[l86 * 128 + l87 * 128 + l88]);
+                                    }
+                                }
+                            }
+                            for (long long l89 = 0; l89 < 1; l89++) {
+                                for (long long l90 = 0; l90 < 1; l90++) {
+                                    for (long long l91 = 0; l91 < 128; l91++) {
+                                        (arena + 265072)[l89 * 128 + l90 * 128 + l91] = (arena + 207086)[l89 * 128 + l90 * 128 + l91];
+                                    }
+                                }
+                            }
+                            for (long long l92 = 0; l92 < 1; l92++) {
+                                for (long long l93 = 0; l93 < 1; l93++) {
+                                    for (long long l94 = 0; l94 < 128; l94++) {
+                                        (arena + 248303)[l92 * 128 + l93 * 128 + l94] = ((arena + 206574)[l92 * 128 + l93 * 128 + l94] * (arena + 248302)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l95 = 0; l95 < 1; l95++) {
+                                for (long long l96 = 0; l96 < 1; l96++) {
+                                    for (long long l97 = 0; l97 < 128; l97++) {
+                                        for (long long l98 = 0; l98 < 32; l98++) {
+                                            (arena + 252528)[l95 * 4096 + l96 * 4096 + l97 * 32 + l98] = ((arena + 239982)[l95 * 4096 + l96 * 4096 + l97 * 32 + l98] * (arena + 252527)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l58 = 0; l58 < 1; l58++) {
-                                for (long long l59 = 0; l59 < 1; l59++) {
-                                    for (long long l60 = 0; l60 < 128; l60++) {
-                                        float a62 = (-INFINITY);
-                                        for (long long r61 = 0; r61 < 32; r61 += 1) a62 = fmaxf(a62, (arena + 41124)[l58 * 4096 + l59 * 4096 + l60 * 32 + r61 * 1]);
-                                        (arena + 45220)[l58 * 128 + l59 * 128 + l60] = a62;
-                                    }
-                                }
-                            }
-                            for (long long l63 = 0; l63 < 1; l63++) {
-                                for (long long l64 = 0; l64 < 1; l64++) {
-                                    for (long long l65 = 0; l65 < 128; l65++) {
-                                        (arena + 206188)[l63 * 128 + l64 * 128 + l65] = (arena + 239982)[l63 * 128 + l64 * 128 + l65];
-                                    }
-                                }
-                            }
-                            for (long long l66 = 0; l66 < 1; l66++) {
-                                for (long long l67 = 0; l67 < 1; l67++) {
-                                    for (long long l68 = 0; l68 < 128; l68++) {
-                                        (arena + 239982)[l66 * 128 + l67 * 128 + l68] = fmaxf((arena + 239982)[l66 * 128 + l67 * 128 + l68], (arena + 45220)[l66 * 128 + l67 * 128 + l68]);
-                                    }
-                                }
-                            }
-                            for (long long l69 = 0; l69 < 1; l69++) {
-                                for (long long l70 = 0; l70 < 1; l70++) {
-                                    for (long long l71 = 0; l71 < 128; l71++) {
-                                        (arena + 206316)[l69 * 128 + l70 * 128 + l71] = (arena + 239982)[l69 * 128 + l70 * 128 + l71];
-                                    }
-                                }
-                            }
-                            for (long long l72 = 0; l72 < 1; l72++) {
-                                for (long long l73 = 0; l73 < 1; l73++) {
-                                    for (long long l74 = 0; l74 < 128; l74++) {
-                                        (arena + 206446)[l72 * 128 + l73 * 128 + l74] = (((arena + 206316)[l72 * 128 + l73 * 128 + l74]) == ((arena + 206444)[0]) ? 1.0f : 0.0f);
-                                    }
-                                }
-                            }
-                            for (long long l75 = 0; l75 < 1; l75++) {
-                                for (long long l76 = 0; l76 < 1; l76++) {
-                                    for (long long l77 = 0; l77 < 128; l77++) {
-                                        (arena + 206574)[l75 * 128 + l76 * 128 + l77] = (arena + 206446)[l75 * 128 + l76 * 128 + l77] != 0.0f ? (arena + 206445)[0] : (arena + 206316)[l75 * 128 + l76 * 128 + l77];
-                                    }
-                                }
-                            }
-                            for (long long l78 = 0; l78 < 1; l78++) {
-                                for (long long l79 = 0; l79 < 1; l79++) {
-                                    for (long long l80 = 0; l80 < 128; l80++) {
-                                        (arena + 206702)[l78 * 128 + l79 * 128 + l80] = ((arena + 206188)[l78 * 128 + l79 * 128 + l80] - (arena + 206574)[l78 * 128 + l79 * 128 + l80]);
-                                    }
-                                }
-                            }
-                            for (long long l81 = 0; l81 < 1; l81++) {
-                                for (long long l82 = 0; l82 < 1; l82++) {
-                                    for (long long l83 = 0; l83 < 128; l83++) {
-                                        (arena + 206830)[l81 * 128 + l82 * 128 + l83] = expf((arena + 206702)[l81 * 128 + l82 * 128 + l83]);
-                                    }
-                                }
-                            }
-                            for (long long l84 = 0; l84 < 1; l84++) {
-                                for (long long l85 = 0; l85 < 1; l85++) {
-                                    for (long long l86 = 0; l86 < 128; l86++) {
-                                        (arena + 206958)[l84 * 128 + l85 * 128 + l86] = (arena + 244334)[l84 * 128 + l85 * 128 + l86];
-                                    }
-                                }
-                            }
-                            for (long long l87 = 0; l87 < 1; l87++) {
-                                for (long long l88 = 0; l88 < 1; l88++) {
-                                    for (long long l89 = 0; l89 < 128; l89++) {
-                                        (arena + 207086)[l87 * 128 + l88 * 128 + l89] = ((arena + 206958)[l87 * 128 + l88 * 128 + l89] * (arena + 206830)[l87 * 128 + l88 * 128 + l89]);
-                                    }
-                                }
-                            }
-                            for (long long l90 = 0; l90 < 1; l90++) {
-                                for (long long l91 = 0; l91 < 1; l91++) {
-                                    for (long long l92 = 0; l92 < 128; l92++) {
-                                        (arena + 244334)[l90 * 128 + l91 * 128 + l92] = (arena + 207086)[l90 * 128 + l91 * 128 + l92];
-                                    }
-                                }
-                            }
-                            for (long long l93 = 0; l93 < 1; l93++) {
-                                for (long long l94 = 0; l94 < 1; l94++) {
-                                    for (long long l95 = 0; l95 < 128; l95++) {
-                                        for (long long l96 = 0; l96 < 32; l96++) {
-                                            (arena + 86728)[l93 * 4096 + l94 * 4096 + l95 * 32 + l96] = ((arena + 37028)[l93 * 4096 + l94 * 4096 + l95 * 32 + l96] - (arena + 206574)[l93 * 128 + l94 * 128 + l95]);
+                            for (long long l99 = 0; l99 < 1; l99++) {
+                                for (long long l100 = 0; l100 < 1; l100++) {
+                                    for (long long l101 = 0; l101 < 128; l101++) {
+                                        for (long long l102 = 0; l102 < 32; l102++) {
+                                            (arena + 256624)[l99 * 4096 + l100 * 4096 + l101 * 32 + l102] = ((arena + 252528)[l99 * 4096 + l100 * 4096 + l101 * 32 + l102] - (arena + 248303)[l99 * 128 + l100 * 128 + l101]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l97 = 0; l97 < 1; l97++) {
-                                for (long long l98 = 0; l98 < 1; l98++) {
-                                    for (long long l99 = 0; l99 < 128; l99++) {
-                                        for (long long l100 = 0; l100 < 32; l100++) {
-                                            (arena + 90824)[l97 * 4096 + l98 * 4096 + l99 * 32 + l100] = expf((arena + 86728)[l97 * 4096 + l98 * 4096 + l99 * 32 + l100]);
+                            for (long long l103 = 0; l103 < 1; l103++) {
+                                for (long long l104 = 0; l104 < 1; l104++) {
+                                    for (long long l105 = 0; l105 < 128; l105++) {
+                                        for (long long l106 = 0; l106 < 32; l106++) {
+                                            (arena + 90824)[l103 * 4096 + l104 * 4096 + l105 * 32 + l106] = exp2f((arena + 256624)[l103 * 4096 + l104 * 4096 + l105 * 32 + l106]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l101 = 0; l101 < 1; l101++) {
-                                for (long long l102 = 0; l102 < 1; l102++) {
-                                    for (long long l103 = 0; l103 < 128; l103++) {
-                                        for (long long l104 = 0; l104 < 32; l104++) {
-                                            (arena + 94920)[l101 * 4096 + l102 * 4096 + l103 * 32 + l104] = (o15 + l104 < s3) ? (arena + 90824)[l101 * 4096 + l102 * 4096 + l103 * 32 + l104] : 0e0f;
+                            for (long long l107 = 0; l107 < 1; l107++) {
+                                for (long long l108 = 0; l108 < 1; l108++) {
+                                    for (long long l109 = 0; l109 < 128; l109++) {
+                                        for (long long l110 = 0; l110 < 32; l110++) {
+                                            (arena + 94920)[l107 * 4096 + l108 * 4096 + l109 * 32 + l110] = (o15 + l110 < s3) ? (arena + 90824)[l107 * 4096 + l108 * 4096 + l109 * 32 + l110] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l105 = 0; l105 < 1; l105++) {
-                                for (long long l106 = 0; l106 < 1; l106++) {
-                                    for (long long l107 = 0; l107 < 128; l107++) {
-                                        float a109 = 0e0f;
-                                        for (long long r108 = 0; r108 < 32; r108 += 1) a109 = a109 + (arena + 94920)[l105 * 4096 + l106 * 4096 + l107 * 32 + r108 * 1];
-                                        (arena + 99016)[l105 * 128 + l106 * 128 + l107] = a109;
+                            for (long long l111 = 0; l111 < 1; l111++) {
+                                for (long long l112 = 0; l112 < 1; l112++) {
+                                    for (long long l113 = 0; l113 < 128; l113++) {
+                                        float a115 = 0e0f;
+                                        for (long long r114 = 0; r114 < 32; r114 += 1) a115 = a115 + (arena + 94920)[l111 * 4096 + l112 * 4096 + l113 * 32 + r114 * 1];
+                                        (arena + 99016)[l111 * 128 + l112 * 128 + l113] = a115;
                                     }
                                 }
                             }
-                            for (long long l110 = 0; l110 < 1; l110++) {
-                                for (long long l111 = 0; l111 < 1; l111++) {
-                                    for (long long l112 = 0; l112 < 128; l112++) {
-                                        (arena + 244334)[l110 * 128 + l111 * 128 + l112] = (arena + 244334)[l110 * 128 + l111 * 128 + l112] + (arena + 99016)[l110 * 128 + l111 * 128 + l112];
+                            for (long long l116 = 0; l116 < 1; l116++) {
+                                for (long long l117 = 0; l117 < 1; l117++) {
+                                    for (long long l118 = 0; l118 < 128; l118++) {
+                                        (arena + 265072)[l116 * 128 + l117 * 128 + l118] = (arena + 265072)[l116 * 128 + l117 * 128 + l118] + (arena + 99016)[l116 * 128 + l117 * 128 + l118];
                                     }
                                 }
                             }
-                            for (long long l113 = 0; l113 < 1; l113++) {
-                                for (long long l114 = 0; l114 < 1; l114++) {
-                                    for (long long l115 = 0; l115 < 128; l115++) {
-                                        for (long long l116 = 0; l116 < 128; l116++) {
-                                            (arena + 207214)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116] = (arena + 248686)[l113 * 16384 + l114 * 16384 + l115 * 128 + l116];
+                            for (long long l119 = 0; l119 < 1; l119++) {
+                                for (long long l120 = 0; l120 < 1; l120++) {
+                                    for (long long l121 = 0; l121 < 128; l121++) {
+                                        for (long long l122 = 0; l122 < 128; l122++) {
+                                            (arena + 207214)[l119 * 16384 + l120 * 16384 + l121 * 128 + l122] = (arena + 269424)[l119 * 16384 + l120 * 16384 + l121 * 128 + l122];
                                         }
                                     }
                                 }
                             }
-                            for (long long l117 = 0; l117 < 1; l117++) {
-                                for (long long l118 = 0; l118 < 1; l118++) {
-                                    for (long long l119 = 0; l119 < 128; l119++) {
-                                        for (long long l120 = 0; l120 < 128; l120++) {
-                                            (arena + 223598)[l117 * 16384 + l118 * 16384 + l119 * 128 + l120] = ((arena + 207214)[l117 * 16384 + l118 * 16384 + l119 * 128 + l120] * (arena + 206830)[l117 * 128 + l118 * 128 + l119]);
+                            for (long long l123 = 0; l123 < 1; l123++) {
+                                for (long long l124 = 0; l124 < 1; l124++) {
+                                    for (long long l125 = 0; l125 < 128; l125++) {
+                                        for (long long l126 = 0; l126 < 128; l126++) {
+                                            (arena + 223598)[l123 * 16384 + l124 * 16384 + l125 * 128 + l126] = ((arena + 207214)[l123 * 16384 + l124 * 16384 + l125 * 128 + l126] * (arena + 206830)[l123 * 128 + l124 * 128 + l125]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l121 = 0; l121 < 1; l121++) {
-                                for (long long l122 = 0; l122 < 1; l122++) {
-                                    for (long long l123 = 0; l123 < 128; l123++) {
-                                        for (long long l124 = 0; l124 < 128; l124++) {
-                                            (arena + 248686)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124] = (arena + 223598)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124];
+                            for (long long l127 = 0; l127 < 1; l127++) {
+                                for (long long l128 = 0; l128 < 1; l128++) {
+                                    for (long long l129 = 0; l129 < 128; l129++) {
+                                        for (long long l130 = 0; l130 < 128; l130++) {
+                                            (arena + 269424)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] = (arena + 223598)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130];
                                         }
                                     }
                                 }
                             }
-                            for (long long l125 = 0; l125 < 1; l125++) {
-                                for (long long l126 = 0; l126 < 1; l126++) {
-                                    for (long long l127 = 0; l127 < 128; l127++) {
-                                        for (long long l128 = 0; l128 < 32; l128++) {
-                                            (arena + 152812)[l125 * 4096 + l126 * 4096 + l127 * 32 + l128] = (o1 + l125 < s0 && o2 + l126 < s1 && o15 + l128 < s3 && o4 + l127 < s4) ? dt_load_bf16(in2[(o1 + l125) * args->input_strides[2][0] + (o2 + l126) * args->input_strides[2][1] + (o15 + l128) * args->input_strides[2][2] + (o4 + l127) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l129 = 0; l129 < 1; l129++) {
-                                for (long long l130 = 0; l130 < 1; l130++) {
-                                    for (long long l131 = 0; l131 < 128; l131++) {
-                                        for (long long l132 = 0; l132 < 128; l132++) {
-                                            float a134 = 0.0f;
-                                            for (long long r133 = 0; r133 < 32; r133++) a134 += (arena + 94920)[l129 * 4096 + l130 * 4096 + l131 * 32 + r133 * 1] * (arena + 152812)[l129 * 4096 + l130 * 4096 + l132 * 32 + r133 * 1];
-                                            (arena + 156908)[l129 * 16384 + l130 * 16384 + l131 * 128 + l132] = a134;
+                            for (long long l131 = 0; l131 < 1; l131++) {
+                                for (long long l132 = 0; l132 < 1; l132++) {
+                                    for (long long l133 = 0; l133 < 128; l133++) {
+                                        for (long long l134 = 0; l134 < 32; l134++) {
+                                            (arena + 152812)[l131 * 4096 + l132 * 4096 + l133 * 32 + l134] = (o1 + l131 < s0 && o2 + l132 < s1 && o15 + l134 < s3 && o4 + l133 < s4) ? dt_load_bf16(in2[(o1 + l131) * args->input_strides[2][0] + (o2 + l132) * args->input_strides[2][1] + (o15 + l134) * args->input_strides[2][2] + (o4 + l133) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -3086,42 +3203,53 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
                                 for (long long l136 = 0; l136 < 1; l136++) {
                                     for (long long l137 = 0; l137 < 128; l137++) {
                                         for (long long l138 = 0; l138 < 128; l138++) {
-                                            (arena + 248686)[l135 * 16384 + l136 * 16384 + l137 * 128 + l138] = (arena + 248686)[l135 * 16384 + l136 * 16384 + l137 * 128 + l138] + (arena + 156908)[l135 * 16384 + l136 * 16384 + l137 * 128 + l138];
+                                            float a140 = 0.0f;
+                                            for (long long r139 = 0; r139 < 32; r139++) a140 += (arena + 94920)[l135 * 4096 + l136 * 4096 + l137 * 32 + r139 * 1] * (arena + 152812)[l135 * 4096 + l136 * 4096 + l138 * 32 + r139 * 1];
+                                            (arena + 156908)[l135 * 16384 + l136 * 16384 + l137 * 128 + l138] = a140;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l141 = 0; l141 < 1; l141++) {
+                                for (long long l142 = 0; l142 < 1; l142++) {
+                                    for (long long l143 = 0; l143 < 128; l143++) {
+                                        for (long long l144 = 0; l144 < 128; l144++) {
+                                            (arena + 269424)[l141 * 16384 + l142 * 16384 + l143 * 128 + l144] = (arena + 269424)[l141 * 16384 + l142 * 16384 + l143 * 128 + l144] + (arena + 156908)[l141 * 16384 + l142 * 16384 + l143 * 128 + l144];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l139 = 0; l139 < 1; l139++) {
-                            for (long long l140 = 0; l140 < 1; l140++) {
-                                for (long long l141 = 0; l141 < 128; l141++) {
-                                    (arena + 99144)[l139 * 128 + l140 * 128 + l141] = (arena + 244334)[l139 * 128 + l140 * 128 + l141];
+                        for (long long l145 = 0; l145 < 1; l145++) {
+                            for (long long l146 = 0; l146 < 1; l146++) {
+                                for (long long l147 = 0; l147 < 128; l147++) {
+                                    (arena + 99144)[l145 * 128 + l146 * 128 + l147] = (arena + 265072)[l145 * 128 + l146 * 128 + l147];
                                 }
                             }
                         }
-                        for (long long l142 = 0; l142 < 1; l142++) {
-                            for (long long l143 = 0; l143 < 1; l143++) {
-                                for (long long l144 = 0; l144 < 128; l144++) {
-                                    for (long long l145 = 0; l145 < 128; l145++) {
-                                        (arena + 173292)[l142 * 16384 + l143 * 16384 + l144 * 128 + l145] = (arena + 248686)[l142 * 16384 + l143 * 16384 + l144 * 128 + l145];
+                        for (long long l148 = 0; l148 < 1; l148++) {
+                            for (long long l149 = 0; l149 < 1; l149++) {
+                                for (long long l150 = 0; l150 < 128; l150++) {
+                                    for (long long l151 = 0; l151 < 128; l151++) {
+                                        (arena + 173292)[l148 * 16384 + l149 * 16384 + l150 * 128 + l151] = (arena + 269424)[l148 * 16384 + l149 * 16384 + l150 * 128 + l151];
                                     }
                                 }
                             }
                         }
-                        for (long long l146 = 0; l146 < 1; l146++) {
-                            for (long long l147 = 0; l147 < 1; l147++) {
-                                for (long long l148 = 0; l148 < 128; l148++) {
-                                    for (long long l149 = 0; l149 < 128; l149++) {
-                                        (arena + 189804)[l146 * 16384 + l147 * 16384 + l148 * 128 + l149] = ((arena + 173292)[l146 * 16384 + l147 * 16384 + l148 * 128 + l149] / (arena + 99144)[l146 * 128 + l147 * 128 + l148]);
+                        for (long long l152 = 0; l152 < 1; l152++) {
+                            for (long long l153 = 0; l153 < 1; l153++) {
+                                for (long long l154 = 0; l154 < 128; l154++) {
+                                    for (long long l155 = 0; l155 < 128; l155++) {
+                                        (arena + 189804)[l152 * 16384 + l153 * 16384 + l154 * 128 + l155] = ((arena + 173292)[l152 * 16384 + l153 * 16384 + l154 * 128 + l155] / (arena + 99144)[l152 * 128 + l153 * 128 + l154]);
                                     }
                                 }
                             }
                         }
-                        for (long long l150 = 0; l150 < 1; l150++) {
-                            for (long long l151 = 0; l151 < 1; l151++) {
-                                for (long long l152 = 0; l152 < 128; l152++) {
-                                    for (long long l153 = 0; l153 < 128; l153++) {
-                                        if (o1 + l150 < s0 && o2 + l151 < s1 && o3 + l152 < s2 && o4 + l153 < s4) out[(o1 + l150) * args->output_strides[0] + (o2 + l151) * args->output_strides[1] + (o3 + l152) * args->output_strides[2] + (o4 + l153) * args->output_strides[3]] = dt_store_bf16((arena + 189804)[l150 * 16384 + l151 * 16384 + l152 * 128 + l153]);
+                        for (long long l156 = 0; l156 < 1; l156++) {
+                            for (long long l157 = 0; l157 < 1; l157++) {
+                                for (long long l158 = 0; l158 < 128; l158++) {
+                                    for (long long l159 = 0; l159 < 128; l159++) {
+                                        if (o1 + l156 < s0 && o2 + l157 < s1 && o3 + l158 < s2 && o4 + l159 < s4) out[(o1 + l156) * args->output_strides[0] + (o2 + l157) * args->output_strides[1] + (o3 + l158) * args->output_strides[2] + (o4 + l159) * args->output_strides[3]] = dt_store_bf16((arena + 189804)[l156 * 16384 + l157 * 16384 + l158 * 128 + l159]);
                                     }
                                 }
                             }
@@ -3146,7 +3274,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention */
-    float* arena = (float*)malloc(sizeof(float) * 160968);
+    float* arena = (float*)malloc(sizeof(float) * 165128);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -3185,7 +3313,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 64; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 148680)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 152840)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -3194,7 +3322,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 144456)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                    (arena + 148616)[l9 * 64 + l10 * 64 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -3202,7 +3330,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 140232)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                    (arena + 144392)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -3213,7 +3341,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l17 = 0; l17 < 1; l17++) {
                                     for (long long l18 = 0; l18 < 64; l18++) {
                                         for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 140296)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
+                                            (arena + 144456)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
@@ -3253,7 +3381,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                     for (long long l36 = 0; l36 < 1; l36++) {
                                         for (long long l37 = 0; l37 < 64; l37++) {
                                             for (long long l38 = 0; l38 < 64; l38++) {
-                                                (arena + 140296)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 140296)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 8192)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
+                                                (arena + 144456)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 144456)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 8192)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
                                             }
                                         }
                                     }
@@ -3263,7 +3391,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l40 = 0; l40 < 1; l40++) {
                                     for (long long l41 = 0; l41 < 64; l41++) {
                                         for (long long l42 = 0; l42 < 64; l42++) {
-                                            (arena + 12288)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 140296)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
+                                            (arena + 12288)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 144456)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                         }
                                     }
                                 }
@@ -3281,7 +3409,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l48 = 0; l48 < 1; l48++) {
                                     for (long long l49 = 0; l49 < 64; l49++) {
                                         for (long long l50 = 0; l50 < 64; l50++) {
-                                            (arena + 20482)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (o15 + l50 < s3) ? (arena + 16386)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (-INFINITY);
+                                            (arena + 140232)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (o15 + l50 < s3) ? (arena + 12288)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -3290,211 +3418,218 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l52 = 0; l52 < 1; l52++) {
                                     for (long long l53 = 0; l53 < 64; l53++) {
                                         float a55 = (-INFINITY);
-                                        for (long long r54 = 0; r54 < 64; r54 += 1) a55 = fmaxf(a55, (arena + 20482)[l51 * 4096 + l52 * 4096 + l53 * 64 + r54 * 1]);
-                                        (arena + 24578)[l51 * 64 + l52 * 64 + l53] = a55;
+                                        for (long long r54 = 0; r54 < 64; r54 += 1) a55 = fmaxf(a55, (arena + 140232)[l51 * 4096 + l52 * 4096 + l53 * 64 + r54 * 1]);
+                                        (arena + 144328)[l51 * 64 + l52 * 64 + l53] = a55;
                                     }
                                 }
                             }
                             for (long long l56 = 0; l56 < 1; l56++) {
                                 for (long long l57 = 0; l57 < 1; l57++) {
                                     for (long long l58 = 0; l58 < 64; l58++) {
-                                        (arena + 123334)[l56 * 64 + l57 * 64 + l58] = (arena + 140232)[l56 * 64 + l57 * 64 + l58];
+                                        (arena + 24578)[l56 * 64 + l57 * 64 + l58] = ((arena + 144328)[l56 * 64 + l57 * 64 + l58] * (arena + 16385)[0]);
                                     }
                                 }
                             }
                             for (long long l59 = 0; l59 < 1; l59++) {
                                 for (long long l60 = 0; l60 < 1; l60++) {
                                     for (long long l61 = 0; l61 < 64; l61++) {
-                                        (arena + 140232)[l59 * 64 + l60 * 64 + l61] = fmaxf((arena + 140232)[l59 * 64 + l60 * 64 + l61], (arena + 24578)[l59 * 64 + l60 * 64 + l61]);
+                                        (arena + 123334)[l59 * 64 + l60 * 64 + l61] = (arena + 144392)[l59 * 64 + l60 * 64 + l61];
                                     }
                                 }
                             }
                             for (long long l62 = 0; l62 < 1; l62++) {
                                 for (long long l63 = 0; l63 < 1; l63++) {
                                     for (long long l64 = 0; l64 < 64; l64++) {
-                                        (arena + 123398)[l62 * 64 + l63 * 64 + l64] = (arena + 140232)[l62 * 64 + l63 * 64 + l64];
+                                        (arena + 144392)[l62 * 64 + l63 * 64 + l64] = fmaxf((arena + 144392)[l62 * 64 + l63 * 64 + l64], (arena + 24578)[l62 * 64 + l63 * 64 + l64]);
                                     }
                                 }
                             }
                             for (long long l65 = 0; l65 < 1; l65++) {
                                 for (long long l66 = 0; l66 < 1; l66++) {
                                     for (long long l67 = 0; l67 < 64; l67++) {
-                                        (arena + 123464)[l65 * 64 + l66 * 64 + l67] = (((arena + 123398)[l65 * 64 + l66 * 64 + l67]) == ((arena + 123462)[0]) ? 1.0f : 0.0f);
+                                        (arena + 123398)[l65 * 64 + l66 * 64 + l67] = (arena + 144392)[l65 * 64 + l66 * 64 + l67];
                                     }
                                 }
                             }
                             for (long long l68 = 0; l68 < 1; l68++) {
                                 for (long long l69 = 0; l69 < 1; l69++) {
                                     for (long long l70 = 0; l70 < 64; l70++) {
-                                        (arena + 123528)[l68 * 64 + l69 * 64 + l70] = (arena + 123464)[l68 * 64 + l69 * 64 + l70] != 0.0f ? (arena + 123463)[0] : (arena + 123398)[l68 * 64 + l69 * 64 + l70];
+                                        (arena + 123464)[l68 * 64 + l69 * 64 + l70] = (((arena + 123398)[l68 * 64 + l69 * 64 + l70]) == ((arena + 123462)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l71 = 0; l71 < 1; l71++) {
                                 for (long long l72 = 0; l72 < 1; l72++) {
                                     for (long long l73 = 0; l73 < 64; l73++) {
-                                        (arena + 123592)[l71 * 64 + l72 * 64 + l73] = ((arena + 123334)[l71 * 64 + l72 * 64 + l73] - (arena + 123528)[l71 * 64 + l72 * 64 + l73]);
+                                        (arena + 123528)[l71 * 64 + l72 * 64 + l73] = (arena + 123464)[l71 * 64 + l72 * 64 + l73] != 0.0f ? (arena + 123463)[0] : (arena + 123398)[l71 * 64 + l72 * 64 + l73];
                                     }
                                 }
                             }
                             for (long long l74 = 0; l74 < 1; l74++) {
                                 for (long long l75 = 0; l75 < 1; l75++) {
                                     for (long long l76 = 0; l76 < 64; l76++) {
-                                        (arena + 123656)[l74 * 64 + l75 * 64 + l76] = expf((arena + 123592)[l74 * 64 + l75 * 64 + l76]);
+                                        (arena + 123592)[l74 * 64 + l75 * 64 + l76] = ((arena + 123334)[l74 * 64 + l75 * 64 + l76] - (arena + 123528)[l74 * 64 + l75 * 64 + l76]);
                                     }
                                 }
                             }
                             for (long long l77 = 0; l77 < 1; l77++) {
                                 for (long long l78 = 0; l78 < 1; l78++) {
                                     for (long long l79 = 0; l79 < 64; l79++) {
-                                        (arena + 123720)[l77 * 64 + l78 * 64 + l79] = (arena + 144456)[l77 * 64 + l78 * 64 + l79];
+                                        (arena + 123656)[l77 * 64 + l78 * 64 + l79] = expf((arena + 123592)[l77 * 64 + l78 * 64 + l79]);
                                     }
                                 }
                             }
                             for (long long l80 = 0; l80 < 1; l80++) {
                                 for (long long l81 = 0; l81 < 1; l81++) {
                                     for (long long l82 = 0; l82 < 64; l82++) {
-                                        (arena + 123784)[l80 * 64 + l81 * 64 + l82] = ((arena + 123720)[l80 * 64 + l81 * 64 + l82] * (arena + 123656)[l80 * 64 + l81 * 64 + l82]);
+                                        (arena + 123720)[l80 * 64 + l81 * 64 + l82] = (arena + 148616)[l80 * 64 + l81 * 64 + l82];
                                     }
                                 }
                             }
                             for (long long l83 = 0; l83 < 1; l83++) {
                                 for (long long l84 = 0; l84 < 1; l84++) {
                                     for (long long l85 = 0; l85 < 64; l85++) {
-                                        (arena + 144456)[l83 * 64 + l84 * 64 + l85] = (arena + 123784)[l83 * 64 + l84 * 64 + l85];
+                                        (arena + 123784)[l83 * 64 + l84 * 64 + l85] = ((arena + 123720)[l83 * 64 + l84 * 64 + l85] * (arena + 123656)[l83 * 64 + l84 * 64 + l85]);
                                     }
                                 }
                             }
                             for (long long l86 = 0; l86 < 1; l86++) {
                                 for (long long l87 = 0; l87 < 1; l87++) {
                                     for (long long l88 = 0; l88 < 64; l88++) {
-                                        for (long long l89 = 0; l89 < 64; l89++) {
-                                            (arena + 45252)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] = ((arena + 16386)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] - (arena + 123528)[l86 * 64 + l87 * 64 + l88]);
+                                        (arena + 148616)[l86 * 64 + l87 * 64 + l88] = (arena + 123784)[l86 * 64 + l87 * 64 + l88];
+                                    }
+                                }
+                            }
+                            for (long long l89 = 0; l89 < 1; l89++) {
+                                for (long long l90 = 0; l90 < 1; l90++) {
+                                    for (long long l91 = 0; l91 < 64; l91++) {
+                                        for (long long l92 = 0; l92 < 64; l92++) {
+                                            (arena + 45252)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] = ((arena + 16386)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] - (arena + 123528)[l89 * 64 + l90 * 64 + l91]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l90 = 0; l90 < 1; l90++) {
-                                for (long long l91 = 0; l91 < 1; l91++) {
-                                    for (long long l92 = 0; l92 < 64; l92++) {
-                                        for (long long l93 = 0; l93 < 64; l93++) {
-                                            (arena + 49348)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93] = expf((arena + 45252)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93]);
+                            for (long long l93 = 0; l93 < 1; l93++) {
+                                for (long long l94 = 0; l94 < 1; l94++) {
+                                    for (long long l95 = 0; l95 < 64; l95++) {
+                                        for (long long l96 = 0; l96 < 64; l96++) {
+                                            (arena + 49348)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = expf((arena + 45252)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l94 = 0; l94 < 1; l94++) {
-                                for (long long l95 = 0; l95 < 1; l95++) {
-                                    for (long long l96 = 0; l96 < 64; l96++) {
-                                        for (long long l97 = 0; l97 < 64; l97++) {
-                                            (arena + 53444)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = (o15 + l97 < s3) ? (arena + 49348)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] : 0e0f;
+                            for (long long l97 = 0; l97 < 1; l97++) {
+                                for (long long l98 = 0; l98 < 1; l98++) {
+                                    for (long long l99 = 0; l99 < 64; l99++) {
+                                        for (long long l100 = 0; l100 < 64; l100++) {
+                                            (arena + 53444)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] = (o15 + l100 < s3) ? (arena + 49348)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l98 = 0; l98 < 1; l98++) {
-                                for (long long l99 = 0; l99 < 1; l99++) {
-                                    for (long long l100 = 0; l100 < 64; l100++) {
-                                        float a102 = 0e0f;
-                                        for (long long r101 = 0; r101 < 64; r101 += 1) a102 = a102 + (arena + 53444)[l98 * 4096 + l99 * 4096 + l100 * 64 + r101 * 1];
-                                        (arena + 57540)[l98 * 64 + l99 * 64 + l100] = a102;
-                                    }
-                                }
-                            }
-                            for (long long l103 = 0; l103 < 1; l103++) {
-                                for (long long l104 = 0; l104 < 1; l104++) {
-                                    for (long long l105 = 0; l105 < 64; l105++) {
-                                        (arena + 144456)[l103 * 64 + l104 * 64 + l105] = (arena + 144456)[l103 * 64 + l104 * 64 + l105] + (arena + 57540)[l103 * 64 + l104 * 64 + l105];
+                            for (long long l101 = 0; l101 < 1; l101++) {
+                                for (long long l102 = 0; l102 < 1; l102++) {
+                                    for (long long l103 = 0; l103 < 64; l103++) {
+                                        float a105 = 0e0f;
+                                        for (long long r104 = 0; r104 < 64; r104 += 1) a105 = a105 + (arena + 53444)[l101 * 4096 + l102 * 4096 + l103 * 64 + r104 * 1];
+                                        (arena + 57540)[l101 * 64 + l102 * 64 + l103] = a105;
                                     }
                                 }
                             }
                             for (long long l106 = 0; l106 < 1; l106++) {
                                 for (long long l107 = 0; l107 < 1; l107++) {
                                     for (long long l108 = 0; l108 < 64; l108++) {
-                                        for (long long l109 = 0; l109 < 128; l109++) {
-                                            (arena + 123848)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109] = (arena + 148680)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109];
+                                        (arena + 148616)[l106 * 64 + l107 * 64 + l108] = (arena + 148616)[l106 * 64 + l107 * 64 + l108] + (arena + 57540)[l106 * 64 + l107 * 64 + l108];
+                                    }
+                                }
+                            }
+                            for (long long l109 = 0; l109 < 1; l109++) {
+                                for (long long l110 = 0; l110 < 1; l110++) {
+                                    for (long long l111 = 0; l111 < 64; l111++) {
+                                        for (long long l112 = 0; l112 < 128; l112++) {
+                                            (arena + 123848)[l109 * 8192 + l110 * 8192 + l111 * 128 + l112] = (arena + 152840)[l109 * 8192 + l110 * 8192 + l111 * 128 + l112];
                                         }
                                     }
                                 }
                             }
-                            for (long long l110 = 0; l110 < 1; l110++) {
-                                for (long long l111 = 0; l111 < 1; l111++) {
-                                    for (long long l112 = 0; l112 < 64; l112++) {
-                                        for (long long l113 = 0; l113 < 128; l113++) {
-                                            (arena + 132040)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] = ((arena + 123848)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] * (arena + 123656)[l110 * 64 + l111 * 64 + l112]);
+                            for (long long l113 = 0; l113 < 1; l113++) {
+                                for (long long l114 = 0; l114 < 1; l114++) {
+                                    for (long long l115 = 0; l115 < 64; l115++) {
+                                        for (long long l116 = 0; l116 < 128; l116++) {
+                                            (arena + 132040)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116] = ((arena + 123848)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116] * (arena + 123656)[l113 * 64 + l114 * 64 + l115]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l114 = 0; l114 < 1; l114++) {
-                                for (long long l115 = 0; l115 < 1; l115++) {
-                                    for (long long l116 = 0; l116 < 64; l116++) {
-                                        for (long long l117 = 0; l117 < 128; l117++) {
-                                            (arena + 148680)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 132040)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
+                            for (long long l117 = 0; l117 < 1; l117++) {
+                                for (long long l118 = 0; l118 < 1; l118++) {
+                                    for (long long l119 = 0; l119 < 64; l119++) {
+                                        for (long long l120 = 0; l120 < 128; l120++) {
+                                            (arena + 152840)[l117 * 8192 + l118 * 8192 + l119 * 128 + l120] = (arena + 132040)[l117 * 8192 + l118 * 8192 + l119 * 128 + l120];
                                         }
                                     }
                                 }
                             }
-                            for (long long l118 = 0; l118 < 1; l118++) {
-                                for (long long l119 = 0; l119 < 1; l119++) {
-                                    for (long long l120 = 0; l120 < 128; l120++) {
-                                        for (long long l121 = 0; l121 < 64; l121++) {
-                                            (arena + 90502)[l118 * 8192 + l119 * 8192 + l120 * 64 + l121] = (o1 + l118 < s0 && o2 + l119 < s1 && o15 + l121 < s3 && o4 + l120 < s4) ? dt_load_f16(in2[(o1 + l118) * args->input_strides[2][0] + (o2 + l119) * args->input_strides[2][1] + (o15 + l121) * args->input_strides[2][2] + (o4 + l120) * args->input_strides[2][3]]) : 0e0f;
+                            for (long long l121 = 0; l121 < 1; l121++) {
+                                for (long long l122 = 0; l122 < 1; l122++) {
+                                    for (long long l123 = 0; l123 < 128; l123++) {
+                                        for (long long l124 = 0; l124 < 64; l124++) {
+                                            (arena + 90502)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124] = (o1 + l121 < s0 && o2 + l122 < s1 && o15 + l124 < s3 && o4 + l123 < s4) ? dt_load_f16(in2[(o1 + l121) * args->input_strides[2][0] + (o2 + l122) * args->input_strides[2][1] + (o15 + l124) * args->input_strides[2][2] + (o4 + l123) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l122 = 0; l122 < 1; l122++) {
-                                for (long long l123 = 0; l123 < 1; l123++) {
-                                    for (long long l124 = 0; l124 < 64; l124++) {
-                                        for (long long l125 = 0; l125 < 128; l125++) {
-                                            float a127 = 0.0f;
-                                            for (long long r126 = 0; r126 < 64; r126++) a127 += (arena + 53444)[l122 * 4096 + l123 * 4096 + l124 * 64 + r126 * 1] * (arena + 90502)[l122 * 8192 + l123 * 8192 + l125 * 64 + r126 * 1];
-                                            (arena + 98694)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = a127;
+                            for (long long l125 = 0; l125 < 1; l125++) {
+                                for (long long l126 = 0; l126 < 1; l126++) {
+                                    for (long long l127 = 0; l127 < 64; l127++) {
+                                        for (long long l128 = 0; l128 < 128; l128++) {
+                                            float a130 = 0.0f;
+                                            for (long long r129 = 0; r129 < 64; r129++) a130 += (arena + 53444)[l125 * 4096 + l126 * 4096 + l127 * 64 + r129 * 1] * (arena + 90502)[l125 * 8192 + l126 * 8192 + l128 * 64 + r129 * 1];
+                                            (arena + 98694)[l125 * 8192 + l126 * 8192 + l127 * 128 + l128] = a130;
                                         }
                                     }
                                 }
                             }
-                            for (long long l128 = 0; l128 < 1; l128++) {
-                                for (long long l129 = 0; l129 < 1; l129++) {
-                                    for (long long l130 = 0; l130 < 64; l130++) {
-                                        for (long long l131 = 0; l131 < 128; l131++) {
-                                            (arena + 148680)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] = (arena + 148680)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] + (arena + 98694)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131];
+                            for (long long l131 = 0; l131 < 1; l131++) {
+                                for (long long l132 = 0; l132 < 1; l132++) {
+                                    for (long long l133 = 0; l133 < 64; l133++) {
+                                        for (long long l134 = 0; l134 < 128; l134++) {
+                                            (arena + 152840)[l131 * 8192 + l132 * 8192 + l133 * 128 + l134] = (arena + 152840)[l131 * 8192 + l132 * 8192 + l133 * 128 + l134] + (arena + 98694)[l131 * 8192 + l132 * 8192 + l133 * 128 + l134];
                                         }
                                     }
-                                }
-                            }
-                        }
-                        for (long long l132 = 0; l132 < 1; l132++) {
-                            for (long long l133 = 0; l133 < 1; l133++) {
-                                for (long long l134 = 0; l134 < 64; l134++) {
-                                    (arena + 57604)[l132 * 64 + l133 * 64 + l134] = (arena + 144456)[l132 * 64 + l133 * 64 + l134];
                                 }
                             }
                         }
                         for (long long l135 = 0; l135 < 1; l135++) {
                             for (long long l136 = 0; l136 < 1; l136++) {
                                 for (long long l137 = 0; l137 < 64; l137++) {
-                                    for (long long l138 = 0; l138 < 128; l138++) {
-                                        (arena + 106886)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138] = (arena + 148680)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138];
+                                    (arena + 57604)[l135 * 64 + l136 * 64 + l137] = (arena + 148616)[l135 * 64 + l136 * 64 + l137];
+                                }
+                            }
+                        }
+                        for (long long l138 = 0; l138 < 1; l138++) {
+                            for (long long l139 = 0; l139 < 1; l139++) {
+                                for (long long l140 = 0; l140 < 64; l140++) {
+                                    for (long long l141 = 0; l141 < 128; l141++) {
+                                        (arena + 106886)[l138 * 8192 + l139 * 8192 + l140 * 128 + l141] = (arena + 152840)[l138 * 8192 + l139 * 8192 + l140 * 128 + l141];
                                     }
                                 }
                             }
                         }
-                        for (long long l139 = 0; l139 < 1; l139++) {
-                            for (long long l140 = 0; l140 < 1; l140++) {
-                                for (long long l141 = 0; l141 < 64; l141++) {
-                                    for (long long l142 = 0; l142 < 128; l142++) {
-                                        (arena + 115142)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] = ((arena + 106886)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] / (arena + 57604)[l139 * 64 + l140 * 64 + l141]);
+                        for (long long l142 = 0; l142 < 1; l142++) {
+                            for (long long l143 = 0; l143 < 1; l143++) {
+                                for (long long l144 = 0; l144 < 64; l144++) {
+                                    for (long long l145 = 0; l145 < 128; l145++) {
+                                        (arena + 115142)[l142 * 8192 + l143 * 8192 + l144 * 128 + l145] = ((arena + 106886)[l142 * 8192 + l143 * 8192 + l144 * 128 + l145] / (arena + 57604)[l142 * 64 + l143 * 64 + l144]);
                                     }
                                 }
                             }
                         }
-                        for (long long l143 = 0; l143 < 1; l143++) {
-                            for (long long l144 = 0; l144 < 1; l144++) {
-                                for (long long l145 = 0; l145 < 64; l145++) {
-                                    for (long long l146 = 0; l146 < 128; l146++) {
-                                        if (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o4 + l146 < s4) out[(o1 + l143) * args->output_strides[0] + (o2 + l144) * args->output_strides[1] + (o3 + l145) * args->output_strides[2] + (o4 + l146) * args->output_strides[3]] = dt_store_f16((arena + 115142)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146]);
+                        for (long long l146 = 0; l146 < 1; l146++) {
+                            for (long long l147 = 0; l147 < 1; l147++) {
+                                for (long long l148 = 0; l148 < 64; l148++) {
+                                    for (long long l149 = 0; l149 < 128; l149++) {
+                                        if (o1 + l146 < s0 && o2 + l147 < s1 && o3 + l148 < s2 && o4 + l149 < s4) out[(o1 + l146) * args->output_strides[0] + (o2 + l147) * args->output_strides[1] + (o3 + l148) * args->output_strides[2] + (o4 + l149) * args->output_strides[3]] = dt_store_f16((arena + 115142)[l146 * 8192 + l147 * 8192 + l148 * 128 + l149]);
                                     }
                                 }
                             }
@@ -3519,7 +3654,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention */
-    float* arena = (float*)malloc(sizeof(float) * 160968);
+    float* arena = (float*)malloc(sizeof(float) * 165128);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -3558,7 +3693,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 64; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 148680)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 152840)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -3567,7 +3702,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 144456)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                    (arena + 148616)[l9 * 64 + l10 * 64 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -3575,7 +3710,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 140232)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                    (arena + 144392)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -3586,7 +3721,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l17 = 0; l17 < 1; l17++) {
                                     for (long long l18 = 0; l18 < 64; l18++) {
                                         for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 140296)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
+                                            (arena + 144456)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
@@ -3626,7 +3761,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                     for (long long l36 = 0; l36 < 1; l36++) {
                                         for (long long l37 = 0; l37 < 64; l37++) {
                                             for (long long l38 = 0; l38 < 64; l38++) {
-                                                (arena + 140296)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 140296)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 8192)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
+                                                (arena + 144456)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 144456)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 8192)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
                                             }
                                         }
                                     }
@@ -3636,7 +3771,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l40 = 0; l40 < 1; l40++) {
                                     for (long long l41 = 0; l41 < 64; l41++) {
                                         for (long long l42 = 0; l42 < 64; l42++) {
-                                            (arena + 12288)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 140296)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
+                                            (arena + 12288)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 144456)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                         }
                                     }
                                 }
@@ -3654,7 +3789,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l48 = 0; l48 < 1; l48++) {
                                     for (long long l49 = 0; l49 < 64; l49++) {
                                         for (long long l50 = 0; l50 < 64; l50++) {
-                                            (arena + 20482)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (o15 + l50 < s3) ? (arena + 16386)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (-INFINITY);
+                                            (arena + 140232)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (o15 + l50 < s3) ? (arena + 12288)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -3663,211 +3798,218 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l52 = 0; l52 < 1; l52++) {
                                     for (long long l53 = 0; l53 < 64; l53++) {
                                         float a55 = (-INFINITY);
-                                        for (long long r54 = 0; r54 < 64; r54 += 1) a55 = fmaxf(a55, (arena + 20482)[l51 * 4096 + l52 * 4096 + l53 * 64 + r54 * 1]);
-                                        (arena + 24578)[l51 * 64 + l52 * 64 + l53] = a55;
+                                        for (long long r54 = 0; r54 < 64; r54 += 1) a55 = fmaxf(a55, (arena + 140232)[l51 * 4096 + l52 * 4096 + l53 * 64 + r54 * 1]);
+                                        (arena + 144328)[l51 * 64 + l52 * 64 + l53] = a55;
                                     }
                                 }
                             }
                             for (long long l56 = 0; l56 < 1; l56++) {
                                 for (long long l57 = 0; l57 < 1; l57++) {
                                     for (long long l58 = 0; l58 < 64; l58++) {
-                                        (arena + 123334)[l56 * 64 + l57 * 64 + l58] = (arena + 140232)[l56 * 64 + l57 * 64 + l58];
+                                        (arena + 24578)[l56 * 64 + l57 * 64 + l58] = ((arena + 144328)[l56 * 64 + l57 * 64 + l58] * (arena + 16385)[0]);
                                     }
                                 }
                             }
                             for (long long l59 = 0; l59 < 1; l59++) {
                                 for (long long l60 = 0; l60 < 1; l60++) {
                                     for (long long l61 = 0; l61 < 64; l61++) {
-                                        (arena + 140232)[l59 * 64 + l60 * 64 + l61] = fmaxf((arena + 140232)[l59 * 64 + l60 * 64 + l61], (arena + 24578)[l59 * 64 + l60 * 64 + l61]);
+                                        (arena + 123334)[l59 * 64 + l60 * 64 + l61] = (arena + 144392)[l59 * 64 + l60 * 64 + l61];
                                     }
                                 }
                             }
                             for (long long l62 = 0; l62 < 1; l62++) {
                                 for (long long l63 = 0; l63 < 1; l63++) {
                                     for (long long l64 = 0; l64 < 64; l64++) {
-                                        (arena + 123398)[l62 * 64 + l63 * 64 + l64] = (arena + 140232)[l62 * 64 + l63 * 64 + l64];
+                                        (arena + 144392)[l62 * 64 + l63 * 64 + l64] = fmaxf((arena + 144392)[l62 * 64 + l63 * 64 + l64], (arena + 24578)[l62 * 64 + l63 * 64 + l64]);
                                     }
                                 }
                             }
                             for (long long l65 = 0; l65 < 1; l65++) {
                                 for (long long l66 = 0; l66 < 1; l66++) {
                                     for (long long l67 = 0; l67 < 64; l67++) {
-                                        (arena + 123464)[l65 * 64 + l66 * 64 + l67] = (((arena + 123398)[l65 * 64 + l66 * 64 + l67]) == ((arena + 123462)[0]) ? 1.0f : 0.0f);
+                                        (arena + 123398)[l65 * 64 + l66 * 64 + l67] = (arena + 144392)[l65 * 64 + l66 * 64 + l67];
                                     }
                                 }
                             }
                             for (long long l68 = 0; l68 < 1; l68++) {
                                 for (long long l69 = 0; l69 < 1; l69++) {
                                     for (long long l70 = 0; l70 < 64; l70++) {
-                                        (arena + 123528)[l68 * 64 + l69 * 64 + l70] = (arena + 123464)[l68 * 64 + l69 * 64 + l70] != 0.0f ? (arena + 123463)[0] : (arena + 123398)[l68 * 64 + l69 * 64 + l70];
+                                        (arena + 123464)[l68 * 64 + l69 * 64 + l70] = (((arena + 123398)[l68 * 64 + l69 * 64 + l70]) == ((arena + 123462)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l71 = 0; l71 < 1; l71++) {
                                 for (long long l72 = 0; l72 < 1; l72++) {
                                     for (long long l73 = 0; l73 < 64; l73++) {
-                                        (arena + 123592)[l71 * 64 + l72 * 64 + l73] = ((arena + 123334)[l71 * 64 + l72 * 64 + l73] - (arena + 123528)[l71 * 64 + l72 * 64 + l73]);
+                                        (arena + 123528)[l71 * 64 + l72 * 64 + l73] = (arena + 123464)[l71 * 64 + l72 * 64 + l73] != 0.0f ? (arena + 123463)[0] : (arena + 123398)[l71 * 64 + l72 * 64 + l73];
                                     }
                                 }
                             }
                             for (long long l74 = 0; l74 < 1; l74++) {
                                 for (long long l75 = 0; l75 < 1; l75++) {
                                     for (long long l76 = 0; l76 < 64; l76++) {
-                                        (arena + 123656)[l74 * 64 + l75 * 64 + l76] = expf((arena + 123592)[l74 * 64 + l75 * 64 + l76]);
+                                        (arena + 123592)[l74 * 64 + l75 * 64 + l76] = ((arena + 123334)[l74 * 64 + l75 * 64 + l76] - (arena + 123528)[l74 * 64 + l75 * 64 + l76]);
                                     }
                                 }
                             }
                             for (long long l77 = 0; l77 < 1; l77++) {
                                 for (long long l78 = 0; l78 < 1; l78++) {
                                     for (long long l79 = 0; l79 < 64; l79++) {
-                                        (arena + 123720)[l77 * 64 + l78 * 64 + l79] = (arena + 144456)[l77 * 64 + l78 * 64 + l79];
+                                        (arena + 123656)[l77 * 64 + l78 * 64 + l79] = expf((arena + 123592)[l77 * 64 + l78 * 64 + l79]);
                                     }
                                 }
                             }
                             for (long long l80 = 0; l80 < 1; l80++) {
                                 for (long long l81 = 0; l81 < 1; l81++) {
                                     for (long long l82 = 0; l82 < 64; l82++) {
-                                        (arena + 123784)[l80 * 64 + l81 * 64 + l82] = ((arena + 123720)[l80 * 64 + l81 * 64 + l82] * (arena + 123656)[l80 * 64 + l81 * 64 + l82]);
+                                        (arena + 123720)[l80 * 64 + l81 * 64 + l82] = (arena + 148616)[l80 * 64 + l81 * 64 + l82];
                                     }
                                 }
                             }
                             for (long long l83 = 0; l83 < 1; l83++) {
                                 for (long long l84 = 0; l84 < 1; l84++) {
                                     for (long long l85 = 0; l85 < 64; l85++) {
-                                        (arena + 144456)[l83 * 64 + l84 * 64 + l85] = (arena + 123784)[l83 * 64 + l84 * 64 + l85];
+                                        (arena + 123784)[l83 * 64 + l84 * 64 + l85] = ((arena + 123720)[l83 * 64 + l84 * 64 + l85] * (arena + 123656)[l83 * 64 + l84 * 64 + l85]);
                                     }
                                 }
                             }
                             for (long long l86 = 0; l86 < 1; l86++) {
                                 for (long long l87 = 0; l87 < 1; l87++) {
                                     for (long long l88 = 0; l88 < 64; l88++) {
-                                        for (long long l89 = 0; l89 < 64; l89++) {
-                                            (arena + 45252)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] = ((arena + 16386)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] - (arena + 123528)[l86 * 64 + l87 * 64 + l88]);
+                                        (arena + 148616)[l86 * 64 + l87 * 64 + l88] = (arena + 123784)[l86 * 64 + l87 * 64 + l88];
+                                    }
+                                }
+                            }
+                            for (long long l89 = 0; l89 < 1; l89++) {
+                                for (long long l90 = 0; l90 < 1; l90++) {
+                                    for (long long l91 = 0; l91 < 64; l91++) {
+                                        for (long long l92 = 0; l92 < 64; l92++) {
+                                            (arena + 45252)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] = ((arena + 16386)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] - (arena + 123528)[l89 * 64 + l90 * 64 + l91]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l90 = 0; l90 < 1; l90++) {
-                                for (long long l91 = 0; l91 < 1; l91++) {
-                                    for (long long l92 = 0; l92 < 64; l92++) {
-                                        for (long long l93 = 0; l93 < 64; l93++) {
-                                            (arena + 49348)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93] = expf((arena + 45252)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93]);
+                            for (long long l93 = 0; l93 < 1; l93++) {
+                                for (long long l94 = 0; l94 < 1; l94++) {
+                                    for (long long l95 = 0; l95 < 64; l95++) {
+                                        for (long long l96 = 0; l96 < 64; l96++) {
+                                            (arena + 49348)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = expf((arena + 45252)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l94 = 0; l94 < 1; l94++) {
-                                for (long long l95 = 0; l95 < 1; l95++) {
-                                    for (long long l96 = 0; l96 < 64; l96++) {
-                                        for (long long l97 = 0; l97 < 64; l97++) {
-                                            (arena + 53444)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = (o15 + l97 < s3) ? (arena + 49348)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] : 0e0f;
+                            for (long long l97 = 0; l97 < 1; l97++) {
+                                for (long long l98 = 0; l98 < 1; l98++) {
+                                    for (long long l99 = 0; l99 < 64; l99++) {
+                                        for (long long l100 = 0; l100 < 64; l100++) {
+                                            (arena + 53444)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] = (o15 + l100 < s3) ? (arena + 49348)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l98 = 0; l98 < 1; l98++) {
-                                for (long long l99 = 0; l99 < 1; l99++) {
-                                    for (long long l100 = 0; l100 < 64; l100++) {
-                                        float a102 = 0e0f;
-                                        for (long long r101 = 0; r101 < 64; r101 += 1) a102 = a102 + (arena + 53444)[l98 * 4096 + l99 * 4096 + l100 * 64 + r101 * 1];
-                                        (arena + 57540)[l98 * 64 + l99 * 64 + l100] = a102;
-                                    }
-                                }
-                            }
-                            for (long long l103 = 0; l103 < 1; l103++) {
-                                for (long long l104 = 0; l104 < 1; l104++) {
-                                    for (long long l105 = 0; l105 < 64; l105++) {
-                                        (arena + 144456)[l103 * 64 + l104 * 64 + l105] = (arena + 144456)[l103 * 64 + l104 * 64 + l105] + (arena + 57540)[l103 * 64 + l104 * 64 + l105];
+                            for (long long l101 = 0; l101 < 1; l101++) {
+                                for (long long l102 = 0; l102 < 1; l102++) {
+                                    for (long long l103 = 0; l103 < 64; l103++) {
+                                        float a105 = 0e0f;
+                                        for (long long r104 = 0; r104 < 64; r104 += 1) a105 = a105 + (arena + 53444)[l101 * 4096 + l102 * 4096 + l103 * 64 + r104 * 1];
+                                        (arena + 57540)[l101 * 64 + l102 * 64 + l103] = a105;
                                     }
                                 }
                             }
                             for (long long l106 = 0; l106 < 1; l106++) {
                                 for (long long l107 = 0; l107 < 1; l107++) {
                                     for (long long l108 = 0; l108 < 64; l108++) {
-                                        for (long long l109 = 0; l109 < 128; l109++) {
-                                            (arena + 123848)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109] = (arena + 148680)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109];
+                                        (arena + 148616)[l106 * 64 + l107 * 64 + l108] = (arena + 148616)[l106 * 64 + l107 * 64 + l108] + (arena + 57540)[l106 * 64 + l107 * 64 + l108];
+                                    }
+                                }
+                            }
+                            for (long long l109 = 0; l109 < 1; l109++) {
+                                for (long long l110 = 0; l110 < 1; l110++) {
+                                    for (long long l111 = 0; l111 < 64; l111++) {
+                                        for (long long l112 = 0; l112 < 128; l112++) {
+                                            (arena + 123848)[l109 * 8192 + l110 * 8192 + l111 * 128 + l112] = (arena + 152840)[l109 * 8192 + l110 * 8192 + l111 * 128 + l112];
                                         }
                                     }
                                 }
                             }
-                            for (long long l110 = 0; l110 < 1; l110++) {
-                                for (long long l111 = 0; l111 < 1; l111++) {
-                                    for (long long l112 = 0; l112 < 64; l112++) {
-                                        for (long long l113 = 0; l113 < 128; l113++) {
-                                            (arena + 132040)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] = ((arena + 123848)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] * (arena + 123656)[l110 * 64 + l111 * 64 + l112]);
+                            for (long long l113 = 0; l113 < 1; l113++) {
+                                for (long long l114 = 0; l114 < 1; l114++) {
+                                    for (long long l115 = 0; l115 < 64; l115++) {
+                                        for (long long l116 = 0; l116 < 128; l116++) {
+                                            (arena + 132040)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116] = ((arena + 123848)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116] * (arena + 123656)[l113 * 64 + l114 * 64 + l115]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l114 = 0; l114 < 1; l114++) {
-                                for (long long l115 = 0; l115 < 1; l115++) {
-                                    for (long long l116 = 0; l116 < 64; l116++) {
-                                        for (long long l117 = 0; l117 < 128; l117++) {
-                                            (arena + 148680)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 132040)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
+                            for (long long l117 = 0; l117 < 1; l117++) {
+                                for (long long l118 = 0; l118 < 1; l118++) {
+                                    for (long long l119 = 0; l119 < 64; l119++) {
+                                        for (long long l120 = 0; l120 < 128; l120++) {
+                                            (arena + 152840)[l117 * 8192 + l118 * 8192 + l119 * 128 + l120] = (arena + 132040)[l117 * 8192 + l118 * 8192 + l119 * 128 + l120];
                                         }
                                     }
                                 }
                             }
-                            for (long long l118 = 0; l118 < 1; l118++) {
-                                for (long long l119 = 0; l119 < 1; l119++) {
-                                    for (long long l120 = 0; l120 < 128; l120++) {
-                                        for (long long l121 = 0; l121 < 64; l121++) {
-                                            (arena + 90502)[l118 * 8192 + l119 * 8192 + l120 * 64 + l121] = (o1 + l118 < s0 && o2 + l119 < s1 && o15 + l121 < s3 && o4 + l120 < s4) ? dt_load_bf16(in2[(o1 + l118) * args->input_strides[2][0] + (o2 + l119) * args->input_strides[2][1] + (o15 + l121) * args->input_strides[2][2] + (o4 + l120) * args->input_strides[2][3]]) : 0e0f;
+                            for (long long l121 = 0; l121 < 1; l121++) {
+                                for (long long l122 = 0; l122 < 1; l122++) {
+                                    for (long long l123 = 0; l123 < 128; l123++) {
+                                        for (long long l124 = 0; l124 < 64; l124++) {
+                                            (arena + 90502)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124] = (o1 + l121 < s0 && o2 + l122 < s1 && o15 + l124 < s3 && o4 + l123 < s4) ? dt_load_bf16(in2[(o1 + l121) * args->input_strides[2][0] + (o2 + l122) * args->input_strides[2][1] + (o15 + l124) * args->input_strides[2][2] + (o4 + l123) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l122 = 0; l122 < 1; l122++) {
-                                for (long long l123 = 0; l123 < 1; l123++) {
-                                    for (long long l124 = 0; l124 < 64; l124++) {
-                                        for (long long l125 = 0; l125 < 128; l125++) {
-                                            float a127 = 0.0f;
-                                            for (long long r126 = 0; r126 < 64; r126++) a127 += (arena + 53444)[l122 * 4096 + l123 * 4096 + l124 * 64 + r126 * 1] * (arena + 90502)[l122 * 8192 + l123 * 8192 + l125 * 64 + r126 * 1];
-                                            (arena + 98694)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = a127;
+                            for (long long l125 = 0; l125 < 1; l125++) {
+                                for (long long l126 = 0; l126 < 1; l126++) {
+                                    for (long long l127 = 0; l127 < 64; l127++) {
+                                        for (long long l128 = 0; l128 < 128; l128++) {
+                                            float a130 = 0.0f;
+                                            for (long long r129 = 0; r129 < 64; r129++) a130 += (arena + 53444)[l125 * 4096 + l126 * 4096 + l127 * 64 + r129 * 1] * (arena + 90502)[l125 * 8192 + l126 * 8192 + l128 * 64 + r129 * 1];
+                                            (arena + 98694)[l125 * 8192 + l126 * 8192 + l127 * 128 + l128] = a130;
                                         }
                                     }
                                 }
                             }
-                            for (long long l128 = 0; l128 < 1; l128++) {
-                                for (long long l129 = 0; l129 < 1; l129++) {
-                                    for (long long l130 = 0; l130 < 64; l130++) {
-                                        for (long long l131 = 0; l131 < 128; l131++) {
-                                            (arena + 148680)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] = (arena + 148680)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] + (arena + 98694)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131];
+                            for (long long l131 = 0; l131 < 1; l131++) {
+                                for (long long l132 = 0; l132 < 1; l132++) {
+                                    for (long long l133 = 0; l133 < 64; l133++) {
+                                        for (long long l134 = 0; l134 < 128; l134++) {
+                                            (arena + 152840)[l131 * 8192 + l132 * 8192 + l133 * 128 + l134] = (arena + 152840)[l131 * 8192 + l132 * 8192 + l133 * 128 + l134] + (arena + 98694)[l131 * 8192 + l132 * 8192 + l133 * 128 + l134];
                                         }
                                     }
-                                }
-                            }
-                        }
-                        for (long long l132 = 0; l132 < 1; l132++) {
-                            for (long long l133 = 0; l133 < 1; l133++) {
-                                for (long long l134 = 0; l134 < 64; l134++) {
-                                    (arena + 57604)[l132 * 64 + l133 * 64 + l134] = (arena + 144456)[l132 * 64 + l133 * 64 + l134];
                                 }
                             }
                         }
                         for (long long l135 = 0; l135 < 1; l135++) {
                             for (long long l136 = 0; l136 < 1; l136++) {
                                 for (long long l137 = 0; l137 < 64; l137++) {
-                                    for (long long l138 = 0; l138 < 128; l138++) {
-                                        (arena + 106886)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138] = (arena + 148680)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138];
+                                    (arena + 57604)[l135 * 64 + l136 * 64 + l137] = (arena + 148616)[l135 * 64 + l136 * 64 + l137];
+                                }
+                            }
+                        }
+                        for (long long l138 = 0; l138 < 1; l138++) {
+                            for (long long l139 = 0; l139 < 1; l139++) {
+                                for (long long l140 = 0; l140 < 64; l140++) {
+                                    for (long long l141 = 0; l141 < 128; l141++) {
+                                        (arena + 106886)[l138 * 8192 + l139 * 8192 + l140 * 128 + l141] = (arena + 152840)[l138 * 8192 + l139 * 8192 + l140 * 128 + l141];
                                     }
                                 }
                             }
                         }
-                        for (long long l139 = 0; l139 < 1; l139++) {
-                            for (long long l140 = 0; l140 < 1; l140++) {
-                                for (long long l141 = 0; l141 < 64; l141++) {
-                                    for (long long l142 = 0; l142 < 128; l142++) {
-                                        (arena + 115142)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] = ((arena + 106886)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] / (arena + 57604)[l139 * 64 + l140 * 64 + l141]);
+                        for (long long l142 = 0; l142 < 1; l142++) {
+                            for (long long l143 = 0; l143 < 1; l143++) {
+                                for (long long l144 = 0; l144 < 64; l144++) {
+                                    for (long long l145 = 0; l145 < 128; l145++) {
+                                        (arena + 115142)[l142 * 8192 + l143 * 8192 + l144 * 128 + l145] = ((arena + 106886)[l142 * 8192 + l143 * 8192 + l144 * 128 + l145] / (arena + 57604)[l142 * 64 + l143 * 64 + l144]);
                                     }
                                 }
                             }
                         }
-                        for (long long l143 = 0; l143 < 1; l143++) {
-                            for (long long l144 = 0; l144 < 1; l144++) {
-                                for (long long l145 = 0; l145 < 64; l145++) {
-                                    for (long long l146 = 0; l146 < 128; l146++) {
-                                        if (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o4 + l146 < s4) out[(o1 + l143) * args->output_strides[0] + (o2 + l144) * args->output_strides[1] + (o3 + l145) * args->output_strides[2] + (o4 + l146) * args->output_strides[3]] = dt_store_bf16((arena + 115142)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146]);
+                        for (long long l146 = 0; l146 < 1; l146++) {
+                            for (long long l147 = 0; l147 < 1; l147++) {
+                                for (long long l148 = 0; l148 < 64; l148++) {
+                                    for (long long l149 = 0; l149 < 128; l149++) {
+                                        if (o1 + l146 < s0 && o2 + l147 < s1 && o3 + l148 < s2 && o4 + l149 < s4) out[(o1 + l146) * args->output_strides[0] + (o2 + l147) * args->output_strides[1] + (o3 + l148) * args->output_strides[2] + (o4 + l149) * args->output_strides[3]] = dt_store_bf16((arena + 115142)[l146 * 8192 + l147 * 8192 + l148 * 128 + l149]);
                                     }
                                 }
                             }
@@ -3892,7 +4034,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* K */
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* V */
     float* out = (float*)(uintptr_t)args->output; /* attention */
-    float* arena = (float*)malloc(sizeof(float) * 160968);
+    float* arena = (float*)malloc(sizeof(float) * 165128);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -3931,7 +4073,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 64; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 148680)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 152840)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -3940,7 +4082,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 144456)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                    (arena + 148616)[l9 * 64 + l10 * 64 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -3948,7 +4090,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 140232)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                    (arena + 144392)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -3959,7 +4101,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l17 = 0; l17 < 1; l17++) {
                                     for (long long l18 = 0; l18 < 64; l18++) {
                                         for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 140296)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
+                                            (arena + 144456)[l16 * 4096 + l17 * 4096 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
@@ -3999,7 +4141,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                     for (long long l36 = 0; l36 < 1; l36++) {
                                         for (long long l37 = 0; l37 < 64; l37++) {
                                             for (long long l38 = 0; l38 < 64; l38++) {
-                                                (arena + 140296)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 140296)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 8192)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
+                                                (arena + 144456)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] = (arena + 144456)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38] + (arena + 8192)[l35 * 4096 + l36 * 4096 + l37 * 64 + l38];
                                             }
                                         }
                                     }
@@ -4009,7 +4151,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l40 = 0; l40 < 1; l40++) {
                                     for (long long l41 = 0; l41 < 64; l41++) {
                                         for (long long l42 = 0; l42 < 64; l42++) {
-                                            (arena + 12288)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 140296)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
+                                            (arena + 12288)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 144456)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                         }
                                     }
                                 }
@@ -4027,7 +4169,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l48 = 0; l48 < 1; l48++) {
                                     for (long long l49 = 0; l49 < 64; l49++) {
                                         for (long long l50 = 0; l50 < 64; l50++) {
-                                            (arena + 20482)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (o15 + l50 < s3) ? (arena + 16386)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (-INFINITY);
+                                            (arena + 140232)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] = (o15 + l50 < s3) ? (arena + 12288)[l47 * 4096 + l48 * 4096 + l49 * 64 + l50] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -4036,211 +4178,218 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
                                 for (long long l52 = 0; l52 < 1; l52++) {
                                     for (long long l53 = 0; l53 < 64; l53++) {
                                         float a55 = (-INFINITY);
-                                        for (long long r54 = 0; r54 < 64; r54 += 1) a55 = fmaxf(a55, (arena + 20482)[l51 * 4096 + l52 * 4096 + l53 * 64 + r54 * 1]);
-                                        (arena + 24578)[l51 * 64 + l52 * 64 + l53] = a55;
+                                        for (long long r54 = 0; r54 < 64; r54 += 1) a55 = fmaxf(a55, (arena + 140232)[l51 * 4096 + l52 * 4096 + l53 * 64 + r54 * 1]);
+                                        (arena + 144328)[l51 * 64 + l52 * 64 + l53] = a55;
                                     }
                                 }
                             }
                             for (long long l56 = 0; l56 < 1; l56++) {
                                 for (long long l57 = 0; l57 < 1; l57++) {
                                     for (long long l58 = 0; l58 < 64; l58++) {
-                                        (arena + 123334)[l56 * 64 + l57 * 64 + l58] = (arena + 140232)[l56 * 64 + l57 * 64 + l58];
+                                        (arena + 24578)[l56 * 64 + l57 * 64 + l58] = ((arena + 144328)[l56 * 64 + l57 * 64 + l58] * (arena + 16385)[0]);
                                     }
                                 }
                             }
                             for (long long l59 = 0; l59 < 1; l59++) {
                                 for (long long l60 = 0; l60 < 1; l60++) {
                                     for (long long l61 = 0; l61 < 64; l61++) {
-                                        (arena + 140232)[l59 * 64 + l60 * 64 + l61] = fmaxf((arena + 140232)[l59 * 64 + l60 * 64 + l61], (arena + 24578)[l59 * 64 + l60 * 64 + l61]);
+                                        (arena + 123334)[l59 * 64 + l60 * 64 + l61] = (arena + 144392)[l59 * 64 + l60 * 64 + l61];
                                     }
                                 }
                             }
                             for (long long l62 = 0; l62 < 1; l62++) {
                                 for (long long l63 = 0; l63 < 1; l63++) {
                                     for (long long l64 = 0; l64 < 64; l64++) {
-                                        (arena + 123398)[l62 * 64 + l63 * 64 + l64] = (arena + 140232)[l62 * 64 + l63 * 64 + l64];
+                                        (arena + 144392)[l62 * 64 + l63 * 64 + l64] = fmaxf((arena + 144392)[l62 * 64 + l63 * 64 + l64], (arena + 24578)[l62 * 64 + l63 * 64 + l64]);
                                     }
                                 }
                             }
                             for (long long l65 = 0; l65 < 1; l65++) {
                                 for (long long l66 = 0; l66 < 1; l66++) {
                                     for (long long l67 = 0; l67 < 64; l67++) {
-                                        (arena + 123464)[l65 * 64 + l66 * 64 + l67] = (((arena + 123398)[l65 * 64 + l66 * 64 + l67]) == ((arena + 123462)[0]) ? 1.0f : 0.0f);
+                                        (arena + 123398)[l65 * 64 + l66 * 64 + l67] = (arena + 144392)[l65 * 64 + l66 * 64 + l67];
                                     }
                                 }
                             }
                             for (long long l68 = 0; l68 < 1; l68++) {
                                 for (long long l69 = 0; l69 < 1; l69++) {
                                     for (long long l70 = 0; l70 < 64; l70++) {
-                                        (arena + 123528)[l68 * 64 + l69 * 64 + l70] = (arena + 123464)[l68 * 64 + l69 * 64 + l70] != 0.0f ? (arena + 123463)[0] : (arena + 123398)[l68 * 64 + l69 * 64 + l70];
+                                        (arena + 123464)[l68 * 64 + l69 * 64 + l70] = (((arena + 123398)[l68 * 64 + l69 * 64 + l70]) == ((arena + 123462)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l71 = 0; l71 < 1; l71++) {
                                 for (long long l72 = 0; l72 < 1; l72++) {
                                     for (long long l73 = 0; l73 < 64; l73++) {
-                                        (arena + 123592)[l71 * 64 + l72 * 64 + l73] = ((arena + 123334)[l71 * 64 + l72 * 64 + l73] - (arena + 123528)[l71 * 64 + l72 * 64 + l73]);
+                                        (arena + 123528)[l71 * 64 + l72 * 64 + l73] = (arena + 123464)[l71 * 64 + l72 * 64 + l73] != 0.0f ? (arena + 123463)[0] : (arena + 123398)[l71 * 64 + l72 * 64 + l73];
                                     }
                                 }
                             }
                             for (long long l74 = 0; l74 < 1; l74++) {
                                 for (long long l75 = 0; l75 < 1; l75++) {
                                     for (long long l76 = 0; l76 < 64; l76++) {
-                                        (arena + 123656)[l74 * 64 + l75 * 64 + l76] = expf((arena + 123592)[l74 * 64 + l75 * 64 + l76]);
+                                        (arena + 123592)[l74 * 64 + l75 * 64 + l76] = ((arena + 123334)[l74 * 64 + l75 * 64 + l76] - (arena + 123528)[l74 * 64 + l75 * 64 + l76]);
                                     }
                                 }
                             }
                             for (long long l77 = 0; l77 < 1; l77++) {
                                 for (long long l78 = 0; l78 < 1; l78++) {
                                     for (long long l79 = 0; l79 < 64; l79++) {
-                                        (arena + 123720)[l77 * 64 + l78 * 64 + l79] = (arena + 144456)[l77 * 64 + l78 * 64 + l79];
+                                        (arena + 123656)[l77 * 64 + l78 * 64 + l79] = expf((arena + 123592)[l77 * 64 + l78 * 64 + l79]);
                                     }
                                 }
                             }
                             for (long long l80 = 0; l80 < 1; l80++) {
                                 for (long long l81 = 0; l81 < 1; l81++) {
                                     for (long long l82 = 0; l82 < 64; l82++) {
-                                        (arena + 123784)[l80 * 64 + l81 * 64 + l82] = ((arena + 123720)[l80 * 64 + l81 * 64 + l82] * (arena + 123656)[l80 * 64 + l81 * 64 + l82]);
+                                        (arena + 123720)[l80 * 64 + l81 * 64 + l82] = (arena + 148616)[l80 * 64 + l81 * 64 + l82];
                                     }
                                 }
                             }
                             for (long long l83 = 0; l83 < 1; l83++) {
                                 for (long long l84 = 0; l84 < 1; l84++) {
                                     for (long long l85 = 0; l85 < 64; l85++) {
-                                        (arena + 144456)[l83 * 64 + l84 * 64 + l85] = (arena + 123784)[l83 * 64 + l84 * 64 + l85];
+                                        (arena + 123784)[l83 * 64 + l84 * 64 + l85] = ((arena + 123720)[l83 * 64 + l84 * 64 + l85] * (arena + 123656)[l83 * 64 + l84 * 64 + l85]);
                                     }
                                 }
                             }
                             for (long long l86 = 0; l86 < 1; l86++) {
                                 for (long long l87 = 0; l87 < 1; l87++) {
                                     for (long long l88 = 0; l88 < 64; l88++) {
-                                        for (long long l89 = 0; l89 < 64; l89++) {
-                                            (arena + 45252)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] = ((arena + 16386)[l86 * 4096 + l87 * 4096 + l88 * 64 + l89] - (arena + 123528)[l86 * 64 + l87 * 64 + l88]);
+                                        (arena + 148616)[l86 * 64 + l87 * 64 + l88] = (arena + 123784)[l86 * 64 + l87 * 64 + l88];
+                                    }
+                                }
+                            }
+                            for (long long l89 = 0; l89 < 1; l89++) {
+                                for (long long l90 = 0; l90 < 1; l90++) {
+                                    for (long long l91 = 0; l91 < 64; l91++) {
+                                        for (long long l92 = 0; l92 < 64; l92++) {
+                                            (arena + 45252)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] = ((arena + 16386)[l89 * 4096 + l90 * 4096 + l91 * 64 + l92] - (arena + 123528)[l89 * 64 + l90 * 64 + l91]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l90 = 0; l90 < 1; l90++) {
-                                for (long long l91 = 0; l91 < 1; l91++) {
-                                    for (long long l92 = 0; l92 < 64; l92++) {
-                                        for (long long l93 = 0; l93 < 64; l93++) {
-                                            (arena + 49348)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93] = expf((arena + 45252)[l90 * 4096 + l91 * 4096 + l92 * 64 + l93]);
+                            for (long long l93 = 0; l93 < 1; l93++) {
+                                for (long long l94 = 0; l94 < 1; l94++) {
+                                    for (long long l95 = 0; l95 < 64; l95++) {
+                                        for (long long l96 = 0; l96 < 64; l96++) {
+                                            (arena + 49348)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96] = expf((arena + 45252)[l93 * 4096 + l94 * 4096 + l95 * 64 + l96]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l94 = 0; l94 < 1; l94++) {
-                                for (long long l95 = 0; l95 < 1; l95++) {
-                                    for (long long l96 = 0; l96 < 64; l96++) {
-                                        for (long long l97 = 0; l97 < 64; l97++) {
-                                            (arena + 53444)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = (o15 + l97 < s3) ? (arena + 49348)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] : 0e0f;
+                            for (long long l97 = 0; l97 < 1; l97++) {
+                                for (long long l98 = 0; l98 < 1; l98++) {
+                                    for (long long l99 = 0; l99 < 64; l99++) {
+                                        for (long long l100 = 0; l100 < 64; l100++) {
+                                            (arena + 53444)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] = (o15 + l100 < s3) ? (arena + 49348)[l97 * 4096 + l98 * 4096 + l99 * 64 + l100] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l98 = 0; l98 < 1; l98++) {
-                                for (long long l99 = 0; l99 < 1; l99++) {
-                                    for (long long l100 = 0; l100 < 64; l100++) {
-                                        float a102 = 0e0f;
-                                        for (long long r101 = 0; r101 < 64; r101 += 1) a102 = a102 + (arena + 53444)[l98 * 4096 + l99 * 4096 + l100 * 64 + r101 * 1];
-                                        (arena + 57540)[l98 * 64 + l99 * 64 + l100] = a102;
-                                    }
-                                }
-                            }
-                            for (long long l103 = 0; l103 < 1; l103++) {
-                                for (long long l104 = 0; l104 < 1; l104++) {
-                                    for (long long l105 = 0; l105 < 64; l105++) {
-                                        (arena + 144456)[l103 * 64 + l104 * 64 + l105] = (arena + 144456)[l103 * 64 + l104 * 64 + l105] + (arena + 57540)[l103 * 64 + l104 * 64 + l105];
+                            for (long long l101 = 0; l101 < 1; l101++) {
+                                for (long long l102 = 0; l102 < 1; l102++) {
+                                    for (long long l103 = 0; l103 < 64; l103++) {
+                                        float a105 = 0e0f;
+                                        for (long long r104 = 0; r104 < 64; r104 += 1) a105 = a105 + (arena + 53444)[l101 * 4096 + l102 * 4096 + l103 * 64 + r104 * 1];
+                                        (arena + 57540)[l101 * 64 + l102 * 64 + l103] = a105;
                                     }
                                 }
                             }
                             for (long long l106 = 0; l106 < 1; l106++) {
                                 for (long long l107 = 0; l107 < 1; l107++) {
                                     for (long long l108 = 0; l108 < 64; l108++) {
-                                        for (long long l109 = 0; l109 < 128; l109++) {
-                                            (arena + 123848)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109] = (arena + 148680)[l106 * 8192 + l107 * 8192 + l108 * 128 + l109];
+                                        (arena + 148616)[l106 * 64 + l107 * 64 + l108] = (arena + 148616)[l106 * 64 + l107 * 64 + l108] + (arena + 57540)[l106 * 64 + l107 * 64 + l108];
+                                    }
+                                }
+                            }
+                            for (long long l109 = 0; l109 < 1; l109++) {
+                                for (long long l110 = 0; l110 < 1; l110++) {
+                                    for (long long l111 = 0; l111 < 64; l111++) {
+                                        for (long long l112 = 0; l112 < 128; l112++) {
+                                            (arena + 123848)[l109 * 8192 + l110 * 8192 + l111 * 128 + l112] = (arena + 152840)[l109 * 8192 + l110 * 8192 + l111 * 128 + l112];
                                         }
                                     }
                                 }
                             }
-                            for (long long l110 = 0; l110 < 1; l110++) {
-                                for (long long l111 = 0; l111 < 1; l111++) {
-                                    for (long long l112 = 0; l112 < 64; l112++) {
-                                        for (long long l113 = 0; l113 < 128; l113++) {
-                                            (arena + 132040)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] = ((arena + 123848)[l110 * 8192 + l111 * 8192 + l112 * 128 + l113] * (arena + 123656)[l110 * 64 + l111 * 64 + l112]);
+                            for (long long l113 = 0; l113 < 1; l113++) {
+                                for (long long l114 = 0; l114 < 1; l114++) {
+                                    for (long long l115 = 0; l115 < 64; l115++) {
+                                        for (long long l116 = 0; l116 < 128; l116++) {
+                                            (arena + 132040)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116] = ((arena + 123848)[l113 * 8192 + l114 * 8192 + l115 * 128 + l116] * (arena + 123656)[l113 * 64 + l114 * 64 + l115]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l114 = 0; l114 < 1; l114++) {
-                                for (long long l115 = 0; l115 < 1; l115++) {
-                                    for (long long l116 = 0; l116 < 64; l116++) {
-                                        for (long long l117 = 0; l117 < 128; l117++) {
-                                            (arena + 148680)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 132040)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
+                            for (long long l117 = 0; l117 < 1; l117++) {
+                                for (long long l118 = 0; l118 < 1; l118++) {
+                                    for (long long l119 = 0; l119 < 64; l119++) {
+                                        for (long long l120 = 0; l120 < 128; l120++) {
+                                            (arena + 152840)[l117 * 8192 + l118 * 8192 + l119 * 128 + l120] = (arena + 132040)[l117 * 8192 + l118 * 8192 + l119 * 128 + l120];
                                         }
                                     }
                                 }
                             }
-                            for (long long l118 = 0; l118 < 1; l118++) {
-                                for (long long l119 = 0; l119 < 1; l119++) {
-                                    for (long long l120 = 0; l120 < 128; l120++) {
-                                        for (long long l121 = 0; l121 < 64; l121++) {
-                                            (arena + 90502)[l118 * 8192 + l119 * 8192 + l120 * 64 + l121] = (o1 + l118 < s0 && o2 + l119 < s1 && o15 + l121 < s3 && o4 + l120 < s4) ? dt_load_f32(in2[(o1 + l118) * args->input_strides[2][0] + (o2 + l119) * args->input_strides[2][1] + (o15 + l121) * args->input_strides[2][2] + (o4 + l120) * args->input_strides[2][3]]) : 0e0f;
+                            for (long long l121 = 0; l121 < 1; l121++) {
+                                for (long long l122 = 0; l122 < 1; l122++) {
+                                    for (long long l123 = 0; l123 < 128; l123++) {
+                                        for (long long l124 = 0; l124 < 64; l124++) {
+                                            (arena + 90502)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124] = (o1 + l121 < s0 && o2 + l122 < s1 && o15 + l124 < s3 && o4 + l123 < s4) ? dt_load_f32(in2[(o1 + l121) * args->input_strides[2][0] + (o2 + l122) * args->input_strides[2][1] + (o15 + l124) * args->input_strides[2][2] + (o4 + l123) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l122 = 0; l122 < 1; l122++) {
-                                for (long long l123 = 0; l123 < 1; l123++) {
-                                    for (long long l124 = 0; l124 < 64; l124++) {
-                                        for (long long l125 = 0; l125 < 128; l125++) {
-                                            float a127 = 0.0f;
-                                            for (long long r126 = 0; r126 < 64; r126++) a127 += (arena + 53444)[l122 * 4096 + l123 * 4096 + l124 * 64 + r126 * 1] * (arena + 90502)[l122 * 8192 + l123 * 8192 + l125 * 64 + r126 * 1];
-                                            (arena + 98694)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = a127;
+                            for (long long l125 = 0; l125 < 1; l125++) {
+                                for (long long l126 = 0; l126 < 1; l126++) {
+                                    for (long long l127 = 0; l127 < 64; l127++) {
+                                        for (long long l128 = 0; l128 < 128; l128++) {
+                                            float a130 = 0.0f;
+                                            for (long long r129 = 0; r129 < 64; r129++) a130 += (arena + 53444)[l125 * 4096 + l126 * 4096 + l127 * 64 + r129 * 1] * (arena + 90502)[l125 * 8192 + l126 * 8192 + l128 * 64 + r129 * 1];
+                                            (arena + 98694)[l125 * 8192 + l126 * 8192 + l127 * 128 + l128] = a130;
                                         }
                                     }
                                 }
                             }
-                            for (long long l128 = 0; l128 < 1; l128++) {
-                                for (long long l129 = 0; l129 < 1; l129++) {
-                                    for (long long l130 = 0; l130 < 64; l130++) {
-                                        for (long long l131 = 0; l131 < 128; l131++) {
-                                            (arena + 148680)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] = (arena + 148680)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131] + (arena + 98694)[l128 * 8192 + l129 * 8192 + l130 * 128 + l131];
+                            for (long long l131 = 0; l131 < 1; l131++) {
+                                for (long long l132 = 0; l132 < 1; l132++) {
+                                    for (long long l133 = 0; l133 < 64; l133++) {
+                                        for (long long l134 = 0; l134 < 128; l134++) {
+                                            (arena + 152840)[l131 * 8192 + l132 * 8192 + l133 * 128 + l134] = (arena + 152840)[l131 * 8192 + l132 * 8192 + l133 * 128 + l134] + (arena + 98694)[l131 * 8192 + l132 * 8192 + l133 * 128 + l134];
                                         }
                                     }
-                                }
-                            }
-                        }
-                        for (long long l132 = 0; l132 < 1; l132++) {
-                            for (long long l133 = 0; l133 < 1; l133++) {
-                                for (long long l134 = 0; l134 < 64; l134++) {
-                                    (arena + 57604)[l132 * 64 + l133 * 64 + l134] = (arena + 144456)[l132 * 64 + l133 * 64 + l134];
                                 }
                             }
                         }
                         for (long long l135 = 0; l135 < 1; l135++) {
                             for (long long l136 = 0; l136 < 1; l136++) {
                                 for (long long l137 = 0; l137 < 64; l137++) {
-                                    for (long long l138 = 0; l138 < 128; l138++) {
-                                        (arena + 106886)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138] = (arena + 148680)[l135 * 8192 + l136 * 8192 + l137 * 128 + l138];
+                                    (arena + 57604)[l135 * 64 + l136 * 64 + l137] = (arena + 148616)[l135 * 64 + l136 * 64 + l137];
+                                }
+                            }
+                        }
+                        for (long long l138 = 0; l138 < 1; l138++) {
+                            for (long long l139 = 0; l139 < 1; l139++) {
+                                for (long long l140 = 0; l140 < 64; l140++) {
+                                    for (long long l141 = 0; l141 < 128; l141++) {
+                                        (arena + 106886)[l138 * 8192 + l139 * 8192 + l140 * 128 + l141] = (arena + 152840)[l138 * 8192 + l139 * 8192 + l140 * 128 + l141];
                                     }
                                 }
                             }
                         }
-                        for (long long l139 = 0; l139 < 1; l139++) {
-                            for (long long l140 = 0; l140 < 1; l140++) {
-                                for (long long l141 = 0; l141 < 64; l141++) {
-                                    for (long long l142 = 0; l142 < 128; l142++) {
-                                        (arena + 115142)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] = ((arena + 106886)[l139 * 8192 + l140 * 8192 + l141 * 128 + l142] / (arena + 57604)[l139 * 64 + l140 * 64 + l141]);
+                        for (long long l142 = 0; l142 < 1; l142++) {
+                            for (long long l143 = 0; l143 < 1; l143++) {
+                                for (long long l144 = 0; l144 < 64; l144++) {
+                                    for (long long l145 = 0; l145 < 128; l145++) {
+                                        (arena + 115142)[l142 * 8192 + l143 * 8192 + l144 * 128 + l145] = ((arena + 106886)[l142 * 8192 + l143 * 8192 + l144 * 128 + l145] / (arena + 57604)[l142 * 64 + l143 * 64 + l144]);
                                     }
                                 }
                             }
                         }
-                        for (long long l143 = 0; l143 < 1; l143++) {
-                            for (long long l144 = 0; l144 < 1; l144++) {
-                                for (long long l145 = 0; l145 < 64; l145++) {
-                                    for (long long l146 = 0; l146 < 128; l146++) {
-                                        if (o1 + l143 < s0 && o2 + l144 < s1 && o3 + l145 < s2 && o4 + l146 < s4) out[(o1 + l143) * args->output_strides[0] + (o2 + l144) * args->output_strides[1] + (o3 + l145) * args->output_strides[2] + (o4 + l146) * args->output_strides[3]] = dt_store_f32((arena + 115142)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146]);
+                        for (long long l146 = 0; l146 < 1; l146++) {
+                            for (long long l147 = 0; l147 < 1; l147++) {
+                                for (long long l148 = 0; l148 < 64; l148++) {
+                                    for (long long l149 = 0; l149 < 128; l149++) {
+                                        if (o1 + l146 < s0 && o2 + l147 < s1 && o3 + l148 < s2 && o4 + l149 < s4) out[(o1 + l146) * args->output_strides[0] + (o2 + l147) * args->output_strides[1] + (o3 + l148) * args->output_strides[2] + (o4 + l149) * args->output_strides[3]] = dt_store_f32((arena + 115142)[l146 * 8192 + l147 * 8192 + l148 * 128 + l149]);
                                     }
                                 }
                             }
@@ -4265,7 +4414,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_causal */
-    float* arena = (float*)malloc(sizeof(float) * 185934);
+    float* arena = (float*)malloc(sizeof(float) * 194190);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -4306,7 +4455,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 64; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 173646)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 181902)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -4315,7 +4464,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 169422)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                    (arena + 177678)[l9 * 64 + l10 * 64 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -4323,7 +4472,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 165198)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                    (arena + 173454)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -4345,7 +4494,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 64; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            (arena + 165262)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
+                                            (arena + 173518)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
                                         }
                                     }
                                 }
@@ -4385,7 +4534,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                     for (long long l40 = 0; l40 < 1; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
                                             for (long long l42 = 0; l42 < 64; l42++) {
-                                                (arena + 165262)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 165262)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] + (arena + 12416)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
+                                                (arena + 173518)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 173518)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] + (arena + 12416)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                             }
                                         }
                                     }
@@ -4395,7 +4544,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l44 = 0; l44 < 1; l44++) {
                                     for (long long l45 = 0; l45 < 64; l45++) {
                                         for (long long l46 = 0; l46 < 64; l46++) {
-                                            (arena + 16512)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (arena + 165262)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46];
+                                            (arena + 16512)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (arena + 173518)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46];
                                         }
                                     }
                                 }
@@ -4422,7 +4571,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                                 for (long long l56 = 0; l56 < 1; l56++) {
                                     for (long long l57 = 0; l57 < 64; l57++) {
                                         for (long long l58 = 0; l58 < 64; l58++) {
-                                            (arena + 28804)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = (o15 + l58 < s3) ? (arena + 24708)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] : (-INFINITY);
+                                            (arena + 165198)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = (arena + 128)[l57 * 64 + l58] != 0.0f ? (arena + 16512)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] : (arena + 24707)[0];
                                         }
                                     }
                                 }
@@ -4430,194 +4579,194 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                             for (long long l59 = 0; l59 < 1; l59++) {
                                 for (long long l60 = 0; l60 < 1; l60++) {
                                     for (long long l61 = 0; l61 < 64; l61++) {
-                                        float a63 = (-INFINITY);
-                                        for (long long r62 = 0; r62 < 64; r62 += 1) a63 = fmaxf(a63, (arena + 28804)[l59 * 4096 + l60 * 4096 + l61 * 64 + r62 * 1]);
-                                        (arena + 32900)[l59 * 64 + l60 * 64 + l61] = a63;
-                                    }
-                                }
-                            }
-                            for (long long l64 = 0; l64 < 1; l64++) {
-                                for (long long l65 = 0; l65 < 1; l65++) {
-                                    for (long long l66 = 0; l66 < 64; l66++) {
-                                        (arena + 148300)[l64 * 64 + l65 * 64 + l66] = (arena + 165198)[l64 * 64 + l65 * 64 + l66];
-                                    }
-                                }
-                            }
-                            for (long long l67 = 0; l67 < 1; l67++) {
-                                for (long long l68 = 0; l68 < 1; l68++) {
-                                    for (long long l69 = 0; l69 < 64; l69++) {
-                                        (arena + 165198)[l67 * 64 + l68 * 64 + l69] = fmaxf((arena + 165198)[l67 * 64 + l68 * 64 + l69], (arena + 32900)[l67 * 64 + l68 * 64 + l69]);
-                                    }
-                                }
-                            }
-                            for (long long l70 = 0; l70 < 1; l70++) {
-                                for (long long l71 = 0; l71 < 1; l71++) {
-                                    for (long long l72 = 0; l72 < 64; l72++) {
-                                        (arena + 148364)[l70 * 64 + l71 * 64 + l72] = (arena + 165198)[l70 * 64 + l71 * 64 + l72];
-                                    }
-                                }
-                            }
-                            for (long long l73 = 0; l73 < 1; l73++) {
-                                for (long long l74 = 0; l74 < 1; l74++) {
-                                    for (long long l75 = 0; l75 < 64; l75++) {
-                                        (arena + 148430)[l73 * 64 + l74 * 64 + l75] = (((arena + 148364)[l73 * 64 + l74 * 64 + l75]) == ((arena + 148428)[0]) ? 1.0f : 0.0f);
-                                    }
-                                }
-                            }
-                            for (long long l76 = 0; l76 < 1; l76++) {
-                                for (long long l77 = 0; l77 < 1; l77++) {
-                                    for (long long l78 = 0; l78 < 64; l78++) {
-                                        (arena + 148494)[l76 * 64 + l77 * 64 + l78] = (arena + 148430)[l76 * 64 + l77 * 64 + l78] != 0.0f ? (arena + 148429)[0] : (arena + 148364)[l76 * 64 + l77 * 64 + l78];
-                                    }
-                                }
-                            }
-                            for (long long l79 = 0; l79 < 1; l79++) {
-                                for (long long l80 = 0; l80 < 1; l80++) {
-                                    for (long long l81 = 0; l81 < 64; l81++) {
-                                        (arena + 148558)[l79 * 64 + l80 * 64 + l81] = ((arena + 148300)[l79 * 64 + l80 * 64 + l81] - (arena + 148494)[l79 * 64 + l80 * 64 + l81]);
-                                    }
-                                }
-                            }
-                            for (long long l82 = 0; l82 < 1; l82++) {
-                                for (long long l83 = 0; l83 < 1; l83++) {
-                                    for (long long l84 = 0; l84 < 64; l84++) {
-                                        (arena + 148622)[l82 * 64 + l83 * 64 + l84] = expf((arena + 148558)[l82 * 64 + l83 * 64 + l84]);
-                                    }
-                                }
-                            }
-                            for (long long l85 = 0; l85 < 1; l85++) {
-                                for (long long l86 = 0; l86 < 1; l86++) {
-                                    for (long long l87 = 0; l87 < 64; l87++) {
-                                        (arena + 148686)[l85 * 64 + l86 * 64 + l87] = (arena + 169422)[l85 * 64 + l86 * 64 + l87];
-                                    }
-                                }
-                            }
-                            for (long long l88 = 0; l88 < 1; l88++) {
-                                for (long long l89 = 0; l89 < 1; l89++) {
-                                    for (long long l90 = 0; l90 < 64; l90++) {
-                                        (arena + 148750)[l88 * 64 + l89 * 64 + l90] = ((arena + 148686)[l88 * 64 + l89 * 64 + l90] * (arena + 148622)[l88 * 64 + l89 * 64 + l90]);
-                                    }
-                                }
-                            }
-                            for (long long l91 = 0; l91 < 1; l91++) {
-                                for (long long l92 = 0; l92 < 1; l92++) {
-                                    for (long long l93 = 0; l93 < 64; l93++) {
-                                        (arena + 169422)[l91 * 64 + l92 * 64 + l93] = (arena + 148750)[l91 * 64 + l92 * 64 + l93];
-                                    }
-                                }
-                            }
-                            for (long long l94 = 0; l94 < 1; l94++) {
-                                for (long long l95 = 0; l95 < 1; l95++) {
-                                    for (long long l96 = 0; l96 < 64; l96++) {
-                                        for (long long l97 = 0; l97 < 64; l97++) {
-                                            (arena + 61896)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = ((arena + 24708)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] - (arena + 148494)[l94 * 64 + l95 * 64 + l96]);
+                                        for (long long l62 = 0; l62 < 64; l62++) {
+                                            (arena + 169294)[l59 * 4096 + l60 * 4096 + l61 * 64 + l62] = (o15 + l62 < s3) ? (arena + 165198)[l59 * 4096 + l60 * 4096 + l61 * 64 + l62] : (-INFINITY);
                                         }
+                                    }
+                                }
+                            }
+                            for (long long l63 = 0; l63 < 1; l63++) {
+                                for (long long l64 = 0; l64 < 1; l64++) {
+                                    for (long long l65 = 0; l65 < 64; l65++) {
+                                        float a67 = (-INFINITY);
+                                        for (long long r66 = 0; r66 < 64; r66 += 1) a67 = fmaxf(a67, (arena + 169294)[l63 * 4096 + l64 * 4096 + l65 * 64 + r66 * 1]);
+                                        (arena + 173390)[l63 * 64 + l64 * 64 + l65] = a67;
+                                    }
+                                }
+                            }
+                            for (long long l68 = 0; l68 < 1; l68++) {
+                                for (long long l69 = 0; l69 < 1; l69++) {
+                                    for (long long l70 = 0; l70 < 64; l70++) {
+                                        (arena + 32900)[l68 * 64 + l69 * 64 + l70] = ((arena + 173390)[l68 * 64 + l69 * 64 + l70] * (arena + 20609)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l71 = 0; l71 < 1; l71++) {
+                                for (long long l72 = 0; l72 < 1; l72++) {
+                                    for (long long l73 = 0; l73 < 64; l73++) {
+                                        (arena + 148300)[l71 * 64 + l72 * 64 + l73] = (arena + 173454)[l71 * 64 + l72 * 64 + l73];
+                                    }
+                                }
+                            }
+                            for (long long l74 = 0; l74 < 1; l74++) {
+                                for (long long l75 = 0; l75 < 1; l75++) {
+                                    for (long long l76 = 0; l76 < 64; l76++) {
+                                        (arena + 173454)[l74 * 64 + l75 * 64 + l76] = fmaxf((arena + 173454)[l74 * 64 + l75 * 64 + l76], (arena + 32900)[l74 * 64 + l75 * 64 + l76]);
+                                    }
+                                }
+                            }
+                            for (long long l77 = 0; l77 < 1; l77++) {
+                                for (long long l78 = 0; l78 < 1; l78++) {
+                                    for (long long l79 = 0; l79 < 64; l79++) {
+                                        (arena + 148364)[l77 * 64 + l78 * 64 + l79] = (arena + 173454)[l77 * 64 + l78 * 64 + l79];
+                                    }
+                                }
+                            }
+                            for (long long l80 = 0; l80 < 1; l80++) {
+                                for (long long l81 = 0; l81 < 1; l81++) {
+                                    for (long long l82 = 0; l82 < 64; l82++) {
+                                        (arena + 148430)[l80 * 64 + l81 * 64 + l82] = (((arena + 148364)[l80 * 64 + l81 * 64 + l82]) == ((arena + 148428)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l83 = 0; l83 < 1; l83++) {
+                                for (long long l84 = 0; l84 < 1; l84++) {
+                                    for (long long l85 = 0; l85 < 64; l85++) {
+                                        (arena + 148494)[l83 * 64 + l84 * 64 + l85] = (arena + 148430)[l83 * 64 + l84 * 64 + l85] != 0.0f ? (arena + 148429)[0] : (arena + 148364)[l83 * 64 + l84 * 64 + l85];
+                                    }
+                                }
+                            }
+                            for (long long l86 = 0; l86 < 1; l86++) {
+                                for (long long l87 = 0; l87 < 1; l87++) {
+                                    for (long long l88 = 0; l88 < 64; l88++) {
+                                        (arena + 148558)[l86 * 64 + l87 * 64 + l88] = ((arena + 148300)[l86 * 64 + l87 * 64 + l88] - (arena + 148494)[l86 * 64 + l87 * 64 + l88]);
+                                    }
+                                }
+                            }
+                            for (long long l89 = 0; l89 < 1; l89++) {
+                                for (long long l90 = 0; l90 < 1; l90++) {
+                                    for (long long l91 = 0; l91 < 64; l91++) {
+                                        (arena + 148622)[l89 * 64 + l90 * 64 + l91] = expf((arena + 148558)[l89 * 64 + l90 * 64 + l91]);
+                                    }
+                                }
+                            }
+                            for (long long l92 = 0; l92 < 1; l92++) {
+                                for (long long l93 = 0; l93 < 1; l93++) {
+                                    for (long long l94 = 0; l94 < 64; l94++) {
+                                        (arena + 148686)[l92 * 64 + l93 * 64 + l94] = (arena + 177678)[l92 * 64 + l93 * 64 + l94];
+                                    }
+                                }
+                            }
+                            for (long long l95 = 0; l95 < 1; l95++) {
+                                for (long long l96 = 0; l96 < 1; l96++) {
+                                    for (long long l97 = 0; l97 < 64; l97++) {
+                                        (arena + 148750)[l95 * 64 + l96 * 64 + l97] = ((arena + 148686)[l95 * 64 + l96 * 64 + l97] * (arena + 148622)[l95 * 64 + l96 * 64 + l97]);
                                     }
                                 }
                             }
                             for (long long l98 = 0; l98 < 1; l98++) {
                                 for (long long l99 = 0; l99 < 1; l99++) {
                                     for (long long l100 = 0; l100 < 64; l100++) {
-                                        for (long long l101 = 0; l101 < 64; l101++) {
-                                            (arena + 65992)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] = expf((arena + 61896)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101]);
+                                        (arena + 177678)[l98 * 64 + l99 * 64 + l100] = (arena + 148750)[l98 * 64 + l99 * 64 + l100];
+                                    }
+                                }
+                            }
+                            for (long long l101 = 0; l101 < 1; l101++) {
+                                for (long long l102 = 0; l102 < 1; l102++) {
+                                    for (long long l103 = 0; l103 < 64; l103++) {
+                                        for (long long l104 = 0; l104 < 64; l104++) {
+                                            (arena + 61896)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] = ((arena + 24708)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] - (arena + 148494)[l101 * 64 + l102 * 64 + l103]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l102 = 0; l102 < 1; l102++) {
-                                for (long long l103 = 0; l103 < 1; l103++) {
-                                    for (long long l104 = 0; l104 < 64; l104++) {
-                                        for (long long l105 = 0; l105 < 64; l105++) {
-                                            (arena + 70088)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] = (o15 + l105 < s3) ? (arena + 65992)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] : 0e0f;
+                            for (long long l105 = 0; l105 < 1; l105++) {
+                                for (long long l106 = 0; l106 < 1; l106++) {
+                                    for (long long l107 = 0; l107 < 64; l107++) {
+                                        for (long long l108 = 0; l108 < 64; l108++) {
+                                            (arena + 65992)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] = expf((arena + 61896)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l106 = 0; l106 < 1; l106++) {
-                                for (long long l107 = 0; l107 < 1; l107++) {
-                                    for (long long l108 = 0; l108 < 64; l108++) {
-                                        float a110 = 0e0f;
-                                        for (long long r109 = 0; r109 < 64; r109 += 1) a110 = a110 + (arena + 70088)[l106 * 4096 + l107 * 4096 + l108 * 64 + r109 * 1];
-                                        (arena + 74184)[l106 * 64 + l107 * 64 + l108] = a110;
-                                    }
-                                }
-                            }
-                            for (long long l111 = 0; l111 < 1; l111++) {
-                                for (long long l112 = 0; l112 < 1; l112++) {
-                                    for (long long l113 = 0; l113 < 64; l113++) {
-                                        (arena + 169422)[l111 * 64 + l112 * 64 + l113] = (arena + 169422)[l111 * 64 + l112 * 64 + l113] + (arena + 74184)[l111 * 64 + l112 * 64 + l113];
-                                    }
-                                }
-                            }
-                            for (long long l114 = 0; l114 < 1; l114++) {
-                                for (long long l115 = 0; l115 < 1; l115++) {
-                                    for (long long l116 = 0; l116 < 64; l116++) {
-                                        for (long long l117 = 0; l117 < 128; l117++) {
-                                            (arena + 148814)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 173646)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
+                            for (long long l109 = 0; l109 < 1; l109++) {
+                                for (long long l110 = 0; l110 < 1; l110++) {
+                                    for (long long l111 = 0; l111 < 64; l111++) {
+                                        for (long long l112 = 0; l112 < 64; l112++) {
+                                            (arena + 70088)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] = (o15 + l112 < s3) ? (arena + 65992)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] : 0e0f;
                                         }
+                                    }
+                                }
+                            }
+                            for (long long l113 = 0; l113 < 1; l113++) {
+                                for (long long l114 = 0; l114 < 1; l114++) {
+                                    for (long long l115 = 0; l115 < 64; l115++) {
+                                        float a117 = 0e0f;
+                                        for (long long r116 = 0; r116 < 64; r116 += 1) a117 = a117 + (arena + 70088)[l113 * 4096 + l114 * 4096 + l115 * 64 + r116 * 1];
+                                        (arena + 74184)[l113 * 64 + l114 * 64 + l115] = a117;
                                     }
                                 }
                             }
                             for (long long l118 = 0; l118 < 1; l118++) {
                                 for (long long l119 = 0; l119 < 1; l119++) {
                                     for (long long l120 = 0; l120 < 64; l120++) {
-                                        for (long long l121 = 0; l121 < 128; l121++) {
-                                            (arena + 157006)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] = ((arena + 148814)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] * (arena + 148622)[l118 * 64 + l119 * 64 + l120]);
+                                        (arena + 177678)[l118 * 64 + l119 * 64 + l120] = (arena + 177678)[l118 * 64 + l119 * 64 + l120] + (arena + 74184)[l118 * 64 + l119 * 64 + l120];
+                                    }
+                                }
+                            }
+                            for (long long l121 = 0; l121 < 1; l121++) {
+                                for (long long l122 = 0; l122 < 1; l122++) {
+                                    for (long long l123 = 0; l123 < 64; l123++) {
+                                        for (long long l124 = 0; l124 < 128; l124++) {
+                                            (arena + 148814)[l121 * 8192 + l122 * 8192 + l123 * 128 + l124] = (arena + 181902)[l121 * 8192 + l122 * 8192 + l123 * 128 + l124];
                                         }
                                     }
                                 }
                             }
-                            for (long long l122 = 0; l122 < 1; l122++) {
-                                for (long long l123 = 0; l123 < 1; l123++) {
-                                    for (long long l124 = 0; l124 < 64; l124++) {
-                                        for (long long l125 = 0; l125 < 128; l125++) {
-                                            (arena + 173646)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = (arena + 157006)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125];
+                            for (long long l125 = 0; l125 < 1; l125++) {
+                                for (long long l126 = 0; l126 < 1; l126++) {
+                                    for (long long l127 = 0; l127 < 64; l127++) {
+                                        for (long long l128 = 0; l128 < 128; l128++) {
+                                            (arena + 157006)[l125 * 8192 + l126 * 8192 + l127 * 128 + l128] = ((arena + 148814)[l125 * 8192 + l126 * 8192 + l127 * 128 + l128] * (arena + 148622)[l125 * 64 + l126 * 64 + l127]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l126 = 0; l126 < 1; l126++) {
-                                for (long long l127 = 0; l127 < 1; l127++) {
-                                    for (long long l128 = 0; l128 < 128; l128++) {
-                                        for (long long l129 = 0; l129 < 64; l129++) {
-                                            (arena + 115468)[l126 * 8192 + l127 * 8192 + l128 * 64 + l129] = (o1 + l126 < s0 && o2 + l127 < s1 && o15 + l129 < s3 && o4 + l128 < s4) ? dt_load_f16(in2[(o1 + l126) * args->input_strides[2][0] + (o2 + l127) * args->input_strides[2][1] + (o15 + l129) * args->input_strides[2][2] + (o4 + l128) * args->input_strides[2][3]]) : 0e0f;
+                            for (long long l129 = 0; l129 < 1; l129++) {
+                                for (long long l130 = 0; l130 < 1; l130++) {
+                                    for (long long l131 = 0; l131 < 64; l131++) {
+                                        for (long long l132 = 0; l132 < 128; l132++) {
+                                            (arena + 181902)[l129 * 8192 + l130 * 8192 + l131 * 128 + l132] = (arena + 157006)[l129 * 8192 + l130 * 8192 + l131 * 128 + l132];
                                         }
                                     }
                                 }
                             }
-                            for (long long l130 = 0; l130 < 1; l130++) {
-                                for (long long l131 = 0; l131 < 1; l131++) {
-                                    for (long long l132 = 0; l132 < 64; l132++) {
-                                        for (long long l133 = 0; l133 < 128; l133++) {
-                                            float a135 = 0.0f;
-                                            for (long long r134 = 0; r134 < 64; r134++) a135 += (arena + 70088)[l130 * 4096 + l131 * 4096 + l132 * 64 + r134 * 1] * (arena + 115468)[l130 * 8192 + l131 * 8192 + l133 * 64 + r134 * 1];
-                                            (arena + 123660)[l130 * 8192 + l131 * 8192 + l132 * 128 + l133] = a135;
+                            for (long long l133 = 0; l133 < 1; l133++) {
+                                for (long long l134 = 0; l134 < 1; l134++) {
+                                    for (long long l135 = 0; l135 < 128; l135++) {
+                                        for (long long l136 = 0; l136 < 64; l136++) {
+                                            (arena + 115468)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136] = (o1 + l133 < s0 && o2 + l134 < s1 && o15 + l136 < s3 && o4 + l135 < s4) ? dt_load_f16(in2[(o1 + l133) * args->input_strides[2][0] + (o2 + l134) * args->input_strides[2][1] + (o15 + l136) * args->input_strides[2][2] + (o4 + l135) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l136 = 0; l136 < 1; l136++) {
-                                for (long long l137 = 0; l137 < 1; l137++) {
-                                    for (long long l138 = 0; l138 < 64; l138++) {
-                                        for (long long l139 = 0; l139 < 128; l139++) {
-                                            (arena + 173646)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] = (arena + 173646)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] + (arena + 123660)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139];
+                            for (long long l137 = 0; l137 < 1; l137++) {
+                                for (long long l138 = 0; l138 < 1; l138++) {
+                                    for (long long l139 = 0; l139 < 64; l139++) {
+                                        for (long long l140 = 0; l140 < 128; l140++) {
+                                            float a142 = 0.0f;
+                                            for (long long r141 = 0; r141 < 64; r141++) a142 += (arena + 70088)[l137 * 4096 + l138 * 4096 + l139 * 64 + r141 * 1] * (arena + 115468)[l137 * 8192 + l138 * 8192 + l140 * 64 + r141 * 1];
+                                            (arena + 123660)[l137 * 8192 + l138 * 8192 + l139 * 128 + l140] = a142;
                                         }
                                     }
                                 }
                             }
-                        }
-                        for (long long l140 = 0; l140 < 1; l140++) {
-                            for (long long l141 = 0; l141 < 1; l141++) {
-                                for (long long l142 = 0; l142 < 64; l142++) {
-                                    (arena + 74248)[l140 * 64 + l141 * 64 + l142] = (arena + 169422)[l140 * 64 + l141 * 64 + l142];
-                                }
-                            }
-                        }
-                        for (long long l143 = 0; l143 < 1; l143++) {
-                            for (long long l144 = 0; l144 < 1; l144++) {
-                                for (long long l145 = 0; l145 < 64; l145++) {
-                                    for (long long l146 = 0; l146 < 128; l146++) {
-                                        (arena + 131852)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] = (arena + 173646)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146];
+                            for (long long l143 = 0; l143 < 1; l143++) {
+                                for (long long l144 = 0; l144 < 1; l144++) {
+                                    for (long long l145 = 0; l145 < 64; l145++) {
+                                        for (long long l146 = 0; l146 < 128; l146++) {
+                                            (arena + 181902)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] = (arena + 181902)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] + (arena + 123660)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146];
+                                        }
                                     }
                                 }
                             }
@@ -4625,17 +4774,33 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
                         for (long long l147 = 0; l147 < 1; l147++) {
                             for (long long l148 = 0; l148 < 1; l148++) {
                                 for (long long l149 = 0; l149 < 64; l149++) {
-                                    for (long long l150 = 0; l150 < 128; l150++) {
-                                        (arena + 140108)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] = ((arena + 131852)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] / (arena + 74248)[l147 * 64 + l148 * 64 + l149]);
+                                    (arena + 74248)[l147 * 64 + l148 * 64 + l149] = (arena + 177678)[l147 * 64 + l148 * 64 + l149];
+                                }
+                            }
+                        }
+                        for (long long l150 = 0; l150 < 1; l150++) {
+                            for (long long l151 = 0; l151 < 1; l151++) {
+                                for (long long l152 = 0; l152 < 64; l152++) {
+                                    for (long long l153 = 0; l153 < 128; l153++) {
+                                        (arena + 131852)[l150 * 8192 + l151 * 8192 + l152 * 128 + l153] = (arena + 181902)[l150 * 8192 + l151 * 8192 + l152 * 128 + l153];
                                     }
                                 }
                             }
                         }
-                        for (long long l151 = 0; l151 < 1; l151++) {
-                            for (long long l152 = 0; l152 < 1; l152++) {
-                                for (long long l153 = 0; l153 < 64; l153++) {
-                                    for (long long l154 = 0; l154 < 128; l154++) {
-                                        if (o1 + l151 < s0 && o2 + l152 < s1 && o3 + l153 < s2 && o4 + l154 < s4) out[(o1 + l151) * args->output_strides[0] + (o2 + l152) * args->output_strides[1] + (o3 + l153) * args->output_strides[2] + (o4 + l154) * args->output_strides[3]] = dt_store_f16((arena + 140108)[l151 * 8192 + l152 * 8192 + l153 * 128 + l154]);
+                        for (long long l154 = 0; l154 < 1; l154++) {
+                            for (long long l155 = 0; l155 < 1; l155++) {
+                                for (long long l156 = 0; l156 < 64; l156++) {
+                                    for (long long l157 = 0; l157 < 128; l157++) {
+                                        (arena + 140108)[l154 * 8192 + l155 * 8192 + l156 * 128 + l157] = ((arena + 131852)[l154 * 8192 + l155 * 8192 + l156 * 128 + l157] / (arena + 74248)[l154 * 64 + l155 * 64 + l156]);
+                                    }
+                                }
+                            }
+                        }
+                        for (long long l158 = 0; l158 < 1; l158++) {
+                            for (long long l159 = 0; l159 < 1; l159++) {
+                                for (long long l160 = 0; l160 < 64; l160++) {
+                                    for (long long l161 = 0; l161 < 128; l161++) {
+                                        if (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o4 + l161 < s4) out[(o1 + l158) * args->output_strides[0] + (o2 + l159) * args->output_strides[1] + (o3 + l160) * args->output_strides[2] + (o4 + l161) * args->output_strides[3]] = dt_store_f16((arena + 140108)[l158 * 8192 + l159 * 8192 + l160 * 128 + l161]);
                                     }
                                 }
                             }
@@ -4660,7 +4825,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_causal */
-    float* arena = (float*)malloc(sizeof(float) * 185934);
+    float* arena = (float*)malloc(sizeof(float) * 194190);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -4701,7 +4866,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 64; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 173646)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 181902)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -4710,7 +4875,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 169422)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                    (arena + 177678)[l9 * 64 + l10 * 64 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -4718,7 +4883,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 165198)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                    (arena + 173454)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -4740,7 +4905,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 64; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            (arena + 165262)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
+                                            (arena + 173518)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
                                         }
                                     }
                                 }
@@ -4780,7 +4945,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                     for (long long l40 = 0; l40 < 1; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
                                             for (long long l42 = 0; l42 < 64; l42++) {
-                                                (arena + 165262)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 165262)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] + (arena + 12416)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
+                                                (arena + 173518)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 173518)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] + (arena + 12416)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                             }
                                         }
                                     }
@@ -4790,7 +4955,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l44 = 0; l44 < 1; l44++) {
                                     for (long long l45 = 0; l45 < 64; l45++) {
                                         for (long long l46 = 0; l46 < 64; l46++) {
-                                            (arena + 16512)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (arena + 165262)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46];
+                                            (arena + 16512)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (arena + 173518)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46];
                                         }
                                     }
                                 }
@@ -4817,7 +4982,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                                 for (long long l56 = 0; l56 < 1; l56++) {
                                     for (long long l57 = 0; l57 < 64; l57++) {
                                         for (long long l58 = 0; l58 < 64; l58++) {
-                                            (arena + 28804)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = (o15 + l58 < s3) ? (arena + 24708)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] : (-INFINITY);
+                                            (arena + 165198)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = (arena + 128)[l57 * 64 + l58] != 0.0f ? (arena + 16512)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] : (arena + 24707)[0];
                                         }
                                     }
                                 }
@@ -4825,194 +4990,194 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                             for (long long l59 = 0; l59 < 1; l59++) {
                                 for (long long l60 = 0; l60 < 1; l60++) {
                                     for (long long l61 = 0; l61 < 64; l61++) {
-                                        float a63 = (-INFINITY);
-                                        for (long long r62 = 0; r62 < 64; r62 += 1) a63 = fmaxf(a63, (arena + 28804)[l59 * 4096 + l60 * 4096 + l61 * 64 + r62 * 1]);
-                                        (arena + 32900)[l59 * 64 + l60 * 64 + l61] = a63;
-                                    }
-                                }
-                            }
-                            for (long long l64 = 0; l64 < 1; l64++) {
-                                for (long long l65 = 0; l65 < 1; l65++) {
-                                    for (long long l66 = 0; l66 < 64; l66++) {
-                                        (arena + 148300)[l64 * 64 + l65 * 64 + l66] = (arena + 165198)[l64 * 64 + l65 * 64 + l66];
-                                    }
-                                }
-                            }
-                            for (long long l67 = 0; l67 < 1; l67++) {
-                                for (long long l68 = 0; l68 < 1; l68++) {
-                                    for (long long l69 = 0; l69 < 64; l69++) {
-                                        (arena + 165198)[l67 * 64 + l68 * 64 + l69] = fmaxf((arena + 165198)[l67 * 64 + l68 * 64 + l69], (arena + 32900)[l67 * 64 + l68 * 64 + l69]);
-                                    }
-                                }
-                            }
-                            for (long long l70 = 0; l70 < 1; l70++) {
-                                for (long long l71 = 0; l71 < 1; l71++) {
-                                    for (long long l72 = 0; l72 < 64; l72++) {
-                                        (arena + 148364)[l70 * 64 + l71 * 64 + l72] = (arena + 165198)[l70 * 64 + l71 * 64 + l72];
-                                    }
-                                }
-                            }
-                            for (long long l73 = 0; l73 < 1; l73++) {
-                                for (long long l74 = 0; l74 < 1; l74++) {
-                                    for (long long l75 = 0; l75 < 64; l75++) {
-                                        (arena + 148430)[l73 * 64 + l74 * 64 + l75] = (((arena + 148364)[l73 * 64 + l74 * 64 + l75]) == ((arena + 148428)[0]) ? 1.0f : 0.0f);
-                                    }
-                                }
-                            }
-                            for (long long l76 = 0; l76 < 1; l76++) {
-                                for (long long l77 = 0; l77 < 1; l77++) {
-                                    for (long long l78 = 0; l78 < 64; l78++) {
-                                        (arena + 148494)[l76 * 64 + l77 * 64 + l78] = (arena + 148430)[l76 * 64 + l77 * 64 + l78] != 0.0f ? (arena + 148429)[0] : (arena + 148364)[l76 * 64 + l77 * 64 + l78];
-                                    }
-                                }
-                            }
-                            for (long long l79 = 0; l79 < 1; l79++) {
-                                for (long long l80 = 0; l80 < 1; l80++) {
-                                    for (long long l81 = 0; l81 < 64; l81++) {
-                                        (arena + 148558)[l79 * 64 + l80 * 64 + l81] = ((arena + 148300)[l79 * 64 + l80 * 64 + l81] - (arena + 148494)[l79 * 64 + l80 * 64 + l81]);
-                                    }
-                                }
-                            }
-                            for (long long l82 = 0; l82 < 1; l82++) {
-                                for (long long l83 = 0; l83 < 1; l83++) {
-                                    for (long long l84 = 0; l84 < 64; l84++) {
-                                        (arena + 148622)[l82 * 64 + l83 * 64 + l84] = expf((arena + 148558)[l82 * 64 + l83 * 64 + l84]);
-                                    }
-                                }
-                            }
-                            for (long long l85 = 0; l85 < 1; l85++) {
-                                for (long long l86 = 0; l86 < 1; l86++) {
-                                    for (long long l87 = 0; l87 < 64; l87++) {
-                                        (arena + 148686)[l85 * 64 + l86 * 64 + l87] = (arena + 169422)[l85 * 64 + l86 * 64 + l87];
-                                    }
-                                }
-                            }
-                            for (long long l88 = 0; l88 < 1; l88++) {
-                                for (long long l89 = 0; l89 < 1; l89++) {
-                                    for (long long l90 = 0; l90 < 64; l90++) {
-                                        (arena + 148750)[l88 * 64 + l89 * 64 + l90] = ((arena + 148686)[l88 * 64 + l89 * 64 + l90] * (arena + 148622)[l88 * 64 + l89 * 64 + l90]);
-                                    }
-                                }
-                            }
-                            for (long long l91 = 0; l91 < 1; l91++) {
-                                for (long long l92 = 0; l92 < 1; l92++) {
-                                    for (long long l93 = 0; l93 < 64; l93++) {
-                                        (arena + 169422)[l91 * 64 + l92 * 64 + l93] = (arena + 148750)[l91 * 64 + l92 * 64 + l93];
-                                    }
-                                }
-                            }
-                            for (long long l94 = 0; l94 < 1; l94++) {
-                                for (long long l95 = 0; l95 < 1; l95++) {
-                                    for (long long l96 = 0; l96 < 64; l96++) {
-                                        for (long long l97 = 0; l97 < 64; l97++) {
-                                            (arena + 61896)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = ((arena + 24708)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] - (arena + 148494)[l94 * 64 + l95 * 64 + l96]);
+                                        for (long long l62 = 0; l62 < 64; l62++) {
+                                            (arena + 169294)[l59 * 4096 + l60 * 4096 + l61 * 64 + l62] = (o15 + l62 < s3) ? (arena + 165198)[l59 * 4096 + l60 * 4096 + l61 * 64 + l62] : (-INFINITY);
                                         }
+                                    }
+                                }
+                            }
+                            for (long long l63 = 0; l63 < 1; l63++) {
+                                for (long long l64 = 0; l64 < 1; l64++) {
+                                    for (long long l65 = 0; l65 < 64; l65++) {
+                                        float a67 = (-INFINITY);
+                                        for (long long r66 = 0; r66 < 64; r66 += 1) a67 = fmaxf(a67, (arena + 169294)[l63 * 4096 + l64 * 4096 + l65 * 64 + r66 * 1]);
+                                        (arena + 173390)[l63 * 64 + l64 * 64 + l65] = a67;
+                                    }
+                                }
+                            }
+                            for (long long l68 = 0; l68 < 1; l68++) {
+                                for (long long l69 = 0; l69 < 1; l69++) {
+                                    for (long long l70 = 0; l70 < 64; l70++) {
+                                        (arena + 32900)[l68 * 64 + l69 * 64 + l70] = ((arena + 173390)[l68 * 64 + l69 * 64 + l70] * (arena + 20609)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l71 = 0; l71 < 1; l71++) {
+                                for (long long l72 = 0; l72 < 1; l72++) {
+                                    for (long long l73 = 0; l73 < 64; l73++) {
+                                        (arena + 148300)[l71 * 64 + l72 * 64 + l73] = (arena + 173454)[l71 * 64 + l72 * 64 + l73];
+                                    }
+                                }
+                            }
+                            for (long long l74 = 0; l74 < 1; l74++) {
+                                for (long long l75 = 0; l75 < 1; l75++) {
+                                    for (long long l76 = 0; l76 < 64; l76++) {
+                                        (arena + 173454)[l74 * 64 + l75 * 64 + l76] = fmaxf((arena + 173454)[l74 * 64 + l75 * 64 + l76], (arena + 32900)[l74 * 64 + l75 * 64 + l76]);
+                                    }
+                                }
+                            }
+                            for (long long l77 = 0; l77 < 1; l77++) {
+                                for (long long l78 = 0; l78 < 1; l78++) {
+                                    for (long long l79 = 0; l79 < 64; l79++) {
+                                        (arena + 148364)[l77 * 64 + l78 * 64 + l79] = (arena + 173454)[l77 * 64 + l78 * 64 + l79];
+                                    }
+                                }
+                            }
+                            for (long long l80 = 0; l80 < 1; l80++) {
+                                for (long long l81 = 0; l81 < 1; l81++) {
+                                    for (long long l82 = 0; l82 < 64; l82++) {
+                                        (arena + 148430)[l80 * 64 + l81 * 64 + l82] = (((arena + 148364)[l80 * 64 + l81 * 64 + l82]) == ((arena + 148428)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l83 = 0; l83 < 1; l83++) {
+                                for (long long l84 = 0; l84 < 1; l84++) {
+                                    for (long long l85 = 0; l85 < 64; l85++) {
+                                        (arena + 148494)[l83 * 64 + l84 * 64 + l85] = (arena + 148430)[l83 * 64 + l84 * 64 + l85] != 0.0f ? (arena + 148429)[0] : (arena + 148364)[l83 * 64 + l84 * 64 + l85];
+                                    }
+                                }
+                            }
+                            for (long long l86 = 0; l86 < 1; l86++) {
+                                for (long long l87 = 0; l87 < 1; l87++) {
+                                    for (long long l88 = 0; l88 < 64; l88++) {
+                                        (arena + 148558)[l86 * 64 + l87 * 64 + l88] = ((arena + 148300)[l86 * 64 + l87 * 64 + l88] - (arena + 148494)[l86 * 64 + l87 * 64 + l88]);
+                                    }
+                                }
+                            }
+                            for (long long l89 = 0; l89 < 1; l89++) {
+                                for (long long l90 = 0; l90 < 1; l90++) {
+                                    for (long long l91 = 0; l91 < 64; l91++) {
+                                        (arena + 148622)[l89 * 64 + l90 * 64 + l91] = expf((arena + 148558)[l89 * 64 + l90 * 64 + l91]);
+                                    }
+                                }
+                            }
+                            for (long long l92 = 0; l92 < 1; l92++) {
+                                for (long long l93 = 0; l93 < 1; l93++) {
+                                    for (long long l94 = 0; l94 < 64; l94++) {
+                                        (arena + 148686)[l92 * 64 + l93 * 64 + l94] = (arena + 177678)[l92 * 64 + l93 * 64 + l94];
+                                    }
+                                }
+                            }
+                            for (long long l95 = 0; l95 < 1; l95++) {
+                                for (long long l96 = 0; l96 < 1; l96++) {
+                                    for (long long l97 = 0; l97 < 64; l97++) {
+                                        (arena + 148750)[l95 * 64 + l96 * 64 + l97] = ((arena + 148686)[l95 * 64 + l96 * 64 + l97] * (arena + 148622)[l95 * 64 + l96 * 64 + l97]);
                                     }
                                 }
                             }
                             for (long long l98 = 0; l98 < 1; l98++) {
                                 for (long long l99 = 0; l99 < 1; l99++) {
                                     for (long long l100 = 0; l100 < 64; l100++) {
-                                        for (long long l101 = 0; l101 < 64; l101++) {
-                                            (arena + 65992)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] = expf((arena + 61896)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101]);
+                                        (arena + 177678)[l98 * 64 + l99 * 64 + l100] = (arena + 148750)[l98 * 64 + l99 * 64 + l100];
+                                    }
+                                }
+                            }
+                            for (long long l101 = 0; l101 < 1; l101++) {
+                                for (long long l102 = 0; l102 < 1; l102++) {
+                                    for (long long l103 = 0; l103 < 64; l103++) {
+                                        for (long long l104 = 0; l104 < 64; l104++) {
+                                            (arena + 61896)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] = ((arena + 24708)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] - (arena + 148494)[l101 * 64 + l102 * 64 + l103]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l102 = 0; l102 < 1; l102++) {
-                                for (long long l103 = 0; l103 < 1; l103++) {
-                                    for (long long l104 = 0; l104 < 64; l104++) {
-                                        for (long long l105 = 0; l105 < 64; l105++) {
-                                            (arena + 70088)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] = (o15 + l105 < s3) ? (arena + 65992)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] : 0e0f;
+                            for (long long l105 = 0; l105 < 1; l105++) {
+                                for (long long l106 = 0; l106 < 1; l106++) {
+                                    for (long long l107 = 0; l107 < 64; l107++) {
+                                        for (long long l108 = 0; l108 < 64; l108++) {
+                                            (arena + 65992)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] = expf((arena + 61896)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l106 = 0; l106 < 1; l106++) {
-                                for (long long l107 = 0; l107 < 1; l107++) {
-                                    for (long long l108 = 0; l108 < 64; l108++) {
-                                        float a110 = 0e0f;
-                                        for (long long r109 = 0; r109 < 64; r109 += 1) a110 = a110 + (arena + 70088)[l106 * 4096 + l107 * 4096 + l108 * 64 + r109 * 1];
-                                        (arena + 74184)[l106 * 64 + l107 * 64 + l108] = a110;
-                                    }
-                                }
-                            }
-                            for (long long l111 = 0; l111 < 1; l111++) {
-                                for (long long l112 = 0; l112 < 1; l112++) {
-                                    for (long long l113 = 0; l113 < 64; l113++) {
-                                        (arena + 169422)[l111 * 64 + l112 * 64 + l113] = (arena + 169422)[l111 * 64 + l112 * 64 + l113] + (arena + 74184)[l111 * 64 + l112 * 64 + l113];
-                                    }
-                                }
-                            }
-                            for (long long l114 = 0; l114 < 1; l114++) {
-                                for (long long l115 = 0; l115 < 1; l115++) {
-                                    for (long long l116 = 0; l116 < 64; l116++) {
-                                        for (long long l117 = 0; l117 < 128; l117++) {
-                                            (arena + 148814)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 173646)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
+                            for (long long l109 = 0; l109 < 1; l109++) {
+                                for (long long l110 = 0; l110 < 1; l110++) {
+                                    for (long long l111 = 0; l111 < 64; l111++) {
+                                        for (long long l112 = 0; l112 < 64; l112++) {
+                                            (arena + 70088)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] = (o15 + l112 < s3) ? (arena + 65992)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] : 0e0f;
                                         }
+                                    }
+                                }
+                            }
+                            for (long long l113 = 0; l113 < 1; l113++) {
+                                for (long long l114 = 0; l114 < 1; l114++) {
+                                    for (long long l115 = 0; l115 < 64; l115++) {
+                                        float a117 = 0e0f;
+                                        for (long long r116 = 0; r116 < 64; r116 += 1) a117 = a117 + (arena + 70088)[l113 * 4096 + l114 * 4096 + l115 * 64 + r116 * 1];
+                                        (arena + 74184)[l113 * 64 + l114 * 64 + l115] = a117;
                                     }
                                 }
                             }
                             for (long long l118 = 0; l118 < 1; l118++) {
                                 for (long long l119 = 0; l119 < 1; l119++) {
                                     for (long long l120 = 0; l120 < 64; l120++) {
-                                        for (long long l121 = 0; l121 < 128; l121++) {
-                                            (arena + 157006)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] = ((arena + 148814)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] * (arena + 148622)[l118 * 64 + l119 * 64 + l120]);
+                                        (arena + 177678)[l118 * 64 + l119 * 64 + l120] = (arena + 177678)[l118 * 64 + l119 * 64 + l120] + (arena + 74184)[l118 * 64 + l119 * 64 + l120];
+                                    }
+                                }
+                            }
+                            for (long long l121 = 0; l121 < 1; l121++) {
+                                for (long long l122 = 0; l122 < 1; l122++) {
+                                    for (long long l123 = 0; l123 < 64; l123++) {
+                                        for (long long l124 = 0; l124 < 128; l124++) {
+                                            (arena + 148814)[l121 * 8192 + l122 * 8192 + l123 * 128 + l124] = (arena + 181902)[l121 * 8192 + l122 * 8192 + l123 * 128 + l124];
                                         }
                                     }
                                 }
                             }
-                            for (long long l122 = 0; l122 < 1; l122++) {
-                                for (long long l123 = 0; l123 < 1; l123++) {
-                                    for (long long l124 = 0; l124 < 64; l124++) {
-                                        for (long long l125 = 0; l125 < 128; l125++) {
-                                            (arena + 173646)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = (arena + 157006)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125];
+                            for (long long l125 = 0; l125 < 1; l125++) {
+                                for (long long l126 = 0; l126 < 1; l126++) {
+                                    for (long long l127 = 0; l127 < 64; l127++) {
+                                        for (long long l128 = 0; l128 < 128; l128++) {
+                                            (arena + 157006)[l125 * 8192 + l126 * 8192 + l127 * 128 + l128] = ((arena + 148814)[l125 * 8192 + l126 * 8192 + l127 * 128 + l128] * (arena + 148622)[l125 * 64 + l126 * 64 + l127]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l126 = 0; l126 < 1; l126++) {
-                                for (long long l127 = 0; l127 < 1; l127++) {
-                                    for (long long l128 = 0; l128 < 128; l128++) {
-                                        for (long long l129 = 0; l129 < 64; l129++) {
-                                            (arena + 115468)[l126 * 8192 + l127 * 8192 + l128 * 64 + l129] = (o1 + l126 < s0 && o2 + l127 < s1 && o15 + l129 < s3 && o4 + l128 < s4) ? dt_load_bf16(in2[(o1 + l126) * args->input_strides[2][0] + (o2 + l127) * args->input_strides[2][1] + (o15 + l129) * args->input_strides[2][2] + (o4 + l128) * args->input_strides[2][3]]) : 0e0f;
+                            for (long long l129 = 0; l129 < 1; l129++) {
+                                for (long long l130 = 0; l130 < 1; l130++) {
+                                    for (long long l131 = 0; l131 < 64; l131++) {
+                                        for (long long l132 = 0; l132 < 128; l132++) {
+                                            (arena + 181902)[l129 * 8192 + l130 * 8192 + l131 * 128 + l132] = (arena + 157006)[l129 * 8192 + l130 * 8192 + l131 * 128 + l132];
                                         }
                                     }
                                 }
                             }
-                            for (long long l130 = 0; l130 < 1; l130++) {
-                                for (long long l131 = 0; l131 < 1; l131++) {
-                                    for (long long l132 = 0; l132 < 64; l132++) {
-                                        for (long long l133 = 0; l133 < 128; l133++) {
-                                            float a135 = 0.0f;
-                                            for (long long r134 = 0; r134 < 64; r134++) a135 += (arena + 70088)[l130 * 4096 + l131 * 4096 + l132 * 64 + r134 * 1] * (arena + 115468)[l130 * 8192 + l131 * 8192 + l133 * 64 + r134 * 1];
-                                            (arena + 123660)[l130 * 8192 + l131 * 8192 + l132 * 128 + l133] = a135;
+                            for (long long l133 = 0; l133 < 1; l133++) {
+                                for (long long l134 = 0; l134 < 1; l134++) {
+                                    for (long long l135 = 0; l135 < 128; l135++) {
+                                        for (long long l136 = 0; l136 < 64; l136++) {
+                                            (arena + 115468)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136] = (o1 + l133 < s0 && o2 + l134 < s1 && o15 + l136 < s3 && o4 + l135 < s4) ? dt_load_bf16(in2[(o1 + l133) * args->input_strides[2][0] + (o2 + l134) * args->input_strides[2][1] + (o15 + l136) * args->input_strides[2][2] + (o4 + l135) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l136 = 0; l136 < 1; l136++) {
-                                for (long long l137 = 0; l137 < 1; l137++) {
-                                    for (long long l138 = 0; l138 < 64; l138++) {
-                                        for (long long l139 = 0; l139 < 128; l139++) {
-                                            (arena + 173646)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] = (arena + 173646)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] + (arena + 123660)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139];
+                            for (long long l137 = 0; l137 < 1; l137++) {
+                                for (long long l138 = 0; l138 < 1; l138++) {
+                                    for (long long l139 = 0; l139 < 64; l139++) {
+                                        for (long long l140 = 0; l140 < 128; l140++) {
+                                            float a142 = 0.0f;
+                                            for (long long r141 = 0; r141 < 64; r141++) a142 += (arena + 70088)[l137 * 4096 + l138 * 4096 + l139 * 64 + r141 * 1] * (arena + 115468)[l137 * 8192 + l138 * 8192 + l140 * 64 + r141 * 1];
+                                            (arena + 123660)[l137 * 8192 + l138 * 8192 + l139 * 128 + l140] = a142;
                                         }
                                     }
                                 }
                             }
-                        }
-                        for (long long l140 = 0; l140 < 1; l140++) {
-                            for (long long l141 = 0; l141 < 1; l141++) {
-                                for (long long l142 = 0; l142 < 64; l142++) {
-                                    (arena + 74248)[l140 * 64 + l141 * 64 + l142] = (arena + 169422)[l140 * 64 + l141 * 64 + l142];
-                                }
-                            }
-                        }
-                        for (long long l143 = 0; l143 < 1; l143++) {
-                            for (long long l144 = 0; l144 < 1; l144++) {
-                                for (long long l145 = 0; l145 < 64; l145++) {
-                                    for (long long l146 = 0; l146 < 128; l146++) {
-                                        (arena + 131852)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] = (arena + 173646)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146];
+                            for (long long l143 = 0; l143 < 1; l143++) {
+                                for (long long l144 = 0; l144 < 1; l144++) {
+                                    for (long long l145 = 0; l145 < 64; l145++) {
+                                        for (long long l146 = 0; l146 < 128; l146++) {
+                                            (arena + 181902)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] = (arena + 181902)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] + (arena + 123660)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146];
+                                        }
                                     }
                                 }
                             }
@@ -5020,17 +5185,33 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
                         for (long long l147 = 0; l147 < 1; l147++) {
                             for (long long l148 = 0; l148 < 1; l148++) {
                                 for (long long l149 = 0; l149 < 64; l149++) {
-                                    for (long long l150 = 0; l150 < 128; l150++) {
-                                        (arena + 140108)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] = ((arena + 131852)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] / (arena + 74248)[l147 * 64 + l148 * 64 + l149]);
+                                    (arena + 74248)[l147 * 64 + l148 * 64 + l149] = (arena + 177678)[l147 * 64 + l148 * 64 + l149];
+                                }
+                            }
+                        }
+                        for (long long l150 = 0; l150 < 1; l150++) {
+                            for (long long l151 = 0; l151 < 1; l151++) {
+                                for (long long l152 = 0; l152 < 64; l152++) {
+                                    for (long long l153 = 0; l153 < 128; l153++) {
+                                        (arena + 131852)[l150 * 8192 + l151 * 8192 + l152 * 128 + l153] = (arena + 181902)[l150 * 8192 + l151 * 8192 + l152 * 128 + l153];
                                     }
                                 }
                             }
                         }
-                        for (long long l151 = 0; l151 < 1; l151++) {
-                            for (long long l152 = 0; l152 < 1; l152++) {
-                                for (long long l153 = 0; l153 < 64; l153++) {
-                                    for (long long l154 = 0; l154 < 128; l154++) {
-                                        if (o1 + l151 < s0 && o2 + l152 < s1 && o3 + l153 < s2 && o4 + l154 < s4) out[(o1 + l151) * args->output_strides[0] + (o2 + l152) * args->output_strides[1] + (o3 + l153) * args->output_strides[2] + (o4 + l154) * args->output_strides[3]] = dt_store_bf16((arena + 140108)[l151 * 8192 + l152 * 8192 + l153 * 128 + l154]);
+                        for (long long l154 = 0; l154 < 1; l154++) {
+                            for (long long l155 = 0; l155 < 1; l155++) {
+                                for (long long l156 = 0; l156 < 64; l156++) {
+                                    for (long long l157 = 0; l157 < 128; l157++) {
+                                        (arena + 140108)[l154 * 8192 + l155 * 8192 + l156 * 128 + l157] = ((arena + 131852)[l154 * 8192 + l155 * 8192 + l156 * 128 + l157] / (arena + 74248)[l154 * 64 + l155 * 64 + l156]);
+                                    }
+                                }
+                            }
+                        }
+                        for (long long l158 = 0; l158 < 1; l158++) {
+                            for (long long l159 = 0; l159 < 1; l159++) {
+                                for (long long l160 = 0; l160 < 64; l160++) {
+                                    for (long long l161 = 0; l161 < 128; l161++) {
+                                        if (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o4 + l161 < s4) out[(o1 + l158) * args->output_strides[0] + (o2 + l159) * args->output_strides[1] + (o3 + l160) * args->output_strides[2] + (o4 + l161) * args->output_strides[3]] = dt_store_bf16((arena + 140108)[l158 * 8192 + l159 * 8192 + l160 * 128 + l161]);
                                     }
                                 }
                             }
@@ -5055,7 +5236,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* K */
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* V */
     float* out = (float*)(uintptr_t)args->output; /* attention_causal */
-    float* arena = (float*)malloc(sizeof(float) * 185934);
+    float* arena = (float*)malloc(sizeof(float) * 194190);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -5096,7 +5277,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 64; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 173646)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 181902)[l5 * 8192 + l6 * 8192 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -5105,7 +5286,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 64; l11++) {
-                                    (arena + 169422)[l9 * 64 + l10 * 64 + l11] = 0e0f;
+                                    (arena + 177678)[l9 * 64 + l10 * 64 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -5113,7 +5294,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 64; l14++) {
-                                    (arena + 165198)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
+                                    (arena + 173454)[l12 * 64 + l13 * 64 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -5135,7 +5316,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 64; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            (arena + 165262)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
+                                            (arena + 173518)[l20 * 4096 + l21 * 4096 + l22 * 64 + l23] = 0e0f;
                                         }
                                     }
                                 }
@@ -5175,7 +5356,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                     for (long long l40 = 0; l40 < 1; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
                                             for (long long l42 = 0; l42 < 64; l42++) {
-                                                (arena + 165262)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 165262)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] + (arena + 12416)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
+                                                (arena + 173518)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] = (arena + 173518)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42] + (arena + 12416)[l39 * 4096 + l40 * 4096 + l41 * 64 + l42];
                                             }
                                         }
                                     }
@@ -5185,7 +5366,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l44 = 0; l44 < 1; l44++) {
                                     for (long long l45 = 0; l45 < 64; l45++) {
                                         for (long long l46 = 0; l46 < 64; l46++) {
-                                            (arena + 16512)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (arena + 165262)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46];
+                                            (arena + 16512)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46] = (arena + 173518)[l43 * 4096 + l44 * 4096 + l45 * 64 + l46];
                                         }
                                     }
                                 }
@@ -5212,7 +5393,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                                 for (long long l56 = 0; l56 < 1; l56++) {
                                     for (long long l57 = 0; l57 < 64; l57++) {
                                         for (long long l58 = 0; l58 < 64; l58++) {
-                                            (arena + 28804)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = (o15 + l58 < s3) ? (arena + 24708)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] : (-INFINITY);
+                                            (arena + 165198)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] = (arena + 128)[l57 * 64 + l58] != 0.0f ? (arena + 16512)[l55 * 4096 + l56 * 4096 + l57 * 64 + l58] : (arena + 24707)[0];
                                         }
                                     }
                                 }
@@ -5220,194 +5401,194 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                             for (long long l59 = 0; l59 < 1; l59++) {
                                 for (long long l60 = 0; l60 < 1; l60++) {
                                     for (long long l61 = 0; l61 < 64; l61++) {
-                                        float a63 = (-INFINITY);
-                                        for (long long r62 = 0; r62 < 64; r62 += 1) a63 = fmaxf(a63, (arena + 28804)[l59 * 4096 + l60 * 4096 + l61 * 64 + r62 * 1]);
-                                        (arena + 32900)[l59 * 64 + l60 * 64 + l61] = a63;
-                                    }
-                                }
-                            }
-                            for (long long l64 = 0; l64 < 1; l64++) {
-                                for (long long l65 = 0; l65 < 1; l65++) {
-                                    for (long long l66 = 0; l66 < 64; l66++) {
-                                        (arena + 148300)[l64 * 64 + l65 * 64 + l66] = (arena + 165198)[l64 * 64 + l65 * 64 + l66];
-                                    }
-                                }
-                            }
-                            for (long long l67 = 0; l67 < 1; l67++) {
-                                for (long long l68 = 0; l68 < 1; l68++) {
-                                    for (long long l69 = 0; l69 < 64; l69++) {
-                                        (arena + 165198)[l67 * 64 + l68 * 64 + l69] = fmaxf((arena + 165198)[l67 * 64 + l68 * 64 + l69], (arena + 32900)[l67 * 64 + l68 * 64 + l69]);
-                                    }
-                                }
-                            }
-                            for (long long l70 = 0; l70 < 1; l70++) {
-                                for (long long l71 = 0; l71 < 1; l71++) {
-                                    for (long long l72 = 0; l72 < 64; l72++) {
-                                        (arena + 148364)[l70 * 64 + l71 * 64 + l72] = (arena + 165198)[l70 * 64 + l71 * 64 + l72];
-                                    }
-                                }
-                            }
-                            for (long long l73 = 0; l73 < 1; l73++) {
-                                for (long long l74 = 0; l74 < 1; l74++) {
-                                    for (long long l75 = 0; l75 < 64; l75++) {
-                                        (arena + 148430)[l73 * 64 + l74 * 64 + l75] = (((arena + 148364)[l73 * 64 + l74 * 64 + l75]) == ((arena + 148428)[0]) ? 1.0f : 0.0f);
-                                    }
-                                }
-                            }
-                            for (long long l76 = 0; l76 < 1; l76++) {
-                                for (long long l77 = 0; l77 < 1; l77++) {
-                                    for (long long l78 = 0; l78 < 64; l78++) {
-                                        (arena + 148494)[l76 * 64 + l77 * 64 + l78] = (arena + 148430)[l76 * 64 + l77 * 64 + l78] != 0.0f ? (arena + 148429)[0] : (arena + 148364)[l76 * 64 + l77 * 64 + l78];
-                                    }
-                                }
-                            }
-                            for (long long l79 = 0; l79 < 1; l79++) {
-                                for (long long l80 = 0; l80 < 1; l80++) {
-                                    for (long long l81 = 0; l81 < 64; l81++) {
-                                        (arena + 148558)[l79 * 64 + l80 * 64 + l81] = ((arena + 148300)[l79 * 64 + l80 * 64 + l81] - (arena + 148494)[l79 * 64 + l80 * 64 + l81]);
-                                    }
-                                }
-                            }
-                            for (long long l82 = 0; l82 < 1; l82++) {
-                                for (long long l83 = 0; l83 < 1; l83++) {
-                                    for (long long l84 = 0; l84 < 64; l84++) {
-                                        (arena + 148622)[l82 * 64 + l83 * 64 + l84] = expf((arena + 148558)[l82 * 64 + l83 * 64 + l84]);
-                                    }
-                                }
-                            }
-                            for (long long l85 = 0; l85 < 1; l85++) {
-                                for (long long l86 = 0; l86 < 1; l86++) {
-                                    for (long long l87 = 0; l87 < 64; l87++) {
-                                        (arena + 148686)[l85 * 64 + l86 * 64 + l87] = (arena + 169422)[l85 * 64 + l86 * 64 + l87];
-                                    }
-                                }
-                            }
-                            for (long long l88 = 0; l88 < 1; l88++) {
-                                for (long long l89 = 0; l89 < 1; l89++) {
-                                    for (long long l90 = 0; l90 < 64; l90++) {
-                                        (arena + 148750)[l88 * 64 + l89 * 64 + l90] = ((arena + 148686)[l88 * 64 + l89 * 64 + l90] * (arena + 148622)[l88 * 64 + l89 * 64 + l90]);
-                                    }
-                                }
-                            }
-                            for (long long l91 = 0; l91 < 1; l91++) {
-                                for (long long l92 = 0; l92 < 1; l92++) {
-                                    for (long long l93 = 0; l93 < 64; l93++) {
-                                        (arena + 169422)[l91 * 64 + l92 * 64 + l93] = (arena + 148750)[l91 * 64 + l92 * 64 + l93];
-                                    }
-                                }
-                            }
-                            for (long long l94 = 0; l94 < 1; l94++) {
-                                for (long long l95 = 0; l95 < 1; l95++) {
-                                    for (long long l96 = 0; l96 < 64; l96++) {
-                                        for (long long l97 = 0; l97 < 64; l97++) {
-                                            (arena + 61896)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] = ((arena + 24708)[l94 * 4096 + l95 * 4096 + l96 * 64 + l97] - (arena + 148494)[l94 * 64 + l95 * 64 + l96]);
+                                        for (long long l62 = 0; l62 < 64; l62++) {
+                                            (arena + 169294)[l59 * 4096 + l60 * 4096 + l61 * 64 + l62] = (o15 + l62 < s3) ? (arena + 165198)[l59 * 4096 + l60 * 4096 + l61 * 64 + l62] : (-INFINITY);
                                         }
+                                    }
+                                }
+                            }
+                            for (long long l63 = 0; l63 < 1; l63++) {
+                                for (long long l64 = 0; l64 < 1; l64++) {
+                                    for (long long l65 = 0; l65 < 64; l65++) {
+                                        float a67 = (-INFINITY);
+                                        for (long long r66 = 0; r66 < 64; r66 += 1) a67 = fmaxf(a67, (arena + 169294)[l63 * 4096 + l64 * 4096 + l65 * 64 + r66 * 1]);
+                                        (arena + 173390)[l63 * 64 + l64 * 64 + l65] = a67;
+                                    }
+                                }
+                            }
+                            for (long long l68 = 0; l68 < 1; l68++) {
+                                for (long long l69 = 0; l69 < 1; l69++) {
+                                    for (long long l70 = 0; l70 < 64; l70++) {
+                                        (arena + 32900)[l68 * 64 + l69 * 64 + l70] = ((arena + 173390)[l68 * 64 + l69 * 64 + l70] * (arena + 20609)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l71 = 0; l71 < 1; l71++) {
+                                for (long long l72 = 0; l72 < 1; l72++) {
+                                    for (long long l73 = 0; l73 < 64; l73++) {
+                                        (arena + 148300)[l71 * 64 + l72 * 64 + l73] = (arena + 173454)[l71 * 64 + l72 * 64 + l73];
+                                    }
+                                }
+                            }
+                            for (long long l74 = 0; l74 < 1; l74++) {
+                                for (long long l75 = 0; l75 < 1; l75++) {
+                                    for (long long l76 = 0; l76 < 64; l76++) {
+                                        (arena + 173454)[l74 * 64 + l75 * 64 + l76] = fmaxf((arena + 173454)[l74 * 64 + l75 * 64 + l76], (arena + 32900)[l74 * 64 + l75 * 64 + l76]);
+                                    }
+                                }
+                            }
+                            for (long long l77 = 0; l77 < 1; l77++) {
+                                for (long long l78 = 0; l78 < 1; l78++) {
+                                    for (long long l79 = 0; l79 < 64; l79++) {
+                                        (arena + 148364)[l77 * 64 + l78 * 64 + l79] = (arena + 173454)[l77 * 64 + l78 * 64 + l79];
+                                    }
+                                }
+                            }
+                            for (long long l80 = 0; l80 < 1; l80++) {
+                                for (long long l81 = 0; l81 < 1; l81++) {
+                                    for (long long l82 = 0; l82 < 64; l82++) {
+                                        (arena + 148430)[l80 * 64 + l81 * 64 + l82] = (((arena + 148364)[l80 * 64 + l81 * 64 + l82]) == ((arena + 148428)[0]) ? 1.0f : 0.0f);
+                                    }
+                                }
+                            }
+                            for (long long l83 = 0; l83 < 1; l83++) {
+                                for (long long l84 = 0; l84 < 1; l84++) {
+                                    for (long long l85 = 0; l85 < 64; l85++) {
+                                        (arena + 148494)[l83 * 64 + l84 * 64 + l85] = (arena + 148430)[l83 * 64 + l84 * 64 + l85] != 0.0f ? (arena + 148429)[0] : (arena + 148364)[l83 * 64 + l84 * 64 + l85];
+                                    }
+                                }
+                            }
+                            for (long long l86 = 0; l86 < 1; l86++) {
+                                for (long long l87 = 0; l87 < 1; l87++) {
+                                    for (long long l88 = 0; l88 < 64; l88++) {
+                                        (arena + 148558)[l86 * 64 + l87 * 64 + l88] = ((arena + 148300)[l86 * 64 + l87 * 64 + l88] - (arena + 148494)[l86 * 64 + l87 * 64 + l88]);
+                                    }
+                                }
+                            }
+                            for (long long l89 = 0; l89 < 1; l89++) {
+                                for (long long l90 = 0; l90 < 1; l90++) {
+                                    for (long long l91 = 0; l91 < 64; l91++) {
+                                        (arena + 148622)[l89 * 64 + l90 * 64 + l91] = expf((arena + 148558)[l89 * 64 + l90 * 64 + l91]);
+                                    }
+                                }
+                            }
+                            for (long long l92 = 0; l92 < 1; l92++) {
+                                for (long long l93 = 0; l93 < 1; l93++) {
+                                    for (long long l94 = 0; l94 < 64; l94++) {
+                                        (arena + 148686)[l92 * 64 + l93 * 64 + l94] = (arena + 177678)[l92 * 64 + l93 * 64 + l94];
+                                    }
+                                }
+                            }
+                            for (long long l95 = 0; l95 < 1; l95++) {
+                                for (long long l96 = 0; l96 < 1; l96++) {
+                                    for (long long l97 = 0; l97 < 64; l97++) {
+                                        (arena + 148750)[l95 * 64 + l96 * 64 + l97] = ((arena + 148686)[l95 * 64 + l96 * 64 + l97] * (arena + 148622)[l95 * 64 + l96 * 64 + l97]);
                                     }
                                 }
                             }
                             for (long long l98 = 0; l98 < 1; l98++) {
                                 for (long long l99 = 0; l99 < 1; l99++) {
                                     for (long long l100 = 0; l100 < 64; l100++) {
-                                        for (long long l101 = 0; l101 < 64; l101++) {
-                                            (arena + 65992)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101] = expf((arena + 61896)[l98 * 4096 + l99 * 4096 + l100 * 64 + l101]);
+                                        (arena + 177678)[l98 * 64 + l99 * 64 + l100] = (arena + 148750)[l98 * 64 + l99 * 64 + l100];
+                                    }
+                                }
+                            }
+                            for (long long l101 = 0; l101 < 1; l101++) {
+                                for (long long l102 = 0; l102 < 1; l102++) {
+                                    for (long long l103 = 0; l103 < 64; l103++) {
+                                        for (long long l104 = 0; l104 < 64; l104++) {
+                                            (arena + 61896)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] = ((arena + 24708)[l101 * 4096 + l102 * 4096 + l103 * 64 + l104] - (arena + 148494)[l101 * 64 + l102 * 64 + l103]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l102 = 0; l102 < 1; l102++) {
-                                for (long long l103 = 0; l103 < 1; l103++) {
-                                    for (long long l104 = 0; l104 < 64; l104++) {
-                                        for (long long l105 = 0; l105 < 64; l105++) {
-                                            (arena + 70088)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] = (o15 + l105 < s3) ? (arena + 65992)[l102 * 4096 + l103 * 4096 + l104 * 64 + l105] : 0e0f;
+                            for (long long l105 = 0; l105 < 1; l105++) {
+                                for (long long l106 = 0; l106 < 1; l106++) {
+                                    for (long long l107 = 0; l107 < 64; l107++) {
+                                        for (long long l108 = 0; l108 < 64; l108++) {
+                                            (arena + 65992)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108] = expf((arena + 61896)[l105 * 4096 + l106 * 4096 + l107 * 64 + l108]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l106 = 0; l106 < 1; l106++) {
-                                for (long long l107 = 0; l107 < 1; l107++) {
-                                    for (long long l108 = 0; l108 < 64; l108++) {
-                                        float a110 = 0e0f;
-                                        for (long long r109 = 0; r109 < 64; r109 += 1) a110 = a110 + (arena + 70088)[l106 * 4096 + l107 * 4096 + l108 * 64 + r109 * 1];
-                                        (arena + 74184)[l106 * 64 + l107 * 64 + l108] = a110;
-                                    }
-                                }
-                            }
-                            for (long long l111 = 0; l111 < 1; l111++) {
-                                for (long long l112 = 0; l112 < 1; l112++) {
-                                    for (long long l113 = 0; l113 < 64; l113++) {
-                                        (arena + 169422)[l111 * 64 + l112 * 64 + l113] = (arena + 169422)[l111 * 64 + l112 * 64 + l113] + (arena + 74184)[l111 * 64 + l112 * 64 + l113];
-                                    }
-                                }
-                            }
-                            for (long long l114 = 0; l114 < 1; l114++) {
-                                for (long long l115 = 0; l115 < 1; l115++) {
-                                    for (long long l116 = 0; l116 < 64; l116++) {
-                                        for (long long l117 = 0; l117 < 128; l117++) {
-                                            (arena + 148814)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117] = (arena + 173646)[l114 * 8192 + l115 * 8192 + l116 * 128 + l117];
+                            for (long long l109 = 0; l109 < 1; l109++) {
+                                for (long long l110 = 0; l110 < 1; l110++) {
+                                    for (long long l111 = 0; l111 < 64; l111++) {
+                                        for (long long l112 = 0; l112 < 64; l112++) {
+                                            (arena + 70088)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] = (o15 + l112 < s3) ? (arena + 65992)[l109 * 4096 + l110 * 4096 + l111 * 64 + l112] : 0e0f;
                                         }
+                                    }
+                                }
+                            }
+                            for (long long l113 = 0; l113 < 1; l113++) {
+                                for (long long l114 = 0; l114 < 1; l114++) {
+                                    for (long long l115 = 0; l115 < 64; l115++) {
+                                        float a117 = 0e0f;
+                                        for (long long r116 = 0; r116 < 64; r116 += 1) a117 = a117 + (arena + 70088)[l113 * 4096 + l114 * 4096 + l115 * 64 + r116 * 1];
+                                        (arena + 74184)[l113 * 64 + l114 * 64 + l115] = a117;
                                     }
                                 }
                             }
                             for (long long l118 = 0; l118 < 1; l118++) {
                                 for (long long l119 = 0; l119 < 1; l119++) {
                                     for (long long l120 = 0; l120 < 64; l120++) {
-                                        for (long long l121 = 0; l121 < 128; l121++) {
-                                            (arena + 157006)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] = ((arena + 148814)[l118 * 8192 + l119 * 8192 + l120 * 128 + l121] * (arena + 148622)[l118 * 64 + l119 * 64 + l120]);
+                                        (arena + 177678)[l118 * 64 + l119 * 64 + l120] = (arena + 177678)[l118 * 64 + l119 * 64 + l120] + (arena + 74184)[l118 * 64 + l119 * 64 + l120];
+                                    }
+                                }
+                            }
+                            for (long long l121 = 0; l121 < 1; l121++) {
+                                for (long long l122 = 0; l122 < 1; l122++) {
+                                    for (long long l123 = 0; l123 < 64; l123++) {
+                                        for (long long l124 = 0; l124 < 128; l124++) {
+                                            (arena + 148814)[l121 * 8192 + l122 * 8192 + l123 * 128 + l124] = (arena + 181902)[l121 * 8192 + l122 * 8192 + l123 * 128 + l124];
                                         }
                                     }
                                 }
                             }
-                            for (long long l122 = 0; l122 < 1; l122++) {
-                                for (long long l123 = 0; l123 < 1; l123++) {
-                                    for (long long l124 = 0; l124 < 64; l124++) {
-                                        for (long long l125 = 0; l125 < 128; l125++) {
-                                            (arena + 173646)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125] = (arena + 157006)[l122 * 8192 + l123 * 8192 + l124 * 128 + l125];
+                            for (long long l125 = 0; l125 < 1; l125++) {
+                                for (long long l126 = 0; l126 < 1; l126++) {
+                                    for (long long l127 = 0; l127 < 64; l127++) {
+                                        for (long long l128 = 0; l128 < 128; l128++) {
+                                            (arena + 157006)[l125 * 8192 + l126 * 8192 + l127 * 128 + l128] = ((arena + 148814)[l125 * 8192 + l126 * 8192 + l127 * 128 + l128] * (arena + 148622)[l125 * 64 + l126 * 64 + l127]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l126 = 0; l126 < 1; l126++) {
-                                for (long long l127 = 0; l127 < 1; l127++) {
-                                    for (long long l128 = 0; l128 < 128; l128++) {
-                                        for (long long l129 = 0; l129 < 64; l129++) {
-                                            (arena + 115468)[l126 * 8192 + l127 * 8192 + l128 * 64 + l129] = (o1 + l126 < s0 && o2 + l127 < s1 && o15 + l129 < s3 && o4 + l128 < s4) ? dt_load_f32(in2[(o1 + l126) * args->input_strides[2][0] + (o2 + l127) * args->input_strides[2][1] + (o15 + l129) * args->input_strides[2][2] + (o4 + l128) * args->input_strides[2][3]]) : 0e0f;
+                            for (long long l129 = 0; l129 < 1; l129++) {
+                                for (long long l130 = 0; l130 < 1; l130++) {
+                                    for (long long l131 = 0; l131 < 64; l131++) {
+                                        for (long long l132 = 0; l132 < 128; l132++) {
+                                            (arena + 181902)[l129 * 8192 + l130 * 8192 + l131 * 128 + l132] = (arena + 157006)[l129 * 8192 + l130 * 8192 + l131 * 128 + l132];
                                         }
                                     }
                                 }
                             }
-                            for (long long l130 = 0; l130 < 1; l130++) {
-                                for (long long l131 = 0; l131 < 1; l131++) {
-                                    for (long long l132 = 0; l132 < 64; l132++) {
-                                        for (long long l133 = 0; l133 < 128; l133++) {
-                                            float a135 = 0.0f;
-                                            for (long long r134 = 0; r134 < 64; r134++) a135 += (arena + 70088)[l130 * 4096 + l131 * 4096 + l132 * 64 + r134 * 1] * (arena + 115468)[l130 * 8192 + l131 * 8192 + l133 * 64 + r134 * 1];
-                                            (arena + 123660)[l130 * 8192 + l131 * 8192 + l132 * 128 + l133] = a135;
+                            for (long long l133 = 0; l133 < 1; l133++) {
+                                for (long long l134 = 0; l134 < 1; l134++) {
+                                    for (long long l135 = 0; l135 < 128; l135++) {
+                                        for (long long l136 = 0; l136 < 64; l136++) {
+                                            (arena + 115468)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136] = (o1 + l133 < s0 && o2 + l134 < s1 && o15 + l136 < s3 && o4 + l135 < s4) ? dt_load_f32(in2[(o1 + l133) * args->input_strides[2][0] + (o2 + l134) * args->input_strides[2][1] + (o15 + l136) * args->input_strides[2][2] + (o4 + l135) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l136 = 0; l136 < 1; l136++) {
-                                for (long long l137 = 0; l137 < 1; l137++) {
-                                    for (long long l138 = 0; l138 < 64; l138++) {
-                                        for (long long l139 = 0; l139 < 128; l139++) {
-                                            (arena + 173646)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] = (arena + 173646)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139] + (arena + 123660)[l136 * 8192 + l137 * 8192 + l138 * 128 + l139];
+                            for (long long l137 = 0; l137 < 1; l137++) {
+                                for (long long l138 = 0; l138 < 1; l138++) {
+                                    for (long long l139 = 0; l139 < 64; l139++) {
+                                        for (long long l140 = 0; l140 < 128; l140++) {
+                                            float a142 = 0.0f;
+                                            for (long long r141 = 0; r141 < 64; r141++) a142 += (arena + 70088)[l137 * 4096 + l138 * 4096 + l139 * 64 + r141 * 1] * (arena + 115468)[l137 * 8192 + l138 * 8192 + l140 * 64 + r141 * 1];
+                                            (arena + 123660)[l137 * 8192 + l138 * 8192 + l139 * 128 + l140] = a142;
                                         }
                                     }
                                 }
                             }
-                        }
-                        for (long long l140 = 0; l140 < 1; l140++) {
-                            for (long long l141 = 0; l141 < 1; l141++) {
-                                for (long long l142 = 0; l142 < 64; l142++) {
-                                    (arena + 74248)[l140 * 64 + l141 * 64 + l142] = (arena + 169422)[l140 * 64 + l141 * 64 + l142];
-                                }
-                            }
-                        }
-                        for (long long l143 = 0; l143 < 1; l143++) {
-                            for (long long l144 = 0; l144 < 1; l144++) {
-                                for (long long l145 = 0; l145 < 64; l145++) {
-                                    for (long long l146 = 0; l146 < 128; l146++) {
-                                        (arena + 131852)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] = (arena + 173646)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146];
+                            for (long long l143 = 0; l143 < 1; l143++) {
+                                for (long long l144 = 0; l144 < 1; l144++) {
+                                    for (long long l145 = 0; l145 < 64; l145++) {
+                                        for (long long l146 = 0; l146 < 128; l146++) {
+                                            (arena + 181902)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] = (arena + 181902)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146] + (arena + 123660)[l143 * 8192 + l144 * 8192 + l145 * 128 + l146];
+                                        }
                                     }
                                 }
                             }
@@ -5415,17 +5596,33 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
                         for (long long l147 = 0; l147 < 1; l147++) {
                             for (long long l148 = 0; l148 < 1; l148++) {
                                 for (long long l149 = 0; l149 < 64; l149++) {
-                                    for (long long l150 = 0; l150 < 128; l150++) {
-                                        (arena + 140108)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] = ((arena + 131852)[l147 * 8192 + l148 * 8192 + l149 * 128 + l150] / (arena + 74248)[l147 * 64 + l148 * 64 + l149]);
+                                    (arena + 74248)[l147 * 64 + l148 * 64 + l149] = (arena + 177678)[l147 * 64 + l148 * 64 + l149];
+                                }
+                            }
+                        }
+                        for (long long l150 = 0; l150 < 1; l150++) {
+                            for (long long l151 = 0; l151 < 1; l151++) {
+                                for (long long l152 = 0; l152 < 64; l152++) {
+                                    for (long long l153 = 0; l153 < 128; l153++) {
+                                        (arena + 131852)[l150 * 8192 + l151 * 8192 + l152 * 128 + l153] = (arena + 181902)[l150 * 8192 + l151 * 8192 + l152 * 128 + l153];
                                     }
                                 }
                             }
                         }
-                        for (long long l151 = 0; l151 < 1; l151++) {
-                            for (long long l152 = 0; l152 < 1; l152++) {
-                                for (long long l153 = 0; l153 < 64; l153++) {
-                                    for (long long l154 = 0; l154 < 128; l154++) {
-                                        if (o1 + l151 < s0 && o2 + l152 < s1 && o3 + l153 < s2 && o4 + l154 < s4) out[(o1 + l151) * args->output_strides[0] + (o2 + l152) * args->output_strides[1] + (o3 + l153) * args->output_strides[2] + (o4 + l154) * args->output_strides[3]] = dt_store_f32((arena + 140108)[l151 * 8192 + l152 * 8192 + l153 * 128 + l154]);
+                        for (long long l154 = 0; l154 < 1; l154++) {
+                            for (long long l155 = 0; l155 < 1; l155++) {
+                                for (long long l156 = 0; l156 < 64; l156++) {
+                                    for (long long l157 = 0; l157 < 128; l157++) {
+                                        (arena + 140108)[l154 * 8192 + l155 * 8192 + l156 * 128 + l157] = ((arena + 131852)[l154 * 8192 + l155 * 8192 + l156 * 128 + l157] / (arena + 74248)[l154 * 64 + l155 * 64 + l156]);
+                                    }
+                                }
+                            }
+                        }
+                        for (long long l158 = 0; l158 < 1; l158++) {
+                            for (long long l159 = 0; l159 < 1; l159++) {
+                                for (long long l160 = 0; l160 < 64; l160++) {
+                                    for (long long l161 = 0; l161 < 128; l161++) {
+                                        if (o1 + l158 < s0 && o2 + l159 < s1 && o3 + l160 < s2 && o4 + l161 < s4) out[(o1 + l158) * args->output_strides[0] + (o2 + l159) * args->output_strides[1] + (o3 + l160) * args->output_strides[2] + (o4 + l161) * args->output_strides[3]] = dt_store_f32((arena + 140108)[l158 * 8192 + l159 * 8192 + l160 * 128 + l161]);
                                     }
                                 }
                             }

@@ -333,17 +333,19 @@ DT_FN float dt_fast_log(float a) { return __logf(a); }
 DT_FN float dt_fast_rsqrt(float a) { return rsqrtf(a); }
 #if defined(__HIPCC__)
 DT_FN float dt_fast_exp(float a) { return __expf(a); }
+DT_FN float dt_fast_exp2(float a) { return exp2f(a); }
 DT_FN float dt_fast_rcp(float b) { return __fdividef(1.0f, b); }
 #else
 /* exp(a) as 2^(a log2 e), and 1/b, with results below 2^-126 flushed to zero (`.ftz`): without
  * it the hardware approximations take a range check and two rescalings each, half of the
  * instructions of a 16-bit softmax step. Such a value rounds to zero in f16, and in bf16 is
  * below 2^-126 of the row's largest term. */
-DT_FN float dt_fast_exp(float a) {
+DT_FN float dt_fast_exp2(float a) {
     float t;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(a * 1.4426950408889634f));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(a));
     return t;
 }
+DT_FN float dt_fast_exp(float a) { return dt_fast_exp2(a * 1.4426950408889634f); }
 DT_FN float dt_fast_rcp(float b) {
     float t;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(b));
@@ -753,6 +755,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
         (void)r; (void)e;
         v42[r] = 0e0f;
     }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -848,31 +862,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v7[r] = (1) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -922,15 +936,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
@@ -1029,32 +1053,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    const int l110 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l108 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v7[r] = ((unsigned)(o15 + l108) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -1104,21 +1128,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l150 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l150) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -1208,11 +1242,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l177 = 0;
-                        const int l178 = 0;
-                        const int l179 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l180 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o4 + l180) < (unsigned)s4) out[(unsigned)(o1 + l177) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l178) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l179) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l180) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                        const int l189 = 0;
+                        const int l190 = 0;
+                        const int l191 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l192 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l191) < (unsigned)s2 && (unsigned)(o4 + l192) < (unsigned)s4) out[(unsigned)(o1 + l189) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l190) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l191) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l192) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
                 }
             }
@@ -1306,6 +1340,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
         (void)r; (void)e;
         v42[r] = 0e0f;
     }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -1401,31 +1447,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v7[r] = (1) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -1475,15 +1521,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
@@ -1582,32 +1638,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    const int l110 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l108 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v7[r] = ((unsigned)(o15 + l108) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -1657,21 +1713,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l150 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l150) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -1859,6 +1925,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
         (void)r; (void)e;
         v42[r] = 0e0f;
     }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -1954,31 +2032,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v7[r] = (1) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -2028,15 +2106,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
@@ -2135,32 +2223,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    const int l110 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l108 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v7[r] = ((unsigned)(o15 + l108) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -2210,21 +2298,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l150 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l150) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -2314,11 +2412,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l177 = 0;
-                        const int l178 = 0;
-                        const int l179 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l180 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o4 + l180) < (unsigned)s4) out[(unsigned)(o1 + l177) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l178) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l179) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l180) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                        const int l189 = 0;
+                        const int l190 = 0;
+                        const int l191 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l192 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l191) < (unsigned)s2 && (unsigned)(o4 + l192) < (unsigned)s4) out[(unsigned)(o1 + l189) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l190) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l191) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l192) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
                 }
             }
@@ -2412,6 +2510,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
         (void)r; (void)e;
         v42[r] = 0e0f;
     }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -2507,31 +2617,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v7[r] = (1) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -2581,15 +2691,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
@@ -2688,32 +2808,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    const int l110 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l108 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v7[r] = ((unsigned)(o15 + l108) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -2763,21 +2883,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l150 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l150) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -2977,6 +3107,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
         (void)r; (void)e;
         v60[r] = 0e0f;
     }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -3081,36 +3223,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[32];
+                                float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[32];
+                                float v70[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v13[r] = (1) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -3160,15 +3302,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[32];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[32];
                                 #pragma unroll
@@ -3244,9 +3396,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 float v2[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l99 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l100 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l100)) <= ((float)(o3 + l99)) ? 1.0f : 0.0f);
+                                    const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[32];
@@ -3276,37 +3428,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[32];
+                                float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[32];
+                                float v70[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    const int l122 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v70[r] = ((unsigned)(o15 + l122) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l120 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v13[r] = ((unsigned)(o15 + l120) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -3356,21 +3508,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[32];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    const int l174 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v32[r] = ((unsigned)(o15 + l174) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -3460,11 +3622,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l189 = 0;
-                        const int l190 = 0;
-                        const int l191 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l192 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l191) < (unsigned)s2 && (unsigned)(o4 + l192) < (unsigned)s4) out[(unsigned)(o1 + l189) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l190) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l191) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l192) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l201 = 0;
+                        const int l202 = 0;
+                        const int l203 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l204 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l203) < (unsigned)s2 && (unsigned)(o4 + l204) < (unsigned)s4) out[(unsigned)(o1 + l201) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l202) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l203) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l204) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -3570,6 +3732,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
         (void)r; (void)e;
         v60[r] = 0e0f;
     }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -3674,36 +3848,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[32];
+                                float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[32];
+                                float v70[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v13[r] = (1) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -3753,15 +3927,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[32];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[32];
                                 #pragma unroll
@@ -3837,9 +4021,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 float v2[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l99 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l100 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l100)) <= ((float)(o3 + l99)) ? 1.0f : 0.0f);
+                                    const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[32];
@@ -3869,37 +4053,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[32];
+                                float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[32];
+                                float v70[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    const int l122 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v70[r] = ((unsigned)(o15 + l122) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l120 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v13[r] = ((unsigned)(o15 + l120) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -3949,21 +4133,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[32];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    const int l174 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v32[r] = ((unsigned)(o15 + l174) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -4163,6 +4357,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
         (void)r; (void)e;
         v60[r] = 0e0f;
     }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -4267,36 +4473,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[32];
+                                float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[32];
+                                float v70[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v13[r] = (1) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -4346,15 +4552,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[32];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[32];
                                 #pragma unroll
@@ -4430,9 +4646,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 float v2[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l99 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l100 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l100)) <= ((float)(o3 + l99)) ? 1.0f : 0.0f);
+                                    const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[32];
@@ -4462,37 +4678,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[32];
+                                float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[32];
+                                float v70[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    const int l122 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v70[r] = ((unsigned)(o15 + l122) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l120 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v13[r] = ((unsigned)(o15 + l120) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -4542,21 +4758,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[32];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    const int l174 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v32[r] = ((unsigned)(o15 + l174) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -4646,11 +4872,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l189 = 0;
-                        const int l190 = 0;
-                        const int l191 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l192 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l191) < (unsigned)s2 && (unsigned)(o4 + l192) < (unsigned)s4) out[(unsigned)(o1 + l189) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l190) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l191) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l192) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l201 = 0;
+                        const int l202 = 0;
+                        const int l203 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l204 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l203) < (unsigned)s2 && (unsigned)(o4 + l204) < (unsigned)s4) out[(unsigned)(o1 + l201) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l202) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l203) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l204) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -4756,6 +4982,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
         (void)r; (void)e;
         v60[r] = 0e0f;
     }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -4860,36 +5098,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[32];
+                                float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[32];
+                                float v70[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v13[r] = (1) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -4939,15 +5177,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[32];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[32];
                                 #pragma unroll
@@ -5023,9 +5271,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 float v2[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l99 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l100 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l100)) <= ((float)(o3 + l99)) ? 1.0f : 0.0f);
+                                    const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[32];
@@ -5055,37 +5303,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[32];
+                                float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[32];
+                                float v70[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    const int l122 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v70[r] = ((unsigned)(o15 + l122) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l120 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v13[r] = ((unsigned)(o15 + l120) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -5135,21 +5383,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[32];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    const int l174 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v32[r] = ((unsigned)(o15 + l174) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -5337,6 +5595,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
         (void)r; (void)e;
         v42[r] = 0e0f;
     }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -5432,31 +5702,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v7[r] = (1) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -5506,15 +5776,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
@@ -5613,32 +5893,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    const int l110 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l108 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v7[r] = ((unsigned)(o15 + l108) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -5688,21 +5968,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l150 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l150) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -5792,11 +6082,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l177 = 0;
-                        const int l178 = 0;
-                        const int l179 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l180 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o4 + l180) < (unsigned)s4) out[(unsigned)(o1 + l177) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l178) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l179) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l180) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                        const int l189 = 0;
+                        const int l190 = 0;
+                        const int l191 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l192 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l191) < (unsigned)s2 && (unsigned)(o4 + l192) < (unsigned)s4) out[(unsigned)(o1 + l189) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l190) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l191) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l192) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
                 }
             }
@@ -5890,6 +6180,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
         (void)r; (void)e;
         v42[r] = 0e0f;
     }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -5985,31 +6287,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v7[r] = (1) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -6059,15 +6361,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
@@ -6166,32 +6478,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    const int l110 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l108 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v7[r] = ((unsigned)(o15 + l108) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -6241,21 +6553,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l150 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l150) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -6443,6 +6765,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
         (void)r; (void)e;
         v42[r] = 0e0f;
     }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -6538,31 +6872,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v7[r] = (1) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -6612,15 +6946,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
@@ -6719,32 +7063,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    const int l110 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l108 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v7[r] = ((unsigned)(o15 + l108) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -6794,21 +7138,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l150 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l150) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -6898,11 +7252,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l177 = 0;
-                        const int l178 = 0;
-                        const int l179 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l180 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l179) < (unsigned)s2 && (unsigned)(o4 + l180) < (unsigned)s4) out[(unsigned)(o1 + l177) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l178) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l179) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l180) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                        const int l189 = 0;
+                        const int l190 = 0;
+                        const int l191 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l192 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l191) < (unsigned)s2 && (unsigned)(o4 + l192) < (unsigned)s4) out[(unsigned)(o1 + l189) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l190) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l191) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l192) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
                 }
             }
@@ -6996,6 +7350,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
         (void)r; (void)e;
         v42[r] = 0e0f;
     }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -7091,31 +7457,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v7[r] = (1) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -7165,15 +7531,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
@@ -7272,32 +7648,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    const int l110 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l108 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v7[r] = ((unsigned)(o15 + l108) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -7347,21 +7723,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l150 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l150) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -7561,6 +7947,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
         (void)r; (void)e;
         v60[r] = 0e0f;
     }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -7665,36 +8063,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[32];
+                                float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[32];
+                                float v70[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v13[r] = (1) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -7744,15 +8142,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[32];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[32];
                                 #pragma unroll
@@ -7828,9 +8236,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 float v2[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l99 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l100 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l100)) <= ((float)(o3 + l99)) ? 1.0f : 0.0f);
+                                    const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[32];
@@ -7860,37 +8268,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[32];
+                                float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[32];
+                                float v70[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    const int l122 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v70[r] = ((unsigned)(o15 + l122) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l120 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v13[r] = ((unsigned)(o15 + l120) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -7940,21 +8348,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[32];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    const int l174 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v32[r] = ((unsigned)(o15 + l174) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -8044,11 +8462,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l189 = 0;
-                        const int l190 = 0;
-                        const int l191 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l192 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l191) < (unsigned)s2 && (unsigned)(o4 + l192) < (unsigned)s4) out[(unsigned)(o1 + l189) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l190) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l191) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l192) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l201 = 0;
+                        const int l202 = 0;
+                        const int l203 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l204 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l203) < (unsigned)s2 && (unsigned)(o4 + l204) < (unsigned)s4) out[(unsigned)(o1 + l201) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l202) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l203) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l204) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -8154,6 +8572,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
         (void)r; (void)e;
         v60[r] = 0e0f;
     }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -8258,36 +8688,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[32];
+                                float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[32];
+                                float v70[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v13[r] = (1) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -8337,15 +8767,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[32];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[32];
                                 #pragma unroll
@@ -8421,9 +8861,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 float v2[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l99 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l100 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l100)) <= ((float)(o3 + l99)) ? 1.0f : 0.0f);
+                                    const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[32];
@@ -8453,37 +8893,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[32];
+                                float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[32];
+                                float v70[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    const int l122 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v70[r] = ((unsigned)(o15 + l122) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l120 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v13[r] = ((unsigned)(o15 + l120) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -8533,21 +8973,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[32];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    const int l174 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v32[r] = ((unsigned)(o15 + l174) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -8747,6 +9197,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
         (void)r; (void)e;
         v60[r] = 0e0f;
     }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -8851,36 +9313,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[32];
+                                float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[32];
+                                float v70[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v13[r] = (1) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -8930,15 +9392,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[32];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[32];
                                 #pragma unroll
@@ -9014,9 +9486,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 float v2[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l99 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l100 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l100)) <= ((float)(o3 + l99)) ? 1.0f : 0.0f);
+                                    const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[32];
@@ -9046,37 +9518,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[32];
+                                float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[32];
+                                float v70[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    const int l122 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v70[r] = ((unsigned)(o15 + l122) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l120 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v13[r] = ((unsigned)(o15 + l120) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -9126,21 +9598,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[32];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    const int l174 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v32[r] = ((unsigned)(o15 + l174) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -9230,11 +9712,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l189 = 0;
-                        const int l190 = 0;
-                        const int l191 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l192 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l191) < (unsigned)s2 && (unsigned)(o4 + l192) < (unsigned)s4) out[(unsigned)(o1 + l189) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l190) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l191) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l192) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l201 = 0;
+                        const int l202 = 0;
+                        const int l203 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l204 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l203) < (unsigned)s2 && (unsigned)(o4 + l204) < (unsigned)s4) out[(unsigned)(o1 + l201) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l202) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l203) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l204) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -9340,6 +9822,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
         (void)r; (void)e;
         v60[r] = 0e0f;
     }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -9444,36 +9938,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[32];
+                                float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[32];
+                                float v70[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v13[r] = (1) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -9523,15 +10017,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[32];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[32];
                                 #pragma unroll
@@ -9607,9 +10111,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 float v2[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l99 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l100 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l100)) <= ((float)(o3 + l99)) ? 1.0f : 0.0f);
+                                    const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[32];
@@ -9639,37 +10143,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[32];
+                                float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[32];
+                                float v70[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    const int l122 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v70[r] = ((unsigned)(o15 + l122) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l120 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v13[r] = ((unsigned)(o15 + l120) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -9719,21 +10223,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[32];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    const int l174 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v32[r] = ((unsigned)(o15 + l174) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -9893,6 +10407,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
         (void)r; (void)e;
         v42[r] = 0e0f;
     }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -10093,31 +10619,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                                 for (int r = 0; r < 64; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[64];
+                                float v51[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v7[r] = (1) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[4];
+                                float v52[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[4];
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 4; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 4; s++) v52[s] = p[s];
+                                }
+                                float v8[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[4];
                                 #pragma unroll
@@ -10167,15 +10693,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                                 for (int r = 0; r < 4; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[64];
+                                float v54[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[64];
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[64];
                                 #pragma unroll
@@ -10276,32 +10812,32 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                                 for (int r = 0; r < 64; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[64];
+                                float v51[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    const int l135 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l135) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l133 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v7[r] = ((unsigned)(o15 + l133) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[4];
+                                float v52[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[4];
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 4; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 4; s++) v52[s] = p[s];
+                                }
+                                float v8[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[4];
                                 #pragma unroll
@@ -10351,21 +10887,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                                 for (int r = 0; r < 4; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[64];
+                                float v54[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[64];
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l175 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l175) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l187 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l187) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -10451,11 +10997,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l202 = 0;
-                        const int l203 = 0;
-                        const int l204 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l205 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l204) < (unsigned)s2 && (unsigned)(o4 + l205) < (unsigned)s4) out[(unsigned)(o1 + l202) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l203) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l204) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l205) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                        const int l214 = 0;
+                        const int l215 = 0;
+                        const int l216 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l217 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l216) < (unsigned)s2 && (unsigned)(o4 + l217) < (unsigned)s4) out[(unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l215) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l216) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l217) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
                 }
             }
@@ -10520,6 +11066,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
         const int r = 0, e = 0;
         (void)r; (void)e;
         v42[r] = 0e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -10721,31 +11279,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                                 for (int r = 0; r < 64; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[64];
+                                float v51[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v7[r] = (1) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[4];
+                                float v52[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[4];
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 4; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 4; s++) v52[s] = p[s];
+                                }
+                                float v8[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[4];
                                 #pragma unroll
@@ -10795,15 +11353,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                                 for (int r = 0; r < 4; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[64];
+                                float v54[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[64];
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[64];
                                 #pragma unroll
@@ -10904,32 +11472,32 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                                 for (int r = 0; r < 64; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[64];
+                                float v51[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    const int l135 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l135) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l133 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v7[r] = ((unsigned)(o15 + l133) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[4];
+                                float v52[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[4];
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 4; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 4; s++) v52[s] = p[s];
+                                }
+                                float v8[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[4];
                                 #pragma unroll
@@ -10979,21 +11547,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                                 for (int r = 0; r < 4; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[64];
+                                float v54[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[64];
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l175 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l175) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l187 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l187) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -11149,6 +11727,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
         (void)r; (void)e;
         v42[r] = 0e0f;
     }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -11349,31 +11939,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                                 for (int r = 0; r < 64; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[64];
+                                float v51[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v7[r] = (1) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[4];
+                                float v52[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[4];
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 4; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 4; s++) v52[s] = p[s];
+                                }
+                                float v8[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[4];
                                 #pragma unroll
@@ -11423,15 +12013,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                                 for (int r = 0; r < 4; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[64];
+                                float v54[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[64];
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[64];
                                 #pragma unroll
@@ -11532,32 +12132,32 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                                 for (int r = 0; r < 64; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[64];
+                                float v51[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    const int l135 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l135) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l133 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v7[r] = ((unsigned)(o15 + l133) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[4];
+                                float v52[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[4];
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 4; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 4; s++) v52[s] = p[s];
+                                }
+                                float v8[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[4];
                                 #pragma unroll
@@ -11607,21 +12207,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                                 for (int r = 0; r < 4; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[64];
+                                float v54[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[64];
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l175 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l175) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l187 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l187) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -11707,11 +12317,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l202 = 0;
-                        const int l203 = 0;
-                        const int l204 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l205 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l204) < (unsigned)s2 && (unsigned)(o4 + l205) < (unsigned)s4) out[(unsigned)(o1 + l202) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l203) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l204) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l205) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                        const int l214 = 0;
+                        const int l215 = 0;
+                        const int l216 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l217 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l216) < (unsigned)s2 && (unsigned)(o4 + l217) < (unsigned)s4) out[(unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l215) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l216) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l217) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
                 }
             }
@@ -11776,6 +12386,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
         const int r = 0, e = 0;
         (void)r; (void)e;
         v42[r] = 0e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -11977,31 +12599,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                                 for (int r = 0; r < 64; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[64];
+                                float v51[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v7[r] = (1) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[4];
+                                float v52[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[4];
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 4; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 4; s++) v52[s] = p[s];
+                                }
+                                float v8[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[4];
                                 #pragma unroll
@@ -12051,15 +12673,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                                 for (int r = 0; r < 4; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[64];
+                                float v54[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[64];
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[64];
                                 #pragma unroll
@@ -12160,32 +12792,32 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                                 for (int r = 0; r < 64; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[64];
+                                float v51[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    const int l135 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l135) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l133 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v7[r] = ((unsigned)(o15 + l133) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[4];
+                                float v52[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[4];
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 4; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 4; s++) v52[s] = p[s];
+                                }
+                                float v8[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[4];
                                 #pragma unroll
@@ -12235,21 +12867,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                                 for (int r = 0; r < 4; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[64];
+                                float v54[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[64];
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l175 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l175) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l187 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l187) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -12417,6 +13059,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
         (void)r; (void)e;
         v60[r] = 0e0f;
     }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -12626,36 +13280,36 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                 for (int r = 0; r < 64; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[64];
+                                float v69[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[64];
+                                float v70[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v13[r] = (1) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[4];
+                                float v71[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[4];
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 4; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 4; s++) v71[s] = p[s];
+                                }
+                                float v14[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[4];
                                 #pragma unroll
@@ -12705,15 +13359,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                 for (int r = 0; r < 4; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[64];
+                                float v73[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[64];
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[64];
                                 #pragma unroll
@@ -12786,9 +13450,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                 float v2[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l124 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l125 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l125)) <= ((float)(o3 + l124)) ? 1.0f : 0.0f);
+                                    const int l130 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l131 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[64];
@@ -12823,37 +13487,37 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                 for (int r = 0; r < 64; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[64];
+                                float v69[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[64];
+                                float v70[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    const int l147 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v70[r] = ((unsigned)(o15 + l147) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l145 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v13[r] = ((unsigned)(o15 + l145) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[4];
+                                float v71[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[4];
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 4; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 4; s++) v71[s] = p[s];
+                                }
+                                float v14[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[4];
                                 #pragma unroll
@@ -12903,21 +13567,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                 for (int r = 0; r < 4; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[64];
+                                float v73[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[64];
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l187 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l187) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    const int l199 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v32[r] = ((unsigned)(o15 + l199) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -13003,11 +13677,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l214 = 0;
-                        const int l215 = 0;
-                        const int l216 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l217 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l216) < (unsigned)s2 && (unsigned)(o4 + l217) < (unsigned)s4) out[(unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l215) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l216) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l217) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l226 = 0;
+                        const int l227 = 0;
+                        const int l228 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l229 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l228) < (unsigned)s2 && (unsigned)(o4 + l229) < (unsigned)s4) out[(unsigned)(o1 + l226) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l227) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l228) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l229) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -13084,6 +13758,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
         const int r = 0, e = 0;
         (void)r; (void)e;
         v60[r] = 0e0f;
+    }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -13294,36 +13980,36 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                 for (int r = 0; r < 64; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[64];
+                                float v69[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[64];
+                                float v70[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v13[r] = (1) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[4];
+                                float v71[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[4];
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 4; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 4; s++) v71[s] = p[s];
+                                }
+                                float v14[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[4];
                                 #pragma unroll
@@ -13373,15 +14059,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                 for (int r = 0; r < 4; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[64];
+                                float v73[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[64];
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[64];
                                 #pragma unroll
@@ -13454,9 +14150,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                 float v2[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l124 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l125 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l125)) <= ((float)(o3 + l124)) ? 1.0f : 0.0f);
+                                    const int l130 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l131 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[64];
@@ -13491,37 +14187,37 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                 for (int r = 0; r < 64; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[64];
+                                float v69[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[64];
+                                float v70[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    const int l147 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v70[r] = ((unsigned)(o15 + l147) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l145 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v13[r] = ((unsigned)(o15 + l145) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[4];
+                                float v71[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[4];
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 4; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 4; s++) v71[s] = p[s];
+                                }
+                                float v14[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[4];
                                 #pragma unroll
@@ -13571,21 +14267,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                 for (int r = 0; r < 4; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[64];
+                                float v73[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[64];
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l187 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l187) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    const int l199 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v32[r] = ((unsigned)(o15 + l199) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -13753,6 +14459,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
         (void)r; (void)e;
         v60[r] = 0e0f;
     }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -13962,36 +14680,36 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                 for (int r = 0; r < 64; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[64];
+                                float v69[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[64];
+                                float v70[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v13[r] = (1) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[4];
+                                float v71[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[4];
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 4; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 4; s++) v71[s] = p[s];
+                                }
+                                float v14[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[4];
                                 #pragma unroll
@@ -14041,15 +14759,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                 for (int r = 0; r < 4; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[64];
+                                float v73[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[64];
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[64];
                                 #pragma unroll
@@ -14122,9 +14850,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                 float v2[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l124 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l125 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l125)) <= ((float)(o3 + l124)) ? 1.0f : 0.0f);
+                                    const int l130 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l131 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[64];
@@ -14159,37 +14887,37 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                 for (int r = 0; r < 64; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[64];
+                                float v69[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[64];
+                                float v70[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    const int l147 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v70[r] = ((unsigned)(o15 + l147) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l145 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v13[r] = ((unsigned)(o15 + l145) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[4];
+                                float v71[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[4];
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 4; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 4; s++) v71[s] = p[s];
+                                }
+                                float v14[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[4];
                                 #pragma unroll
@@ -14239,21 +14967,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                 for (int r = 0; r < 4; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[64];
+                                float v73[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[64];
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l187 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l187) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    const int l199 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v32[r] = ((unsigned)(o15 + l199) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -14339,11 +15077,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l214 = 0;
-                        const int l215 = 0;
-                        const int l216 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l217 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l216) < (unsigned)s2 && (unsigned)(o4 + l217) < (unsigned)s4) out[(unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l215) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l216) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l217) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l226 = 0;
+                        const int l227 = 0;
+                        const int l228 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l229 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l228) < (unsigned)s2 && (unsigned)(o4 + l229) < (unsigned)s4) out[(unsigned)(o1 + l226) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l227) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l228) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l229) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -14420,6 +15158,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
         const int r = 0, e = 0;
         (void)r; (void)e;
         v60[r] = 0e0f;
+    }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -14630,36 +15380,36 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                 for (int r = 0; r < 64; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[64];
+                                float v69[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[64];
+                                float v70[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v13[r] = (1) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[4];
+                                float v71[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[4];
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 4; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 4; s++) v71[s] = p[s];
+                                }
+                                float v14[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[4];
                                 #pragma unroll
@@ -14709,15 +15459,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                 for (int r = 0; r < 4; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[64];
+                                float v73[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[64];
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[64];
                                 #pragma unroll
@@ -14790,9 +15550,9 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                 float v2[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l124 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l125 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l125)) <= ((float)(o3 + l124)) ? 1.0f : 0.0f);
+                                    const int l130 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l131 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[64];
@@ -14827,37 +15587,37 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                 for (int r = 0; r < 64; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[64];
+                                float v69[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[64];
+                                float v70[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    const int l147 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v70[r] = ((unsigned)(o15 + l147) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l145 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v13[r] = ((unsigned)(o15 + l145) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[4];
+                                float v71[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[4];
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 4; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 4; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 4; s++) v71[s] = p[s];
+                                }
+                                float v14[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[4];
                                 #pragma unroll
@@ -14907,21 +15667,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                 for (int r = 0; r < 4; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[64];
+                                float v73[4];
+                                #pragma unroll
+                                for (int r = 0; r < 4; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[64];
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l187 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l187) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    const int l199 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v32[r] = ((unsigned)(o15 + l199) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[4];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -15077,6 +15847,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
         (void)r; (void)e;
         v42[r] = 0e0f;
     }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -15279,31 +16061,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v7[r] = (1) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -15353,15 +16135,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
@@ -15465,32 +16257,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    const int l135 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l135) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l133 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v7[r] = ((unsigned)(o15 + l133) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -15540,21 +16332,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l175 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l175) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l187 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l187) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -15641,11 +16443,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l202 = 0;
-                        const int l203 = 0;
-                        const int l204 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l205 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l204) < (unsigned)s2 && (unsigned)(o4 + l205) < (unsigned)s4) out[(unsigned)(o1 + l202) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l203) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l204) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l205) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                        const int l214 = 0;
+                        const int l215 = 0;
+                        const int l216 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l217 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l216) < (unsigned)s2 && (unsigned)(o4 + l217) < (unsigned)s4) out[(unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l215) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l216) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l217) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
                 }
             }
@@ -15710,6 +16512,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
         const int r = 0, e = 0;
         (void)r; (void)e;
         v42[r] = 0e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -15913,31 +16727,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v7[r] = (1) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -15987,15 +16801,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
@@ -16099,32 +16923,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    const int l135 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l135) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l133 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v7[r] = ((unsigned)(o15 + l133) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -16174,21 +16998,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l175 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l175) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l187 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l187) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -16345,6 +17179,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
         (void)r; (void)e;
         v42[r] = 0e0f;
     }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -16547,31 +17393,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v7[r] = (1) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -16621,15 +17467,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
@@ -16733,32 +17589,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    const int l135 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l135) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l133 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v7[r] = ((unsigned)(o15 + l133) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -16808,21 +17664,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l175 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l175) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l187 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l187) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -16909,11 +17775,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l202 = 0;
-                        const int l203 = 0;
-                        const int l204 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l205 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l204) < (unsigned)s2 && (unsigned)(o4 + l205) < (unsigned)s4) out[(unsigned)(o1 + l202) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l203) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l204) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l205) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                        const int l214 = 0;
+                        const int l215 = 0;
+                        const int l216 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l217 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l216) < (unsigned)s2 && (unsigned)(o4 + l217) < (unsigned)s4) out[(unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l215) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l216) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l217) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
                 }
             }
@@ -16978,6 +17844,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
         const int r = 0, e = 0;
         (void)r; (void)e;
         v42[r] = 0e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -17181,31 +18059,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v7[r] = (1) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -17255,15 +18133,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
@@ -17367,32 +18255,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                 for (int r = 0; r < 32; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v6[32];
+                                float v51[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v6[r] = (v3[r] * v5[0]);
+                                    const int l135 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l135) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
-                                float v7[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l133 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v7[r] = ((unsigned)(o15 + l133) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                                }
-                                float v8[2];
+                                float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v8[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
                                 }
                                 float v39[2];
                                 #pragma unroll
@@ -17442,21 +18330,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v48[r];
                                 }
-                                float v18[32];
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v18[r] = (v6[r] - v44[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v19[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v19[r] = dt_fast_exp(v18[r]);
+                                    v19[r] = dt_fast_exp2(v57[r]);
                                 }
                                 float v20[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    const int l175 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l175) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l187 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l187) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -17625,6 +18523,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
         (void)r; (void)e;
         v60[r] = 0e0f;
     }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -17834,36 +18744,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                                 for (int r = 0; r < 16; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[16];
+                                float v69[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[16];
+                                float v70[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v13[r] = (1) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -17913,15 +18823,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[16];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[16];
+                                #pragma unroll
+                                for (int r = 0; r < 16; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[16];
                                 #pragma unroll
@@ -17994,9 +18914,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                                 float v2[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    const int l124 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l125 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l125)) <= ((float)(o3 + l124)) ? 1.0f : 0.0f);
+                                    const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l131 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[16];
@@ -18031,37 +18951,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                                 for (int r = 0; r < 16; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[16];
+                                float v69[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[16];
+                                float v70[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    const int l147 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v70[r] = ((unsigned)(o15 + l147) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    const int l145 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v13[r] = ((unsigned)(o15 + l145) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -18111,21 +19031,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[16];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[16];
+                                #pragma unroll
+                                for (int r = 0; r < 16; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    const int l187 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l187) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    const int l199 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v32[r] = ((unsigned)(o15 + l199) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -18211,11 +19141,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l214 = 0;
-                        const int l215 = 0;
-                        const int l216 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l217 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l216) < (unsigned)s2 && (unsigned)(o4 + l217) < (unsigned)s4) out[(unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l215) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l216) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l217) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l226 = 0;
+                        const int l227 = 0;
+                        const int l228 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l229 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l228) < (unsigned)s2 && (unsigned)(o4 + l229) < (unsigned)s4) out[(unsigned)(o1 + l226) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l227) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l228) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l229) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -18292,6 +19222,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
         const int r = 0, e = 0;
         (void)r; (void)e;
         v60[r] = 0e0f;
+    }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -18502,36 +19444,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                                 for (int r = 0; r < 16; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[16];
+                                float v69[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[16];
+                                float v70[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v13[r] = (1) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -18581,15 +19523,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[16];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[16];
+                                #pragma unroll
+                                for (int r = 0; r < 16; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[16];
                                 #pragma unroll
@@ -18662,9 +19614,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                                 float v2[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    const int l124 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l125 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l125)) <= ((float)(o3 + l124)) ? 1.0f : 0.0f);
+                                    const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l131 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[16];
@@ -18699,37 +19651,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                                 for (int r = 0; r < 16; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[16];
+                                float v69[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[16];
+                                float v70[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    const int l147 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v70[r] = ((unsigned)(o15 + l147) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    const int l145 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v13[r] = ((unsigned)(o15 + l145) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -18779,21 +19731,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[16];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[16];
+                                #pragma unroll
+                                for (int r = 0; r < 16; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    const int l187 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l187) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    const int l199 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v32[r] = ((unsigned)(o15 + l199) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -18961,6 +19923,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
         (void)r; (void)e;
         v60[r] = 0e0f;
     }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -19170,36 +20144,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                                 for (int r = 0; r < 16; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[16];
+                                float v69[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[16];
+                                float v70[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v13[r] = (1) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -19249,15 +20223,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[16];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[16];
+                                #pragma unroll
+                                for (int r = 0; r < 16; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[16];
                                 #pragma unroll
@@ -19330,9 +20314,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                                 float v2[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    const int l124 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l125 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l125)) <= ((float)(o3 + l124)) ? 1.0f : 0.0f);
+                                    const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l131 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[16];
@@ -19367,37 +20351,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                                 for (int r = 0; r < 16; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[16];
+                                float v69[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[16];
+                                float v70[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    const int l147 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v70[r] = ((unsigned)(o15 + l147) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    const int l145 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v13[r] = ((unsigned)(o15 + l145) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -19447,21 +20431,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[16];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[16];
+                                #pragma unroll
+                                for (int r = 0; r < 16; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    const int l187 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l187) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    const int l199 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v32[r] = ((unsigned)(o15 + l199) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -19547,11 +20541,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l214 = 0;
-                        const int l215 = 0;
-                        const int l216 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l217 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l216) < (unsigned)s2 && (unsigned)(o4 + l217) < (unsigned)s4) out[(unsigned)(o1 + l214) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l215) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l216) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l217) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l226 = 0;
+                        const int l227 = 0;
+                        const int l228 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l229 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l228) < (unsigned)s2 && (unsigned)(o4 + l229) < (unsigned)s4) out[(unsigned)(o1 + l226) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l227) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l228) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l229) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -19628,6 +20622,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
         const int r = 0, e = 0;
         (void)r; (void)e;
         v60[r] = 0e0f;
+    }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -19838,36 +20844,36 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                                 for (int r = 0; r < 16; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[16];
+                                float v69[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[16];
+                                float v70[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v13[r] = (1) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -19917,15 +20923,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[16];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[16];
+                                #pragma unroll
+                                for (int r = 0; r < 16; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[16];
                                 #pragma unroll
@@ -19998,9 +21014,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                                 float v2[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    const int l124 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l125 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l125)) <= ((float)(o3 + l124)) ? 1.0f : 0.0f);
+                                    const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l131 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[16];
@@ -20035,37 +21051,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                                 for (int r = 0; r < 16; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v9[16];
+                                float v69[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v9[r] = (v6[r] * v8[0]);
+                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                 }
-                                float v12[16];
+                                float v70[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                                    const int l147 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v70[r] = ((unsigned)(o15 + l147) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                 }
-                                float v13[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    const int l145 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v13[r] = ((unsigned)(o15 + l145) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                                }
-                                float v14[2];
+                                float v71[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                                 {
                                     float p[2];
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
                                         for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                     }
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v14[s] = p[s];
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
                                 }
                                 float v57[2];
                                 #pragma unroll
@@ -20115,21 +21131,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = v66[r];
                                 }
-                                float v30[16];
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v30[r] = (v12[r] - v62[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[16];
+                                #pragma unroll
+                                for (int r = 0; r < 16; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
                                 }
                                 float v31[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v31[r] = dt_fast_exp(v30[r]);
+                                    v31[r] = dt_fast_exp2(v77[r]);
                                 }
                                 float v32[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    const int l187 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l187) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    const int l199 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v32[r] = ((unsigned)(o15 + l199) < (unsigned)s3) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -20404,27 +21430,32 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                         for (int r = 0; r < 32; r++) {
                             v6[r] = (v3[r] * v5[0]);
                         }
-                        float v7[32];
+                        float v51[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int l42 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            v51[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v8[2];
+                        float v52[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[2];
                             #pragma unroll
                             for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                             #pragma unroll
                             for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 2; s++) v8[s] = p[s];
+                            for (int s = 0; s < 2; s++) v52[s] = p[s];
+                        }
+                        float v8[2];
+                        #pragma unroll
+                        for (int r = 0; r < 2; r++) {
+                            v8[r] = (v52[r] * v5[0]);
                         }
                         float v39[2];
                         #pragma unroll
@@ -20487,8 +21518,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                         float v20[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l84 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v20[r] = ((unsigned)(o15 + l84) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l87 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -20528,23 +21559,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                         __syncthreads();
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec100 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec103 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l101 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l102 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l103 = (int)((unsigned)e / 16u % 64u);
-                                    const int l104 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec100 && (unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)], &in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l104 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l105 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l106 = (int)((unsigned)e / 16u % 64u);
+                                    const int l107 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec103 && (unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l106 * 136 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l106 * 136 + (l107 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8 + q)] = ((unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l106 * 136 + (l107 * 8 + q)] = ((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -20594,11 +21625,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l116 = 0;
-                        const int l117 = 0;
-                        const int l118 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l119 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l118) < (unsigned)s2 && (unsigned)(o4 + l119) < (unsigned)s4) out[(unsigned)(o1 + l116) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l117) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l118) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l119) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                        const int l119 = 0;
+                        const int l120 = 0;
+                        const int l121 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l122 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l121) < (unsigned)s2 && (unsigned)(o4 + l122) < (unsigned)s4) out[(unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l120) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l121) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l122) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
                 }
             }
@@ -20783,27 +21814,32 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                         for (int r = 0; r < 32; r++) {
                             v6[r] = (v3[r] * v5[0]);
                         }
-                        float v7[32];
+                        float v51[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int l42 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            v51[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v8[2];
+                        float v52[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[2];
                             #pragma unroll
                             for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                             #pragma unroll
                             for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 2; s++) v8[s] = p[s];
+                            for (int s = 0; s < 2; s++) v52[s] = p[s];
+                        }
+                        float v8[2];
+                        #pragma unroll
+                        for (int r = 0; r < 2; r++) {
+                            v8[r] = (v52[r] * v5[0]);
                         }
                         float v39[2];
                         #pragma unroll
@@ -20866,8 +21902,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                         float v20[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l84 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v20[r] = ((unsigned)(o15 + l84) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l87 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -20907,23 +21943,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                         __syncthreads();
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec100 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec103 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l101 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l102 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l103 = (int)((unsigned)e / 16u % 64u);
-                                    const int l104 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec100 && (unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)], &in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l104 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l105 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l106 = (int)((unsigned)e / 16u % 64u);
+                                    const int l107 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec103 && (unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l106 * 136 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l106 * 136 + (l107 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8 + q)] = ((unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l106 * 136 + (l107 * 8 + q)] = ((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -21162,27 +22198,32 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                         for (int r = 0; r < 32; r++) {
                             v6[r] = (v3[r] * v5[0]);
                         }
-                        float v7[32];
+                        float v51[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int l42 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            v51[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v8[2];
+                        float v52[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[2];
                             #pragma unroll
                             for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                             #pragma unroll
                             for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 2; s++) v8[s] = p[s];
+                            for (int s = 0; s < 2; s++) v52[s] = p[s];
+                        }
+                        float v8[2];
+                        #pragma unroll
+                        for (int r = 0; r < 2; r++) {
+                            v8[r] = (v52[r] * v5[0]);
                         }
                         float v39[2];
                         #pragma unroll
@@ -21245,8 +22286,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                         float v20[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l84 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v20[r] = ((unsigned)(o15 + l84) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l87 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -21286,23 +22327,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                         __syncthreads();
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec100 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec103 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l101 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l102 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l103 = (int)((unsigned)e / 16u % 64u);
-                                    const int l104 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec100 && (unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)], &in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l104 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l105 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l106 = (int)((unsigned)e / 16u % 64u);
+                                    const int l107 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec103 && (unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l106 * 136 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l106 * 136 + (l107 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8 + q)] = ((unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l106 * 136 + (l107 * 8 + q)] = ((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -21352,11 +22393,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l116 = 0;
-                        const int l117 = 0;
-                        const int l118 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l119 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l118) < (unsigned)s2 && (unsigned)(o4 + l119) < (unsigned)s4) out[(unsigned)(o1 + l116) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l117) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l118) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l119) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                        const int l119 = 0;
+                        const int l120 = 0;
+                        const int l121 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l122 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l121) < (unsigned)s2 && (unsigned)(o4 + l122) < (unsigned)s4) out[(unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l120) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l121) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l122) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
                 }
             }
@@ -21541,27 +22582,32 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                         for (int r = 0; r < 32; r++) {
                             v6[r] = (v3[r] * v5[0]);
                         }
-                        float v7[32];
+                        float v51[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int l42 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            v51[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v8[2];
+                        float v52[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[2];
                             #pragma unroll
                             for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                             #pragma unroll
                             for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 2; s++) v8[s] = p[s];
+                            for (int s = 0; s < 2; s++) v52[s] = p[s];
+                        }
+                        float v8[2];
+                        #pragma unroll
+                        for (int r = 0; r < 2; r++) {
+                            v8[r] = (v52[r] * v5[0]);
                         }
                         float v39[2];
                         #pragma unroll
@@ -21624,8 +22670,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                         float v20[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l84 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v20[r] = ((unsigned)(o15 + l84) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l87 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -21665,23 +22711,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                         __syncthreads();
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec100 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec103 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l101 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l102 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l103 = (int)((unsigned)e / 16u % 64u);
-                                    const int l104 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec100 && (unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)], &in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l104 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l105 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l106 = (int)((unsigned)e / 16u % 64u);
+                                    const int l107 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec103 && (unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l106 * 136 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l106 * 136 + (l107 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l103 * 136 + (l104 * 8 + q)] = ((unsigned)(o15 + l103) < (unsigned)s3 && (unsigned)(o4 + (l104 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l101) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l102) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l103) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l104 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l106 * 136 + (l107 * 8 + q)] = ((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -21925,27 +22971,32 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
                         for (int r = 0; r < 32; r++) {
                             v6[r] = (v3[r] * v5[0]);
                         }
-                        float v7[32];
+                        float v51[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int l42 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
-                            v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            v51[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v8[4];
+                        float v52[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 4) / 2 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 4) / 2 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v51[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 8; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 8));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v8[s] = p[s];
+                            for (int s = 0; s < 4; s++) v52[s] = p[s];
+                        }
+                        float v8[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v8[r] = (v52[r] * v5[0]);
                         }
                         float v39[4];
                         #pragma unroll
@@ -22008,8 +23059,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
                         float v20[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l84 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
-                            v20[r] = ((unsigned)(o15 + l84) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l87 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -22049,29 +23100,29 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l102 = (tid >> 5) / 1 * 16 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                            const int l103 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
-                            ((float*)(dt_smem + 0))[l102 * 68 + l103] = (v20[r]);
+                            const int l105 = (tid >> 5) / 1 * 16 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l106 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            ((float*)(dt_smem + 0))[l105 * 68 + l106] = (v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec104 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
+                            const bool vec107 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
                             #pragma unroll 8
                             for (int r = 0; r < 16; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l105 = (int)((unsigned)e / 2048u % 1u);
-                                    const int l106 = (int)((unsigned)e / 2048u % 1u);
-                                    const int l107 = (int)((unsigned)e / 32u % 64u);
-                                    const int l108 = (int)((unsigned)e / 1u % 32u);
-                                    if (vec104 && (unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 4 + 3)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l107 * 132 + (l108 * 4)], &in2[(unsigned)(o1 + l105) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l106) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l107) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l108 * 4)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 4)) < (unsigned)s4)) {
-                                        *(uint4*)&((float*)(dt_smem + 4352))[l107 * 132 + (l108 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l108 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l109 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l110 = (int)((unsigned)e / 32u % 64u);
+                                    const int l111 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec107 && (unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 4 + 3)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l110 * 132 + (l111 * 4)], &in2[(unsigned)(o1 + l108) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l109) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l110) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l111 * 4)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 4)) < (unsigned)s4)) {
+                                        *(uint4*)&((float*)(dt_smem + 4352))[l110 * 132 + (l111 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)(dt_smem + 4352))[l107 * 132 + (l108 * 4 + q)] = ((unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l105) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l106) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l107) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l108 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
+                                            ((float*)(dt_smem + 4352))[l110 * 132 + (l111 * 4 + q)] = ((unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l108) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l109) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l110) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l111 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
                                         }
                                     }
                                 }
@@ -22121,11 +23172,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l120 = 0;
-                        const int l121 = 0;
-                        const int l122 = (tid >> 5) / 1 * 16 + (r >> 4) / 4 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                        const int l123 = (tid >> 5) % 1 * 128 + (r >> 4) % 4 * 32 + (tid & 7) * 4 + (r & 3);
-                        if ((unsigned)(o3 + l122) < (unsigned)s2 && (unsigned)(o4 + l123) < (unsigned)s4) out[(unsigned)(o1 + l120) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l121) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l122) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l123) * (unsigned)args.output_strides[3]] = dt_store_f32(v38[r]);
+                        const int l123 = 0;
+                        const int l124 = 0;
+                        const int l125 = (tid >> 5) / 1 * 16 + (r >> 4) / 4 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                        const int l126 = (tid >> 5) % 1 * 128 + (r >> 4) % 4 * 32 + (tid & 7) * 4 + (r & 3);
+                        if ((unsigned)(o3 + l125) < (unsigned)s2 && (unsigned)(o4 + l126) < (unsigned)s4) out[(unsigned)(o1 + l123) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l124) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l125) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l126) * (unsigned)args.output_strides[3]] = dt_store_f32(v38[r]);
                     }
                 }
             }
@@ -22315,27 +23366,32 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID
                         for (int r = 0; r < 32; r++) {
                             v6[r] = (v3[r] * v5[0]);
                         }
-                        float v7[32];
+                        float v51[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int l42 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
-                            v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            v51[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v8[4];
+                        float v52[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 4) / 2 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 4) / 2 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v51[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 8; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 8));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v8[s] = p[s];
+                            for (int s = 0; s < 4; s++) v52[s] = p[s];
+                        }
+                        float v8[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v8[r] = (v52[r] * v5[0]);
                         }
                         float v39[4];
                         #pragma unroll
@@ -22398,8 +23454,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID
                         float v20[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l84 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
-                            v20[r] = ((unsigned)(o15 + l84) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l87 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -22439,29 +23495,29 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l102 = (tid >> 5) / 1 * 16 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                            const int l103 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
-                            ((float*)(dt_smem + 0))[l102 * 68 + l103] = (v20[r]);
+                            const int l105 = (tid >> 5) / 1 * 16 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l106 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            ((float*)(dt_smem + 0))[l105 * 68 + l106] = (v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec104 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
+                            const bool vec107 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
                             #pragma unroll 8
                             for (int r = 0; r < 16; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l105 = (int)((unsigned)e / 2048u % 1u);
-                                    const int l106 = (int)((unsigned)e / 2048u % 1u);
-                                    const int l107 = (int)((unsigned)e / 32u % 64u);
-                                    const int l108 = (int)((unsigned)e / 1u % 32u);
-                                    if (vec104 && (unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 4 + 3)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l107 * 132 + (l108 * 4)], &in2[(unsigned)(o1 + l105) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l106) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l107) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l108 * 4)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 4)) < (unsigned)s4)) {
-                                        *(uint4*)&((float*)(dt_smem + 4352))[l107 * 132 + (l108 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l108 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l109 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l110 = (int)((unsigned)e / 32u % 64u);
+                                    const int l111 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec107 && (unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 4 + 3)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l110 * 132 + (l111 * 4)], &in2[(unsigned)(o1 + l108) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l109) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l110) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l111 * 4)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 4)) < (unsigned)s4)) {
+                                        *(uint4*)&((float*)(dt_smem + 4352))[l110 * 132 + (l111 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)(dt_smem + 4352))[l107 * 132 + (l108 * 4 + q)] = ((unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l105) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l106) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l107) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l108 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
+                                            ((float*)(dt_smem + 4352))[l110 * 132 + (l111 * 4 + q)] = ((unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l108) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l109) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l110) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l111 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
                                         }
                                     }
                                 }
@@ -22726,27 +23782,37 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         for (int r = 0; r < 32; r++) {
                             v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
-                        float v13[32];
+                        float v69[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l48 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v14[2];
+                        float v70[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int l52 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v70[r] = ((unsigned)(o15 + l52) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                        }
+                        float v71[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[2];
                             #pragma unroll
                             for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                             #pragma unroll
                             for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 2; s++) v14[s] = p[s];
+                            for (int s = 0; s < 2; s++) v71[s] = p[s];
+                        }
+                        float v14[2];
+                        #pragma unroll
+                        for (int r = 0; r < 2; r++) {
+                            v14[r] = (v71[r] * v8[0]);
                         }
                         float v57[2];
                         #pragma unroll
@@ -22809,8 +23875,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l90 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v32[r] = ((unsigned)(o15 + l90) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l97 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v32[r] = ((unsigned)(o15 + l97) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -22850,23 +23916,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         __syncthreads();
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec106 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec113 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l107 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l108 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l109 = (int)((unsigned)e / 16u % 64u);
-                                    const int l110 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec106 && (unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8)], &in2[(unsigned)(o1 + l107) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l108) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l109) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l110 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l114 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l115 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l116 = (int)((unsigned)e / 16u % 64u);
+                                    const int l117 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec113 && (unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l116 * 136 + (l117 * 8)], &in2[(unsigned)(o1 + l114) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l115) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l116) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l117 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l116 * 136 + (l117 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8 + q)] = ((unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l107) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l108) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l109) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l110 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l116 * 136 + (l117 * 8 + q)] = ((unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l114) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l115) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l116) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l117 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -22916,11 +23982,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l122 = 0;
-                        const int l123 = 0;
-                        const int l124 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l125 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l124) < (unsigned)s2 && (unsigned)(o4 + l125) < (unsigned)s4) out[(unsigned)(o1 + l122) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l123) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l124) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l125) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l129 = 0;
+                        const int l130 = 0;
+                        const int l131 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l132 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l131) < (unsigned)s2 && (unsigned)(o4 + l132) < (unsigned)s4) out[(unsigned)(o1 + l129) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l130) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l131) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l132) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -23131,27 +24197,37 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         for (int r = 0; r < 32; r++) {
                             v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
-                        float v13[32];
+                        float v69[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l48 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v14[2];
+                        float v70[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int l52 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v70[r] = ((unsigned)(o15 + l52) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                        }
+                        float v71[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[2];
                             #pragma unroll
                             for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                             #pragma unroll
                             for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 2; s++) v14[s] = p[s];
+                            for (int s = 0; s < 2; s++) v71[s] = p[s];
+                        }
+                        float v14[2];
+                        #pragma unroll
+                        for (int r = 0; r < 2; r++) {
+                            v14[r] = (v71[r] * v8[0]);
                         }
                         float v57[2];
                         #pragma unroll
@@ -23214,8 +24290,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l90 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v32[r] = ((unsigned)(o15 + l90) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l97 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v32[r] = ((unsigned)(o15 + l97) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -23255,23 +24331,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         __syncthreads();
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec106 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec113 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l107 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l108 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l109 = (int)((unsigned)e / 16u % 64u);
-                                    const int l110 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec106 && (unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8)], &in2[(unsigned)(o1 + l107) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l108) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l109) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l110 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l114 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l115 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l116 = (int)((unsigned)e / 16u % 64u);
+                                    const int l117 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec113 && (unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l116 * 136 + (l117 * 8)], &in2[(unsigned)(o1 + l114) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l115) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l116) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l117 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l116 * 136 + (l117 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8 + q)] = ((unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l107) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l108) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l109) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l110 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l116 * 136 + (l117 * 8 + q)] = ((unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l114) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l115) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l116) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l117 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -23536,27 +24612,37 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         for (int r = 0; r < 32; r++) {
                             v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
-                        float v13[32];
+                        float v69[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l48 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v14[2];
+                        float v70[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int l52 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v70[r] = ((unsigned)(o15 + l52) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                        }
+                        float v71[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[2];
                             #pragma unroll
                             for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                             #pragma unroll
                             for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 2; s++) v14[s] = p[s];
+                            for (int s = 0; s < 2; s++) v71[s] = p[s];
+                        }
+                        float v14[2];
+                        #pragma unroll
+                        for (int r = 0; r < 2; r++) {
+                            v14[r] = (v71[r] * v8[0]);
                         }
                         float v57[2];
                         #pragma unroll
@@ -23619,8 +24705,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l90 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v32[r] = ((unsigned)(o15 + l90) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l97 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v32[r] = ((unsigned)(o15 + l97) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -23660,23 +24746,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         __syncthreads();
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec106 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec113 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l107 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l108 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l109 = (int)((unsigned)e / 16u % 64u);
-                                    const int l110 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec106 && (unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8)], &in2[(unsigned)(o1 + l107) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l108) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l109) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l110 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l114 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l115 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l116 = (int)((unsigned)e / 16u % 64u);
+                                    const int l117 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec113 && (unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l116 * 136 + (l117 * 8)], &in2[(unsigned)(o1 + l114) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l115) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l116) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l117 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l116 * 136 + (l117 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8 + q)] = ((unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l107) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l108) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l109) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l110 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l116 * 136 + (l117 * 8 + q)] = ((unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l114) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l115) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l116) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l117 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -23726,11 +24812,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l122 = 0;
-                        const int l123 = 0;
-                        const int l124 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l125 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l124) < (unsigned)s2 && (unsigned)(o4 + l125) < (unsigned)s4) out[(unsigned)(o1 + l122) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l123) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l124) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l125) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l129 = 0;
+                        const int l130 = 0;
+                        const int l131 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l132 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l131) < (unsigned)s2 && (unsigned)(o4 + l132) < (unsigned)s4) out[(unsigned)(o1 + l129) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l130) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l131) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l132) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -23941,27 +25027,37 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         for (int r = 0; r < 32; r++) {
                             v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
-                        float v13[32];
+                        float v69[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l48 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v14[2];
+                        float v70[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int l52 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v70[r] = ((unsigned)(o15 + l52) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                        }
+                        float v71[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[2];
                             #pragma unroll
                             for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                             #pragma unroll
                             for (int s = 0; s < 2; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 2; s++) v14[s] = p[s];
+                            for (int s = 0; s < 2; s++) v71[s] = p[s];
+                        }
+                        float v14[2];
+                        #pragma unroll
+                        for (int r = 0; r < 2; r++) {
+                            v14[r] = (v71[r] * v8[0]);
                         }
                         float v57[2];
                         #pragma unroll
@@ -24024,8 +25120,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l90 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                            v32[r] = ((unsigned)(o15 + l90) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l97 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                            v32[r] = ((unsigned)(o15 + l97) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[2];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -24065,23 +25161,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         __syncthreads();
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec106 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec113 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l107 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l108 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l109 = (int)((unsigned)e / 16u % 64u);
-                                    const int l110 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec106 && (unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8)], &in2[(unsigned)(o1 + l107) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l108) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l109) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l110 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l114 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l115 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l116 = (int)((unsigned)e / 16u % 64u);
+                                    const int l117 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec113 && (unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l116 * 136 + (l117 * 8)], &in2[(unsigned)(o1 + l114) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l115) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l116) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l117 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l116 * 136 + (l117 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l109 * 136 + (l110 * 8 + q)] = ((unsigned)(o15 + l109) < (unsigned)s3 && (unsigned)(o4 + (l110 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l107) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l108) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l109) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l110 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l116 * 136 + (l117 * 8 + q)] = ((unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l114) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l115) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l116) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l117 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -24351,27 +25447,37 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                         for (int r = 0; r < 32; r++) {
                             v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
-                        float v13[32];
+                        float v69[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l48 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
-                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v14[4];
+                        float v70[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int l52 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            v70[r] = ((unsigned)(o15 + l52) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                        }
+                        float v71[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 4) / 2 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 4) / 2 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v70[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 8; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 8));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v14[s] = p[s];
+                            for (int s = 0; s < 4; s++) v71[s] = p[s];
+                        }
+                        float v14[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v14[r] = (v71[r] * v8[0]);
                         }
                         float v57[4];
                         #pragma unroll
@@ -24434,8 +25540,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l90 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
-                            v32[r] = ((unsigned)(o15 + l90) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l97 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            v32[r] = ((unsigned)(o15 + l97) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -24475,29 +25581,29 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l108 = (tid >> 5) / 1 * 16 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                            const int l109 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
-                            ((float*)(dt_smem + 0))[l108 * 68 + l109] = (v32[r]);
+                            const int l115 = (tid >> 5) / 1 * 16 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l116 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            ((float*)(dt_smem + 0))[l115 * 68 + l116] = (v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
+                            const bool vec117 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
                             #pragma unroll 8
                             for (int r = 0; r < 16; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l111 = (int)((unsigned)e / 2048u % 1u);
-                                    const int l112 = (int)((unsigned)e / 2048u % 1u);
-                                    const int l113 = (int)((unsigned)e / 32u % 64u);
-                                    const int l114 = (int)((unsigned)e / 1u % 32u);
-                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4 + 3)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 4)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4)) < (unsigned)s4)) {
-                                        *(uint4*)&((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l118 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l119 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l120 = (int)((unsigned)e / 32u % 64u);
+                                    const int l121 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec117 && (unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 4 + 3)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l120 * 132 + (l121 * 4)], &in2[(unsigned)(o1 + l118) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l119) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l120) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l121 * 4)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 4)) < (unsigned)s4)) {
+                                        *(uint4*)&((float*)(dt_smem + 4352))[l120 * 132 + (l121 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
+                                            ((float*)(dt_smem + 4352))[l120 * 132 + (l121 * 4 + q)] = ((unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l118) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l119) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l120) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l121 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
                                         }
                                     }
                                 }
@@ -24547,11 +25653,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l126 = 0;
-                        const int l127 = 0;
-                        const int l128 = (tid >> 5) / 1 * 16 + (r >> 4) / 4 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                        const int l129 = (tid >> 5) % 1 * 128 + (r >> 4) % 4 * 32 + (tid & 7) * 4 + (r & 3);
-                        if ((unsigned)(o3 + l128) < (unsigned)s2 && (unsigned)(o4 + l129) < (unsigned)s4) out[(unsigned)(o1 + l126) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l127) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l128) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l129) * (unsigned)args.output_strides[3]] = dt_store_f32(v56[r]);
+                        const int l133 = 0;
+                        const int l134 = 0;
+                        const int l135 = (tid >> 5) / 1 * 16 + (r >> 4) / 4 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                        const int l136 = (tid >> 5) % 1 * 128 + (r >> 4) % 4 * 32 + (tid & 7) * 4 + (r & 3);
+                        if ((unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o4 + l136) < (unsigned)s4) out[(unsigned)(o1 + l133) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l134) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l135) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l136) * (unsigned)args.output_strides[3]] = dt_store_f32(v56[r]);
                     }
                 }
             }
@@ -24767,27 +25873,37 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                         for (int r = 0; r < 32; r++) {
                             v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
-                        float v13[32];
+                        float v69[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l48 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
-                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v14[4];
+                        float v70[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            const int l52 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            v70[r] = ((unsigned)(o15 + l52) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                        }
+                        float v71[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 4) / 2 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 4) / 2 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v70[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 8; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 8));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v14[s] = p[s];
+                            for (int s = 0; s < 4; s++) v71[s] = p[s];
+                        }
+                        float v14[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v14[r] = (v71[r] * v8[0]);
                         }
                         float v57[4];
                         #pragma unroll
@@ -24850,8 +25966,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l90 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
-                            v32[r] = ((unsigned)(o15 + l90) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l97 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            v32[r] = ((unsigned)(o15 + l97) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -24891,29 +26007,29 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l108 = (tid >> 5) / 1 * 16 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                            const int l109 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
-                            ((float*)(dt_smem + 0))[l108 * 68 + l109] = (v32[r]);
+                            const int l115 = (tid >> 5) / 1 * 16 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l116 = (tid >> 5) % 1 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                            ((float*)(dt_smem + 0))[l115 * 68 + l116] = (v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
+                            const bool vec117 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
                             #pragma unroll 8
                             for (int r = 0; r < 16; r++) {
                                 const int e = tid + r * 128;
                                 (void)e; {
-                                    const int l111 = (int)((unsigned)e / 2048u % 1u);
-                                    const int l112 = (int)((unsigned)e / 2048u % 1u);
-                                    const int l113 = (int)((unsigned)e / 32u % 64u);
-                                    const int l114 = (int)((unsigned)e / 1u % 32u);
-                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4 + 3)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 4)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4)) < (unsigned)s4)) {
-                                        *(uint4*)&((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l118 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l119 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l120 = (int)((unsigned)e / 32u % 64u);
+                                    const int l121 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec117 && (unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 4 + 3)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l120 * 132 + (l121 * 4)], &in2[(unsigned)(o1 + l118) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l119) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l120) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l121 * 4)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 4)) < (unsigned)s4)) {
+                                        *(uint4*)&((float*)(dt_smem + 4352))[l120 * 132 + (l121 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
+                                            ((float*)(dt_smem + 4352))[l120 * 132 + (l121 * 4 + q)] = ((unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l118) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l119) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l120) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l121 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
                                         }
                                     }
                                 }

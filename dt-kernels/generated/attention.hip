@@ -333,17 +333,19 @@ DT_FN float dt_fast_log(float a) { return __logf(a); }
 DT_FN float dt_fast_rsqrt(float a) { return rsqrtf(a); }
 #if defined(__HIPCC__)
 DT_FN float dt_fast_exp(float a) { return __expf(a); }
+DT_FN float dt_fast_exp2(float a) { return exp2f(a); }
 DT_FN float dt_fast_rcp(float b) { return __fdividef(1.0f, b); }
 #else
 /* exp(a) as 2^(a log2 e), and 1/b, with results below 2^-126 flushed to zero (`.ftz`): without
  * it the hardware approximations take a range check and two rescalings each, half of the
  * instructions of a 16-bit softmax step. Such a value rounds to zero in f16, and in bf16 is
  * below 2^-126 of the row's largest term. */
-DT_FN float dt_fast_exp(float a) {
+DT_FN float dt_fast_exp2(float a) {
     float t;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(a * 1.4426950408889634f));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(a));
     return t;
 }
+DT_FN float dt_fast_exp(float a) { return dt_fast_exp2(a * 1.4426950408889634f); }
 DT_FN float dt_fast_rcp(float b) {
     float t;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(b));
@@ -725,6 +727,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
         (void)r; (void)e;
         v42[r] = 0e0f;
     }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -836,32 +850,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                         for (int r = 0; r < 32; r++) {
                             v3[r] = acc1[r];
                         }
-                        float v6[32];
+                        float v51[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v6[r] = (v3[r] * v5[0]);
+                            const int l37 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v51[r] = ((unsigned)(o15 + l37) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v7[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int l41 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v7[r] = ((unsigned)(o15 + l41) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                        }
-                        float v8[8];
+                        float v52[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[8];
                             #pragma unroll
                             for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v51[r]); }
                             #pragma unroll
                             for (int s = 0; s < 8; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) v8[s] = p[s];
+                            for (int s = 0; s < 8; s++) v52[s] = p[s];
+                        }
+                        float v8[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v8[r] = (v52[r] * v5[0]);
                         }
                         float v39[8];
                         #pragma unroll
@@ -911,21 +925,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                         for (int r = 0; r < 8; r++) {
                             acc3[r] = v48[r];
                         }
-                        float v18[32];
+                        float v54[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v54[r] = (v44[r] * v53[0]);
+                        }
+                        float v56[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v18[r] = (v6[r] - v44[(r >> 2) / 4 * 4 + (r & 3)]);
+                            v56[r] = (v3[r] * v55[0]);
+                        }
+                        float v57[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v57[r] = (v56[r] - v54[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         float v19[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v19[r] = dt_fast_exp(v18[r]);
+                            v19[r] = dt_fast_exp2(v57[r]);
                         }
                         float v20[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l83 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v20[r] = ((unsigned)(o15 + l83) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l89 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v20[r] = ((unsigned)(o15 + l89) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -965,29 +989,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l101 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l102 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l101 * 72 + l102] = dt_f32_to_f16(v20[r]);
+                            const int l107 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l108 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l107 * 72 + l108] = dt_f32_to_f16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec103 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec109 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l104 = (int)((unsigned)e / 512u % 1u);
-                                    const int l105 = (int)((unsigned)e / 512u % 1u);
-                                    const int l106 = (int)((unsigned)e / 8u % 64u);
-                                    const int l107 = (int)((unsigned)e / 1u % 8u);
-                                    if (vec103 && (unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l106 * 72 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l106 * 72 + (l107 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l110 = (int)((unsigned)e / 512u % 1u);
+                                    const int l111 = (int)((unsigned)e / 512u % 1u);
+                                    const int l112 = (int)((unsigned)e / 8u % 64u);
+                                    const int l113 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec109 && (unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4608))[l106 * 72 + (l107 * 8 + q)] = ((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1036,11 +1060,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l119 = 0;
-                        const int l120 = 0;
-                        const int l121 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l122 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l121) < (unsigned)s2 && (unsigned)(o4 + l122) < (unsigned)s4) out[(unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l120) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l121) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l122) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                        const int l125 = 0;
+                        const int l126 = 0;
+                        const int l127 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l128 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l127) < (unsigned)s2 && (unsigned)(o4 + l128) < (unsigned)s4) out[(unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l126) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l127) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l128) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
                 }
             }
@@ -1105,6 +1129,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
         const int r = 0, e = 0;
         (void)r; (void)e;
         v42[r] = 0e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -1217,32 +1253,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                         for (int r = 0; r < 32; r++) {
                             v3[r] = acc1[r];
                         }
-                        float v6[32];
+                        float v51[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v6[r] = (v3[r] * v5[0]);
+                            const int l37 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v51[r] = ((unsigned)(o15 + l37) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v7[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int l41 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v7[r] = ((unsigned)(o15 + l41) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                        }
-                        float v8[8];
+                        float v52[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[8];
                             #pragma unroll
                             for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v51[r]); }
                             #pragma unroll
                             for (int s = 0; s < 8; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) v8[s] = p[s];
+                            for (int s = 0; s < 8; s++) v52[s] = p[s];
+                        }
+                        float v8[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v8[r] = (v52[r] * v5[0]);
                         }
                         float v39[8];
                         #pragma unroll
@@ -1292,21 +1328,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                         for (int r = 0; r < 8; r++) {
                             acc3[r] = v48[r];
                         }
-                        float v18[32];
+                        float v54[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v54[r] = (v44[r] * v53[0]);
+                        }
+                        float v56[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v18[r] = (v6[r] - v44[(r >> 2) / 4 * 4 + (r & 3)]);
+                            v56[r] = (v3[r] * v55[0]);
+                        }
+                        float v57[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v57[r] = (v56[r] - v54[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         float v19[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v19[r] = dt_fast_exp(v18[r]);
+                            v19[r] = dt_fast_exp2(v57[r]);
                         }
                         float v20[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l83 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v20[r] = ((unsigned)(o15 + l83) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l89 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v20[r] = ((unsigned)(o15 + l89) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -1346,29 +1392,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l101 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l102 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l101 * 72 + l102] = dt_f32_to_bf16(v20[r]);
+                            const int l107 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l108 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l107 * 72 + l108] = dt_f32_to_bf16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec103 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec109 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l104 = (int)((unsigned)e / 512u % 1u);
-                                    const int l105 = (int)((unsigned)e / 512u % 1u);
-                                    const int l106 = (int)((unsigned)e / 8u % 64u);
-                                    const int l107 = (int)((unsigned)e / 1u % 8u);
-                                    if (vec103 && (unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l106 * 72 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l106 * 72 + (l107 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l110 = (int)((unsigned)e / 512u % 1u);
+                                    const int l111 = (int)((unsigned)e / 512u % 1u);
+                                    const int l112 = (int)((unsigned)e / 8u % 64u);
+                                    const int l113 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec109 && (unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4608))[l106 * 72 + (l107 * 8 + q)] = ((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1417,11 +1463,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l119 = 0;
-                        const int l120 = 0;
-                        const int l121 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l122 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l121) < (unsigned)s2 && (unsigned)(o4 + l122) < (unsigned)s4) out[(unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l120) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l121) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l122) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                        const int l125 = 0;
+                        const int l126 = 0;
+                        const int l127 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l128 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l127) < (unsigned)s2 && (unsigned)(o4 + l128) < (unsigned)s4) out[(unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l126) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l127) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l128) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
                 }
             }
@@ -1499,6 +1545,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
         (void)r; (void)e;
         v60[r] = 0e0f;
     }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -1619,37 +1677,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                         for (int r = 0; r < 32; r++) {
                             v6[r] = acc1[r];
                         }
-                        float v9[32];
+                        float v69[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v9[r] = (v6[r] * v8[0]);
+                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v12[32];
+                        float v70[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                            const int l43 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v70[r] = ((unsigned)(o15 + l43) < (unsigned)s3) ? v69[r] : (-INFINITY);
                         }
-                        float v13[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int l47 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v13[r] = ((unsigned)(o15 + l47) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                        }
-                        float v14[8];
+                        float v71[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[8];
                             #pragma unroll
                             for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v70[r]); }
                             #pragma unroll
                             for (int s = 0; s < 8; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) v14[s] = p[s];
+                            for (int s = 0; s < 8; s++) v71[s] = p[s];
+                        }
+                        float v14[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v14[r] = (v71[r] * v8[0]);
                         }
                         float v57[8];
                         #pragma unroll
@@ -1699,21 +1757,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                         for (int r = 0; r < 8; r++) {
                             acc3[r] = v66[r];
                         }
-                        float v30[32];
+                        float v73[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v73[r] = (v62[r] * v72[0]);
+                        }
+                        float v76[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v30[r] = (v12[r] - v62[(r >> 2) / 4 * 4 + (r & 3)]);
+                            v76[r] = (v69[r] * v75[0]);
+                        }
+                        float v77[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v77[r] = (v76[r] - v73[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         float v31[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v31[r] = dt_fast_exp(v30[r]);
+                            v31[r] = dt_fast_exp2(v77[r]);
                         }
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l89 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v32[r] = ((unsigned)(o15 + l89) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l95 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v32[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -1753,29 +1821,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l107 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l108 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l107 * 72 + l108] = dt_f32_to_f16(v32[r]);
+                            const int l113 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l114 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l113 * 72 + l114] = dt_f32_to_f16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec109 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec115 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l110 = (int)((unsigned)e / 512u % 1u);
-                                    const int l111 = (int)((unsigned)e / 512u % 1u);
-                                    const int l112 = (int)((unsigned)e / 8u % 64u);
-                                    const int l113 = (int)((unsigned)e / 1u % 8u);
-                                    if (vec109 && (unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l116 = (int)((unsigned)e / 512u % 1u);
+                                    const int l117 = (int)((unsigned)e / 512u % 1u);
+                                    const int l118 = (int)((unsigned)e / 8u % 64u);
+                                    const int l119 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec115 && (unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l118 * 72 + (l119 * 8)], &in2[(unsigned)(o1 + l116) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l117) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l118) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l119 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l118 * 72 + (l119 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4608))[l118 * 72 + (l119 * 8 + q)] = ((unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l116) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l117) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l118) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l119 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1824,11 +1892,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l125 = 0;
-                        const int l126 = 0;
-                        const int l127 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l128 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l127) < (unsigned)s2 && (unsigned)(o4 + l128) < (unsigned)s4) out[(unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l126) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l127) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l128) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l131 = 0;
+                        const int l132 = 0;
+                        const int l133 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l134 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l133) < (unsigned)s2 && (unsigned)(o4 + l134) < (unsigned)s4) out[(unsigned)(o1 + l131) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l132) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l133) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l134) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -1906,6 +1974,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
         (void)r; (void)e;
         v60[r] = 0e0f;
     }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
@@ -2026,37 +2106,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                         for (int r = 0; r < 32; r++) {
                             v6[r] = acc1[r];
                         }
-                        float v9[32];
+                        float v69[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v9[r] = (v6[r] * v8[0]);
+                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v12[32];
+                        float v70[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                            const int l43 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v70[r] = ((unsigned)(o15 + l43) < (unsigned)s3) ? v69[r] : (-INFINITY);
                         }
-                        float v13[32];
-                        #pragma unroll
-                        for (int r = 0; r < 32; r++) {
-                            const int l47 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v13[r] = ((unsigned)(o15 + l47) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                        }
-                        float v14[8];
+                        float v71[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[8];
                             #pragma unroll
                             for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v70[r]); }
                             #pragma unroll
                             for (int s = 0; s < 8; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) v14[s] = p[s];
+                            for (int s = 0; s < 8; s++) v71[s] = p[s];
+                        }
+                        float v14[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v14[r] = (v71[r] * v8[0]);
                         }
                         float v57[8];
                         #pragma unroll
@@ -2106,21 +2186,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                         for (int r = 0; r < 8; r++) {
                             acc3[r] = v66[r];
                         }
-                        float v30[32];
+                        float v73[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v73[r] = (v62[r] * v72[0]);
+                        }
+                        float v76[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v30[r] = (v12[r] - v62[(r >> 2) / 4 * 4 + (r & 3)]);
+                            v76[r] = (v69[r] * v75[0]);
+                        }
+                        float v77[32];
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v77[r] = (v76[r] - v73[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         float v31[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v31[r] = dt_fast_exp(v30[r]);
+                            v31[r] = dt_fast_exp2(v77[r]);
                         }
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l89 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v32[r] = ((unsigned)(o15 + l89) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l95 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v32[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -2160,29 +2250,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l107 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l108 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l107 * 72 + l108] = dt_f32_to_bf16(v32[r]);
+                            const int l113 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l114 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l113 * 72 + l114] = dt_f32_to_bf16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec109 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec115 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l110 = (int)((unsigned)e / 512u % 1u);
-                                    const int l111 = (int)((unsigned)e / 512u % 1u);
-                                    const int l112 = (int)((unsigned)e / 8u % 64u);
-                                    const int l113 = (int)((unsigned)e / 1u % 8u);
-                                    if (vec109 && (unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l116 = (int)((unsigned)e / 512u % 1u);
+                                    const int l117 = (int)((unsigned)e / 512u % 1u);
+                                    const int l118 = (int)((unsigned)e / 8u % 64u);
+                                    const int l119 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec115 && (unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l118 * 72 + (l119 * 8)], &in2[(unsigned)(o1 + l116) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l117) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l118) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l119 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l118 * 72 + (l119 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4608))[l118 * 72 + (l119 * 8 + q)] = ((unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l116) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l117) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l118) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l119 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2231,11 +2321,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l125 = 0;
-                        const int l126 = 0;
-                        const int l127 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l128 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l127) < (unsigned)s2 && (unsigned)(o4 + l128) < (unsigned)s4) out[(unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l126) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l127) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l128) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l131 = 0;
+                        const int l132 = 0;
+                        const int l133 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l134 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l133) < (unsigned)s2 && (unsigned)(o4 + l134) < (unsigned)s4) out[(unsigned)(o1 + l131) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l132) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l133) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l134) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -2300,6 +2390,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
         const int r = 0, e = 0;
         (void)r; (void)e;
         v42[r] = 0e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -2412,32 +2514,32 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                         for (int r = 0; r < 16; r++) {
                             v3[r] = acc1[r];
                         }
-                        float v6[16];
+                        float v51[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v6[r] = (v3[r] * v5[0]);
+                            const int l37 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v51[r] = ((unsigned)(o15 + l37) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v7[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l41 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v7[r] = ((unsigned)(o15 + l41) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                        }
-                        float v8[4];
+                        float v52[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v51[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v8[s] = p[s];
+                            for (int s = 0; s < 4; s++) v52[s] = p[s];
+                        }
+                        float v8[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v8[r] = (v52[r] * v5[0]);
                         }
                         float v39[4];
                         #pragma unroll
@@ -2487,21 +2589,31 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                         for (int r = 0; r < 4; r++) {
                             acc3[r] = v48[r];
                         }
-                        float v18[16];
+                        float v54[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v54[r] = (v44[r] * v53[0]);
+                        }
+                        float v56[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v18[r] = (v6[r] - v44[(r >> 2) / 4 * 4 + (r & 3)]);
+                            v56[r] = (v3[r] * v55[0]);
+                        }
+                        float v57[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            v57[r] = (v56[r] - v54[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         float v19[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v19[r] = dt_fast_exp(v18[r]);
+                            v19[r] = dt_fast_exp2(v57[r]);
                         }
                         float v20[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l83 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v20[r] = ((unsigned)(o15 + l83) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l89 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v20[r] = ((unsigned)(o15 + l89) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -2541,29 +2653,29 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l101 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l102 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l101 * 72 + l102] = dt_f32_to_f16(v20[r]);
+                            const int l107 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l108 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l107 * 72 + l108] = dt_f32_to_f16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec103 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec109 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l104 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l105 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l106 = (int)((unsigned)e / 16u % 64u);
-                                    const int l107 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec103 && (unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l106 * 136 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l106 * 136 + (l107 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l110 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l111 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l112 = (int)((unsigned)e / 16u % 64u);
+                                    const int l113 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec109 && (unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 8704))[l106 * 136 + (l107 * 8 + q)] = ((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2612,11 +2724,11 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l119 = 0;
-                        const int l120 = 0;
-                        const int l121 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l122 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l121) < (unsigned)s2 && (unsigned)(o4 + l122) < (unsigned)s4) out[(unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l120) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l121) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l122) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                        const int l125 = 0;
+                        const int l126 = 0;
+                        const int l127 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l128 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l127) < (unsigned)s2 && (unsigned)(o4 + l128) < (unsigned)s4) out[(unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l126) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l127) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l128) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
                 }
             }
@@ -2681,6 +2793,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
         const int r = 0, e = 0;
         (void)r; (void)e;
         v42[r] = 0e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -2793,32 +2917,32 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                         for (int r = 0; r < 16; r++) {
                             v3[r] = acc1[r];
                         }
-                        float v6[16];
+                        float v51[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v6[r] = (v3[r] * v5[0]);
+                            const int l37 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v51[r] = ((unsigned)(o15 + l37) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v7[16];
-                        #pragma unroll
-                        for (int r = 0; r < 16; r++) {
-                            const int l41 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v7[r] = ((unsigned)(o15 + l41) < (unsigned)s3) ? v6[r] : (-INFINITY);
-                        }
-                        float v8[4];
+                        float v52[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v51[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v8[s] = p[s];
+                            for (int s = 0; s < 4; s++) v52[s] = p[s];
+                        }
+                        float v8[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v8[r] = (v52[r] * v5[0]);
                         }
                         float v39[4];
                         #pragma unroll
@@ -2868,21 +2992,31 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                         for (int r = 0; r < 4; r++) {
                             acc3[r] = v48[r];
                         }
-                        float v18[16];
+                        float v54[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v54[r] = (v44[r] * v53[0]);
+                        }
+                        float v56[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v18[r] = (v6[r] - v44[(r >> 2) / 4 * 4 + (r & 3)]);
+                            v56[r] = (v3[r] * v55[0]);
+                        }
+                        float v57[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            v57[r] = (v56[r] - v54[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         float v19[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v19[r] = dt_fast_exp(v18[r]);
+                            v19[r] = dt_fast_exp2(v57[r]);
                         }
                         float v20[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l83 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v20[r] = ((unsigned)(o15 + l83) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l89 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v20[r] = ((unsigned)(o15 + l89) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -2922,29 +3056,29 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l101 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l102 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l101 * 72 + l102] = dt_f32_to_bf16(v20[r]);
+                            const int l107 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l108 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l107 * 72 + l108] = dt_f32_to_bf16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec103 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec109 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l104 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l105 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l106 = (int)((unsigned)e / 16u % 64u);
-                                    const int l107 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec103 && (unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l106 * 136 + (l107 * 8)], &in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l106 * 136 + (l107 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l110 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l111 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l112 = (int)((unsigned)e / 16u % 64u);
+                                    const int l113 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec109 && (unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 8704))[l106 * 136 + (l107 * 8 + q)] = ((unsigned)(o15 + l106) < (unsigned)s3 && (unsigned)(o4 + (l107 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l104) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l105) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l106) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l107 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2993,11 +3127,11 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l119 = 0;
-                        const int l120 = 0;
-                        const int l121 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l122 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l121) < (unsigned)s2 && (unsigned)(o4 + l122) < (unsigned)s4) out[(unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l120) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l121) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l122) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                        const int l125 = 0;
+                        const int l126 = 0;
+                        const int l127 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l128 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l127) < (unsigned)s2 && (unsigned)(o4 + l128) < (unsigned)s4) out[(unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l126) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l127) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l128) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
                 }
             }
@@ -3074,6 +3208,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
         const int r = 0, e = 0;
         (void)r; (void)e;
         v60[r] = 0e0f;
+    }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -3195,37 +3341,37 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
                         for (int r = 0; r < 8; r++) {
                             v6[r] = acc1[r];
                         }
-                        float v9[8];
+                        float v69[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v9[r] = (v6[r] * v8[0]);
+                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v12[8];
+                        float v70[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                            const int l43 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v70[r] = ((unsigned)(o15 + l43) < (unsigned)s3) ? v69[r] : (-INFINITY);
                         }
-                        float v13[8];
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int l47 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v13[r] = ((unsigned)(o15 + l47) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                        }
-                        float v14[4];
+                        float v71[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v70[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v14[s] = p[s];
+                            for (int s = 0; s < 4; s++) v71[s] = p[s];
+                        }
+                        float v14[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v14[r] = (v71[r] * v8[0]);
                         }
                         float v57[4];
                         #pragma unroll
@@ -3275,21 +3421,31 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
                         for (int r = 0; r < 4; r++) {
                             acc3[r] = v66[r];
                         }
-                        float v30[8];
+                        float v73[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v73[r] = (v62[r] * v72[0]);
+                        }
+                        float v76[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v30[r] = (v12[r] - v62[(r >> 2) / 2 * 4 + (r & 3)]);
+                            v76[r] = (v69[r] * v75[0]);
+                        }
+                        float v77[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v77[r] = (v76[r] - v73[(r >> 2) / 2 * 4 + (r & 3)]);
                         }
                         float v31[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v31[r] = dt_fast_exp(v30[r]);
+                            v31[r] = dt_fast_exp2(v77[r]);
                         }
                         float v32[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            const int l89 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v32[r] = ((unsigned)(o15 + l89) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l95 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v32[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -3329,29 +3485,29 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            const int l107 = (tid >> 6) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l108 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l107 * 40 + l108] = dt_f32_to_f16(v32[r]);
+                            const int l113 = (tid >> 6) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l114 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l113 * 40 + l114] = dt_f32_to_f16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec109 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec115 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 1; r++) {
                                 const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l110 = (int)((unsigned)e / 512u % 1u);
-                                    const int l111 = (int)((unsigned)e / 512u % 1u);
-                                    const int l112 = (int)((unsigned)e / 16u % 32u);
-                                    const int l113 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec109 && (unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l116 = (int)((unsigned)e / 512u % 1u);
+                                    const int l117 = (int)((unsigned)e / 512u % 1u);
+                                    const int l118 = (int)((unsigned)e / 16u % 32u);
+                                    const int l119 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec115 && (unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l118 * 136 + (l119 * 8)], &in2[(unsigned)(o1 + l116) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l117) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l118) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l119 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l118 * 136 + (l119 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 8704))[l118 * 136 + (l119 * 8 + q)] = ((unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l116) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l117) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l118) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l119 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3400,11 +3556,11 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l125 = 0;
-                        const int l126 = 0;
-                        const int l127 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l128 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l127) < (unsigned)s2 && (unsigned)(o4 + l128) < (unsigned)s4) out[(unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l126) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l127) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l128) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l131 = 0;
+                        const int l132 = 0;
+                        const int l133 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l134 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l133) < (unsigned)s2 && (unsigned)(o4 + l134) < (unsigned)s4) out[(unsigned)(o1 + l131) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l132) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l133) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l134) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -3481,6 +3637,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
         const int r = 0, e = 0;
         (void)r; (void)e;
         v60[r] = 0e0f;
+    }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -3602,37 +3770,37 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
                         for (int r = 0; r < 8; r++) {
                             v6[r] = acc1[r];
                         }
-                        float v9[8];
+                        float v69[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v9[r] = (v6[r] * v8[0]);
+                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v12[8];
+                        float v70[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
+                            const int l43 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v70[r] = ((unsigned)(o15 + l43) < (unsigned)s3) ? v69[r] : (-INFINITY);
                         }
-                        float v13[8];
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            const int l47 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v13[r] = ((unsigned)(o15 + l47) < (unsigned)s3) ? v12[r] : (-INFINITY);
-                        }
-                        float v14[4];
+                        float v71[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v70[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v14[s] = p[s];
+                            for (int s = 0; s < 4; s++) v71[s] = p[s];
+                        }
+                        float v14[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v14[r] = (v71[r] * v8[0]);
                         }
                         float v57[4];
                         #pragma unroll
@@ -3682,21 +3850,31 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
                         for (int r = 0; r < 4; r++) {
                             acc3[r] = v66[r];
                         }
-                        float v30[8];
+                        float v73[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v73[r] = (v62[r] * v72[0]);
+                        }
+                        float v76[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v30[r] = (v12[r] - v62[(r >> 2) / 2 * 4 + (r & 3)]);
+                            v76[r] = (v69[r] * v75[0]);
+                        }
+                        float v77[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v77[r] = (v76[r] - v73[(r >> 2) / 2 * 4 + (r & 3)]);
                         }
                         float v31[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v31[r] = dt_fast_exp(v30[r]);
+                            v31[r] = dt_fast_exp2(v77[r]);
                         }
                         float v32[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            const int l89 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v32[r] = ((unsigned)(o15 + l89) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l95 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v32[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -3736,29 +3914,29 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            const int l107 = (tid >> 6) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l108 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l107 * 40 + l108] = dt_f32_to_bf16(v32[r]);
+                            const int l113 = (tid >> 6) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l114 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l113 * 40 + l114] = dt_f32_to_bf16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec109 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec115 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 1; r++) {
                                 const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l110 = (int)((unsigned)e / 512u % 1u);
-                                    const int l111 = (int)((unsigned)e / 512u % 1u);
-                                    const int l112 = (int)((unsigned)e / 16u % 32u);
-                                    const int l113 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec109 && (unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l116 = (int)((unsigned)e / 512u % 1u);
+                                    const int l117 = (int)((unsigned)e / 512u % 1u);
+                                    const int l118 = (int)((unsigned)e / 16u % 32u);
+                                    const int l119 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec115 && (unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l118 * 136 + (l119 * 8)], &in2[(unsigned)(o1 + l116) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l117) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l118) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l119 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l118 * 136 + (l119 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 8704))[l118 * 136 + (l119 * 8 + q)] = ((unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l116) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l117) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l118) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l119 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3807,11 +3985,11 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l125 = 0;
-                        const int l126 = 0;
-                        const int l127 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l128 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l127) < (unsigned)s2 && (unsigned)(o4 + l128) < (unsigned)s4) out[(unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l126) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l127) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l128) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l131 = 0;
+                        const int l132 = 0;
+                        const int l133 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l134 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l133) < (unsigned)s2 && (unsigned)(o4 + l134) < (unsigned)s4) out[(unsigned)(o1 + l131) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l132) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l133) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l134) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -3996,27 +4174,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         for (int r = 0; r < 16; r++) {
                             v6[r] = (v3[r] * v5[0]);
                         }
-                        float v7[16];
+                        float v51[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int l42 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            v51[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v8[4];
+                        float v52[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v51[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v8[s] = p[s];
+                            for (int s = 0; s < 4; s++) v52[s] = p[s];
+                        }
+                        float v8[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v8[r] = (v52[r] * v5[0]);
                         }
                         float v39[4];
                         #pragma unroll
@@ -4079,8 +4262,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         float v20[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l84 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v20[r] = ((unsigned)(o15 + l84) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l87 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -4120,29 +4303,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l102 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l103 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l102 * 72 + l103] = dt_f32_to_f16(v20[r]);
+                            const int l105 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l106 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l105 * 72 + l106] = dt_f32_to_f16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec104 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec107 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l105 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l106 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l107 = (int)((unsigned)e / 16u % 64u);
-                                    const int l108 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec104 && (unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l107 * 136 + (l108 * 8)], &in2[(unsigned)(o1 + l105) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l106) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l107) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l108 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l107 * 136 + (l108 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l108 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l109 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l110 = (int)((unsigned)e / 16u % 64u);
+                                    const int l111 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec107 && (unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l110 * 136 + (l111 * 8)], &in2[(unsigned)(o1 + l108) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l109) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l110) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l111 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l110 * 136 + (l111 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l107 * 136 + (l108 * 8 + q)] = ((unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l105) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l106) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l107) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l108 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l110 * 136 + (l111 * 8 + q)] = ((unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l108) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l109) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l110) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l111 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -4191,11 +4374,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l120 = 0;
-                        const int l121 = 0;
-                        const int l122 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l123 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l122) < (unsigned)s2 && (unsigned)(o4 + l123) < (unsigned)s4) out[(unsigned)(o1 + l120) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l121) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l122) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l123) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                        const int l123 = 0;
+                        const int l124 = 0;
+                        const int l125 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l126 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l125) < (unsigned)s2 && (unsigned)(o4 + l126) < (unsigned)s4) out[(unsigned)(o1 + l123) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l124) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l125) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l126) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
                 }
             }
@@ -4380,27 +4563,32 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         for (int r = 0; r < 16; r++) {
                             v6[r] = (v3[r] * v5[0]);
                         }
-                        float v7[16];
+                        float v51[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int l42 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            v51[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v8[4];
+                        float v52[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v51[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v8[s] = p[s];
+                            for (int s = 0; s < 4; s++) v52[s] = p[s];
+                        }
+                        float v8[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v8[r] = (v52[r] * v5[0]);
                         }
                         float v39[4];
                         #pragma unroll
@@ -4463,8 +4651,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         float v20[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l84 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v20[r] = ((unsigned)(o15 + l84) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l87 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -4504,29 +4692,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l102 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l103 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l102 * 72 + l103] = dt_f32_to_bf16(v20[r]);
+                            const int l105 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l106 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l105 * 72 + l106] = dt_f32_to_bf16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec104 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec107 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l105 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l106 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l107 = (int)((unsigned)e / 16u % 64u);
-                                    const int l108 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec104 && (unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l107 * 136 + (l108 * 8)], &in2[(unsigned)(o1 + l105) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l106) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l107) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l108 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l107 * 136 + (l108 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l108 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l109 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l110 = (int)((unsigned)e / 16u % 64u);
+                                    const int l111 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec107 && (unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l110 * 136 + (l111 * 8)], &in2[(unsigned)(o1 + l108) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l109) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l110) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l111 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l110 * 136 + (l111 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l107 * 136 + (l108 * 8 + q)] = ((unsigned)(o15 + l107) < (unsigned)s3 && (unsigned)(o4 + (l108 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l105) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l106) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l107) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l108 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l110 * 136 + (l111 * 8 + q)] = ((unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l108) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l109) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l110) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l111 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -4575,11 +4763,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l120 = 0;
-                        const int l121 = 0;
-                        const int l122 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l123 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l122) < (unsigned)s2 && (unsigned)(o4 + l123) < (unsigned)s4) out[(unsigned)(o1 + l120) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l121) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l122) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l123) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                        const int l123 = 0;
+                        const int l124 = 0;
+                        const int l125 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l126 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l125) < (unsigned)s2 && (unsigned)(o4 + l126) < (unsigned)s4) out[(unsigned)(o1 + l123) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l124) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l125) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l126) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
                 }
             }
@@ -4775,20 +4963,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                         for (int r = 0; r < 16; r++) {
                             v6[r] = (v3[r] * v5[0]);
                         }
-                        float v7[16];
+                        float v51[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int l42 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                            v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            v51[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v8[1];
+                        float v52[1];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 2 warps per row; the warps along the columns meet in shared memory */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 4) / 1 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 4) / 1 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v51[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
@@ -4806,7 +4994,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                             const int e = tid + r * 256;
                             if (e < 64) {
                                 const int l45 = (int)((unsigned)e / 1u % 64u);
-                                v8[r] = fmaxf((dt_smem + 4352)[0 + l45], (dt_smem + 4352)[64 + l45]);
+                                v52[r] = fmaxf((dt_smem + 4352)[0 + l45], (dt_smem + 4352)[64 + l45]);
+                            }
+                        }
+                        float v8[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v8[r] = (v52[r] * v5[0]);
                             }
                         }
                         float v39[1];
@@ -4894,10 +5090,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                         float v18[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l76 = 0;
-                            const int l77 = 0;
-                            const int l78 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                            v18[r] = (v6[r] - (dt_smem + 0)[l76 * 64 + l77 * 64 + l78]);
+                            const int l79 = 0;
+                            const int l80 = 0;
+                            const int l81 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            v18[r] = (v6[r] - (dt_smem + 0)[l79 * 64 + l80 * 64 + l81]);
                         }
                         float v19[16];
                         #pragma unroll
@@ -4907,8 +5103,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                         float v20[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l87 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l90 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            v20[r] = ((unsigned)(o15 + l90) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[1];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 2 warps per row; the warps along the columns meet in shared memory */
@@ -4934,8 +5130,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l90 = (int)((unsigned)e / 1u % 64u);
-                                v21[r] = (dt_smem + 4352)[0 + l90] + (dt_smem + 4352)[64 + l90];
+                                const int l93 = (int)((unsigned)e / 1u % 64u);
+                                v21[r] = (dt_smem + 4352)[0 + l93] + (dt_smem + 4352)[64 + l93];
                             }
                         }
                         #pragma unroll
@@ -4957,10 +5153,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                         float v50[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l98 = 0;
-                            const int l99 = 0;
-                            const int l100 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                            v50[r] = (v49[r] * (dt_smem + 0)[l98 * 64 + l99 * 64 + l100]);
+                            const int l101 = 0;
+                            const int l102 = 0;
+                            const int l103 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            v50[r] = (v49[r] * (dt_smem + 0)[l101 * 64 + l102 * 64 + l103]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -4970,29 +5166,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l108 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                            const int l109 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                            ((float*)(dt_smem + 0))[l108 * 68 + l109] = (v20[r]);
+                            const int l111 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l112 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            ((float*)(dt_smem + 0))[l111 * 68 + l112] = (v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
+                            const bool vec113 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l111 = (int)((unsigned)e / 2048u % 1u);
-                                    const int l112 = (int)((unsigned)e / 2048u % 1u);
-                                    const int l113 = (int)((unsigned)e / 32u % 64u);
-                                    const int l114 = (int)((unsigned)e / 1u % 32u);
-                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4 + 3)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 4)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4)) < (unsigned)s4)) {
-                                        *(uint4*)&((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l114 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l115 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l116 = (int)((unsigned)e / 32u % 64u);
+                                    const int l117 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec113 && (unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 4 + 3)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l116 * 132 + (l117 * 4)], &in2[(unsigned)(o1 + l114) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l115) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l116) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l117 * 4)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 4)) < (unsigned)s4)) {
+                                        *(uint4*)&((float*)(dt_smem + 4352))[l116 * 132 + (l117 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
+                                            ((float*)(dt_smem + 4352))[l116 * 132 + (l117 * 4 + q)] = ((unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l114) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l115) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l116) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l117 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
                                         }
                                     }
                                 }
@@ -5045,18 +5241,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
                     float v38[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l122 = 0;
-                        const int l123 = 0;
-                        const int l124 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                        v38[r] = (v36[r] / (dt_smem + 0)[l122 * 64 + l123 * 64 + l124]);
+                        const int l125 = 0;
+                        const int l126 = 0;
+                        const int l127 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                        v38[r] = (v36[r] / (dt_smem + 0)[l125 * 64 + l126 * 64 + l127]);
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l126 = 0;
-                        const int l127 = 0;
-                        const int l128 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                        const int l129 = (tid >> 5) % 4 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                        if ((unsigned)(o3 + l128) < (unsigned)s2 && (unsigned)(o4 + l129) < (unsigned)s4) out[(unsigned)(o1 + l126) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l127) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l128) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l129) * (unsigned)args.output_strides[3]] = dt_store_f32(v38[r]);
+                        const int l129 = 0;
+                        const int l130 = 0;
+                        const int l131 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                        const int l132 = (tid >> 5) % 4 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                        if ((unsigned)(o3 + l131) < (unsigned)s2 && (unsigned)(o4 + l132) < (unsigned)s4) out[(unsigned)(o1 + l129) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l130) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l131) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l132) * (unsigned)args.output_strides[3]] = dt_store_f32(v38[r]);
                     }
                 }
             }
@@ -5252,20 +5448,20 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                         for (int r = 0; r < 16; r++) {
                             v6[r] = (v3[r] * v5[0]);
                         }
-                        float v7[16];
+                        float v51[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int l42 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                            v7[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v6[r] : (-INFINITY);
+                            v51[r] = ((unsigned)(o15 + l42) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v8[1];
+                        float v52[1];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 2 warps per row; the warps along the columns meet in shared memory */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 4) / 1 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v7[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 4) / 1 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v51[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
@@ -5283,7 +5479,15 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                             const int e = tid + r * 256;
                             if (e < 64) {
                                 const int l45 = (int)((unsigned)e / 1u % 64u);
-                                v8[r] = fmaxf((dt_smem + 4352)[0 + l45], (dt_smem + 4352)[64 + l45]);
+                                v52[r] = fmaxf((dt_smem + 4352)[0 + l45], (dt_smem + 4352)[64 + l45]);
+                            }
+                        }
+                        float v8[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v8[r] = (v52[r] * v5[0]);
                             }
                         }
                         float v39[1];
@@ -5371,10 +5575,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                         float v18[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l76 = 0;
-                            const int l77 = 0;
-                            const int l78 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                            v18[r] = (v6[r] - (dt_smem + 0)[l76 * 64 + l77 * 64 + l78]);
+                            const int l79 = 0;
+                            const int l80 = 0;
+                            const int l81 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            v18[r] = (v6[r] - (dt_smem + 0)[l79 * 64 + l80 * 64 + l81]);
                         }
                         float v19[16];
                         #pragma unroll
@@ -5384,8 +5588,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                         float v20[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l87 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                            v20[r] = ((unsigned)(o15 + l87) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l90 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            v20[r] = ((unsigned)(o15 + l90) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[1];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 2 warps per row; the warps along the columns meet in shared memory */
@@ -5411,8 +5615,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l90 = (int)((unsigned)e / 1u % 64u);
-                                v21[r] = (dt_smem + 4352)[0 + l90] + (dt_smem + 4352)[64 + l90];
+                                const int l93 = (int)((unsigned)e / 1u % 64u);
+                                v21[r] = (dt_smem + 4352)[0 + l93] + (dt_smem + 4352)[64 + l93];
                             }
                         }
                         #pragma unroll
@@ -5434,10 +5638,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                         float v50[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l98 = 0;
-                            const int l99 = 0;
-                            const int l100 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                            v50[r] = (v49[r] * (dt_smem + 0)[l98 * 64 + l99 * 64 + l100]);
+                            const int l101 = 0;
+                            const int l102 = 0;
+                            const int l103 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            v50[r] = (v49[r] * (dt_smem + 0)[l101 * 64 + l102 * 64 + l103]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -5447,29 +5651,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l108 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                            const int l109 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                            ((float*)(dt_smem + 0))[l108 * 68 + l109] = (v20[r]);
+                            const int l111 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l112 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            ((float*)(dt_smem + 0))[l111 * 68 + l112] = (v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
+                            const bool vec113 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l111 = (int)((unsigned)e / 2048u % 1u);
-                                    const int l112 = (int)((unsigned)e / 2048u % 1u);
-                                    const int l113 = (int)((unsigned)e / 32u % 64u);
-                                    const int l114 = (int)((unsigned)e / 1u % 32u);
-                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4 + 3)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 4)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4)) < (unsigned)s4)) {
-                                        *(uint4*)&((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l114 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l115 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l116 = (int)((unsigned)e / 32u % 64u);
+                                    const int l117 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec113 && (unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 4 + 3)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l116 * 132 + (l117 * 4)], &in2[(unsigned)(o1 + l114) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l115) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l116) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l117 * 4)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 4)) < (unsigned)s4)) {
+                                        *(uint4*)&((float*)(dt_smem + 4352))[l116 * 132 + (l117 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)(dt_smem + 4352))[l113 * 132 + (l114 * 4 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
+                                            ((float*)(dt_smem + 4352))[l116 * 132 + (l117 * 4 + q)] = ((unsigned)(o15 + l116) < (unsigned)s3 && (unsigned)(o4 + (l117 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l114) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l115) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l116) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l117 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
                                         }
                                     }
                                 }
@@ -5522,10 +5726,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
                     float v38[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l122 = 0;
-                        const int l123 = 0;
-                        const int l124 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                        v38[r] = (v36[r] / (dt_smem + 0)[l122 * 64 + l123 * 64 + l124]);
+                        const int l125 = 0;
+                        const int l126 = 0;
+                        const int l127 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                        v38[r] = (v36[r] / (dt_smem + 0)[l125 * 64 + l126 * 64 + l127]);
                     }
                     /* the fragments two adjacent columns at a time */
                     #pragma unroll
@@ -5744,27 +5948,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                         for (int r = 0; r < 16; r++) {
                             v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
-                        float v13[16];
+                        float v69[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l48 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v14[4];
+                        float v70[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l52 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v70[r] = ((unsigned)(o15 + l52) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                        }
+                        float v71[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v70[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v14[s] = p[s];
+                            for (int s = 0; s < 4; s++) v71[s] = p[s];
+                        }
+                        float v14[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v14[r] = (v71[r] * v8[0]);
                         }
                         float v57[4];
                         #pragma unroll
@@ -5827,8 +6041,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                         float v32[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l90 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v32[r] = ((unsigned)(o15 + l90) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l97 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v32[r] = ((unsigned)(o15 + l97) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -5868,29 +6082,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l108 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l109 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l108 * 72 + l109] = dt_f32_to_f16(v32[r]);
+                            const int l115 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l116 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l115 * 72 + l116] = dt_f32_to_f16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec117 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l111 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l112 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l113 = (int)((unsigned)e / 16u % 64u);
-                                    const int l114 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l118 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l119 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l120 = (int)((unsigned)e / 16u % 64u);
+                                    const int l121 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec117 && (unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l120 * 136 + (l121 * 8)], &in2[(unsigned)(o1 + l118) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l119) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l120) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l121 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l120 * 136 + (l121 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l120 * 136 + (l121 * 8 + q)] = ((unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l118) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l119) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l120) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l121 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -5939,11 +6153,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l126 = 0;
-                        const int l127 = 0;
-                        const int l128 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l129 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l128) < (unsigned)s2 && (unsigned)(o4 + l129) < (unsigned)s4) out[(unsigned)(o1 + l126) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l127) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l128) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l129) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l133 = 0;
+                        const int l134 = 0;
+                        const int l135 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l136 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o4 + l136) < (unsigned)s4) out[(unsigned)(o1 + l133) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l134) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l135) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l136) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -6154,27 +6368,37 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                         for (int r = 0; r < 16; r++) {
                             v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
-                        float v13[16];
+                        float v69[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l48 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v14[4];
+                        float v70[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l52 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v70[r] = ((unsigned)(o15 + l52) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                        }
+                        float v71[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v70[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v14[s] = p[s];
+                            for (int s = 0; s < 4; s++) v71[s] = p[s];
+                        }
+                        float v14[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v14[r] = (v71[r] * v8[0]);
                         }
                         float v57[4];
                         #pragma unroll
@@ -6237,8 +6461,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                         float v32[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l90 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v32[r] = ((unsigned)(o15 + l90) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l97 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v32[r] = ((unsigned)(o15 + l97) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -6278,29 +6502,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l108 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l109 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l108 * 72 + l109] = dt_f32_to_bf16(v32[r]);
+                            const int l115 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l116 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l115 * 72 + l116] = dt_f32_to_bf16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec110 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec117 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l111 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l112 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l113 = (int)((unsigned)e / 16u % 64u);
-                                    const int l114 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec110 && (unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8)], &in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l118 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l119 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l120 = (int)((unsigned)e / 16u % 64u);
+                                    const int l121 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec117 && (unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l120 * 136 + (l121 * 8)], &in2[(unsigned)(o1 + l118) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l119) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l120) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l121 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l120 * 136 + (l121 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l113 * 136 + (l114 * 8 + q)] = ((unsigned)(o15 + l113) < (unsigned)s3 && (unsigned)(o4 + (l114 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l111) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l112) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l113) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l114 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l120 * 136 + (l121 * 8 + q)] = ((unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l118) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l119) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l120) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l121 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -6349,11 +6573,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l126 = 0;
-                        const int l127 = 0;
-                        const int l128 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l129 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l128) < (unsigned)s2 && (unsigned)(o4 + l129) < (unsigned)s4) out[(unsigned)(o1 + l126) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l127) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l128) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l129) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l133 = 0;
+                        const int l134 = 0;
+                        const int l135 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l136 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o4 + l136) < (unsigned)s4) out[(unsigned)(o1 + l133) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l134) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l135) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l136) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -6575,20 +6799,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                         for (int r = 0; r < 16; r++) {
                             v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
-                        float v13[16];
+                        float v69[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l48 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v14[1];
+                        float v70[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l52 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            v70[r] = ((unsigned)(o15 + l52) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                        }
+                        float v71[1];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 2 warps per row; the warps along the columns meet in shared memory */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 4) / 1 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 4) / 1 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v70[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
@@ -6605,8 +6834,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l51 = (int)((unsigned)e / 1u % 64u);
-                                v14[r] = fmaxf((dt_smem + 4352)[0 + l51], (dt_smem + 4352)[64 + l51]);
+                                const int l55 = (int)((unsigned)e / 1u % 64u);
+                                v71[r] = fmaxf((dt_smem + 4352)[0 + l55], (dt_smem + 4352)[64 + l55]);
+                            }
+                        }
+                        float v14[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v14[r] = (v71[r] * v8[0]);
                             }
                         }
                         float v57[1];
@@ -6694,10 +6931,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                         float v30[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l82 = 0;
-                            const int l83 = 0;
-                            const int l84 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                            v30[r] = (v12[r] - (dt_smem + 0)[l82 * 64 + l83 * 64 + l84]);
+                            const int l89 = 0;
+                            const int l90 = 0;
+                            const int l91 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            v30[r] = (v12[r] - (dt_smem + 0)[l89 * 64 + l90 * 64 + l91]);
                         }
                         float v31[16];
                         #pragma unroll
@@ -6707,8 +6944,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                         float v32[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l93 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                            v32[r] = ((unsigned)(o15 + l93) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l100 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            v32[r] = ((unsigned)(o15 + l100) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[1];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 2 warps per row; the warps along the columns meet in shared memory */
@@ -6734,8 +6971,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l96 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = (dt_smem + 4352)[0 + l96] + (dt_smem + 4352)[64 + l96];
+                                const int l103 = (int)((unsigned)e / 1u % 64u);
+                                v33[r] = (dt_smem + 4352)[0 + l103] + (dt_smem + 4352)[64 + l103];
                             }
                         }
                         #pragma unroll
@@ -6757,10 +6994,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                         float v68[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l104 = 0;
-                            const int l105 = 0;
-                            const int l106 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                            v68[r] = (v67[r] * (dt_smem + 0)[l104 * 64 + l105 * 64 + l106]);
+                            const int l111 = 0;
+                            const int l112 = 0;
+                            const int l113 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            v68[r] = (v67[r] * (dt_smem + 0)[l111 * 64 + l112 * 64 + l113]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -6770,29 +7007,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l114 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                            const int l115 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                            ((float*)(dt_smem + 0))[l114 * 68 + l115] = (v32[r]);
+                            const int l121 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l122 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            ((float*)(dt_smem + 0))[l121 * 68 + l122] = (v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec116 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
+                            const bool vec123 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l117 = (int)((unsigned)e / 2048u % 1u);
-                                    const int l118 = (int)((unsigned)e / 2048u % 1u);
-                                    const int l119 = (int)((unsigned)e / 32u % 64u);
-                                    const int l120 = (int)((unsigned)e / 1u % 32u);
-                                    if (vec116 && (unsigned)(o15 + l119) < (unsigned)s3 && (unsigned)(o4 + (l120 * 4 + 3)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l119 * 132 + (l120 * 4)], &in2[(unsigned)(o1 + l117) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l118) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l119) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l120 * 4)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l119) < (unsigned)s3 && (unsigned)(o4 + (l120 * 4)) < (unsigned)s4)) {
-                                        *(uint4*)&((float*)(dt_smem + 4352))[l119 * 132 + (l120 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l124 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l125 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l126 = (int)((unsigned)e / 32u % 64u);
+                                    const int l127 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec123 && (unsigned)(o15 + l126) < (unsigned)s3 && (unsigned)(o4 + (l127 * 4 + 3)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l126 * 132 + (l127 * 4)], &in2[(unsigned)(o1 + l124) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l125) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l126) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l127 * 4)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l126) < (unsigned)s3 && (unsigned)(o4 + (l127 * 4)) < (unsigned)s4)) {
+                                        *(uint4*)&((float*)(dt_smem + 4352))[l126 * 132 + (l127 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)(dt_smem + 4352))[l119 * 132 + (l120 * 4 + q)] = ((unsigned)(o15 + l119) < (unsigned)s3 && (unsigned)(o4 + (l120 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l117) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l118) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l119) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l120 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
+                                            ((float*)(dt_smem + 4352))[l126 * 132 + (l127 * 4 + q)] = ((unsigned)(o15 + l126) < (unsigned)s3 && (unsigned)(o4 + (l127 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l124) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l125) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l126) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l127 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
                                         }
                                     }
                                 }
@@ -6845,18 +7082,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
                     float v56[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l128 = 0;
-                        const int l129 = 0;
-                        const int l130 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                        v56[r] = (v54[r] / (dt_smem + 0)[l128 * 64 + l129 * 64 + l130]);
+                        const int l135 = 0;
+                        const int l136 = 0;
+                        const int l137 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                        v56[r] = (v54[r] / (dt_smem + 0)[l135 * 64 + l136 * 64 + l137]);
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l132 = 0;
-                        const int l133 = 0;
-                        const int l134 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                        const int l135 = (tid >> 5) % 4 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                        if ((unsigned)(o3 + l134) < (unsigned)s2 && (unsigned)(o4 + l135) < (unsigned)s4) out[(unsigned)(o1 + l132) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l133) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l134) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l135) * (unsigned)args.output_strides[3]] = dt_store_f32(v56[r]);
+                        const int l139 = 0;
+                        const int l140 = 0;
+                        const int l141 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                        const int l142 = (tid >> 5) % 4 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                        if ((unsigned)(o3 + l141) < (unsigned)s2 && (unsigned)(o4 + l142) < (unsigned)s4) out[(unsigned)(o1 + l139) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l140) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l141) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l142) * (unsigned)args.output_strides[3]] = dt_store_f32(v56[r]);
                     }
                 }
             }
@@ -7078,20 +7315,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                         for (int r = 0; r < 16; r++) {
                             v12[r] = v2[r] != 0.0f ? v9[r] : v11[0];
                         }
-                        float v13[16];
+                        float v69[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l48 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                            v13[r] = ((unsigned)(o15 + l48) < (unsigned)s3) ? v12[r] : (-INFINITY);
+                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v14[1];
+                        float v70[16];
+                        #pragma unroll
+                        for (int r = 0; r < 16; r++) {
+                            const int l52 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            v70[r] = ((unsigned)(o15 + l52) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                        }
+                        float v71[1];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 2 warps per row; the warps along the columns meet in shared memory */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 4) / 1 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v13[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 4) / 1 * 4 + ((r >> 2) & 3); p[s] = fmaxf(p[s], v70[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
@@ -7108,8 +7350,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l51 = (int)((unsigned)e / 1u % 64u);
-                                v14[r] = fmaxf((dt_smem + 4352)[0 + l51], (dt_smem + 4352)[64 + l51]);
+                                const int l55 = (int)((unsigned)e / 1u % 64u);
+                                v71[r] = fmaxf((dt_smem + 4352)[0 + l55], (dt_smem + 4352)[64 + l55]);
+                            }
+                        }
+                        float v14[1];
+                        #pragma unroll
+                        for (int r = 0; r < 1; r++) {
+                            const int e = tid + r * 256;
+                            if (e < 64) {
+                                v14[r] = (v71[r] * v8[0]);
                             }
                         }
                         float v57[1];
@@ -7197,10 +7447,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                         float v30[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l82 = 0;
-                            const int l83 = 0;
-                            const int l84 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                            v30[r] = (v12[r] - (dt_smem + 0)[l82 * 64 + l83 * 64 + l84]);
+                            const int l89 = 0;
+                            const int l90 = 0;
+                            const int l91 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            v30[r] = (v12[r] - (dt_smem + 0)[l89 * 64 + l90 * 64 + l91]);
                         }
                         float v31[16];
                         #pragma unroll
@@ -7210,8 +7460,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                         float v32[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l93 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                            v32[r] = ((unsigned)(o15 + l93) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l100 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            v32[r] = ((unsigned)(o15 + l100) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[1];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 8 lanes, 2 warps per row; the warps along the columns meet in shared memory */
@@ -7237,8 +7487,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                         for (int r = 0; r < 1; r++) {
                             const int e = tid + r * 256;
                             if (e < 64) {
-                                const int l96 = (int)((unsigned)e / 1u % 64u);
-                                v33[r] = (dt_smem + 4352)[0 + l96] + (dt_smem + 4352)[64 + l96];
+                                const int l103 = (int)((unsigned)e / 1u % 64u);
+                                v33[r] = (dt_smem + 4352)[0 + l103] + (dt_smem + 4352)[64 + l103];
                             }
                         }
                         #pragma unroll
@@ -7260,10 +7510,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                         float v68[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l104 = 0;
-                            const int l105 = 0;
-                            const int l106 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                            v68[r] = (v67[r] * (dt_smem + 0)[l104 * 64 + l105 * 64 + l106]);
+                            const int l111 = 0;
+                            const int l112 = 0;
+                            const int l113 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            v68[r] = (v67[r] * (dt_smem + 0)[l111 * 64 + l112 * 64 + l113]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -7273,29 +7523,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l114 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                            const int l115 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                            ((float*)(dt_smem + 0))[l114 * 68 + l115] = (v32[r]);
+                            const int l121 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                            const int l122 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                            ((float*)(dt_smem + 0))[l121 * 68 + l122] = (v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec116 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
+                            const bool vec123 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 3) == 0 && (args.input_strides[2][1] & 3) == 0 && (args.input_strides[2][2] & 3) == 0;
                             #pragma unroll
                             for (int r = 0; r < 8; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l117 = (int)((unsigned)e / 2048u % 1u);
-                                    const int l118 = (int)((unsigned)e / 2048u % 1u);
-                                    const int l119 = (int)((unsigned)e / 32u % 64u);
-                                    const int l120 = (int)((unsigned)e / 1u % 32u);
-                                    if (vec116 && (unsigned)(o15 + l119) < (unsigned)s3 && (unsigned)(o4 + (l120 * 4 + 3)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l119 * 132 + (l120 * 4)], &in2[(unsigned)(o1 + l117) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l118) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l119) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l120 * 4)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l119) < (unsigned)s3 && (unsigned)(o4 + (l120 * 4)) < (unsigned)s4)) {
-                                        *(uint4*)&((float*)(dt_smem + 4352))[l119 * 132 + (l120 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l124 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l125 = (int)((unsigned)e / 2048u % 1u);
+                                    const int l126 = (int)((unsigned)e / 32u % 64u);
+                                    const int l127 = (int)((unsigned)e / 1u % 32u);
+                                    if (vec123 && (unsigned)(o15 + l126) < (unsigned)s3 && (unsigned)(o4 + (l127 * 4 + 3)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((float*)(dt_smem + 4352))[l126 * 132 + (l127 * 4)], &in2[(unsigned)(o1 + l124) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l125) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l126) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l127 * 4)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l126) < (unsigned)s3 && (unsigned)(o4 + (l127 * 4)) < (unsigned)s4)) {
+                                        *(uint4*)&((float*)(dt_smem + 4352))[l126 * 132 + (l127 * 4)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)(dt_smem + 4352))[l119 * 132 + (l120 * 4 + q)] = ((unsigned)(o15 + l119) < (unsigned)s3 && (unsigned)(o4 + (l120 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l117) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l118) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l119) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l120 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
+                                            ((float*)(dt_smem + 4352))[l126 * 132 + (l127 * 4 + q)] = ((unsigned)(o15 + l126) < (unsigned)s3 && (unsigned)(o4 + (l127 * 4 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l124) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l125) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l126) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l127 * 4 + q)) * (unsigned)args.input_strides[2][3]] : 0.0f;
                                         }
                                     }
                                 }
@@ -7348,10 +7598,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
                     float v56[32];
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l128 = 0;
-                        const int l129 = 0;
-                        const int l130 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                        v56[r] = (v54[r] / (dt_smem + 0)[l128 * 64 + l129 * 64 + l130]);
+                        const int l135 = 0;
+                        const int l136 = 0;
+                        const int l137 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                        v56[r] = (v54[r] / (dt_smem + 0)[l135 * 64 + l136 * 64 + l137]);
                     }
                     /* the fragments two adjacent columns at a time */
                     #pragma unroll

@@ -333,17 +333,19 @@ DT_FN float dt_fast_log(float a) { return __logf(a); }
 DT_FN float dt_fast_rsqrt(float a) { return rsqrtf(a); }
 #if defined(__HIPCC__)
 DT_FN float dt_fast_exp(float a) { return __expf(a); }
+DT_FN float dt_fast_exp2(float a) { return exp2f(a); }
 DT_FN float dt_fast_rcp(float b) { return __fdividef(1.0f, b); }
 #else
 /* exp(a) as 2^(a log2 e), and 1/b, with results below 2^-126 flushed to zero (`.ftz`): without
  * it the hardware approximations take a range check and two rescalings each, half of the
  * instructions of a 16-bit softmax step. Such a value rounds to zero in f16, and in bf16 is
  * below 2^-126 of the row's largest term. */
-DT_FN float dt_fast_exp(float a) {
+DT_FN float dt_fast_exp2(float a) {
     float t;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(a * 1.4426950408889634f));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(a));
     return t;
 }
+DT_FN float dt_fast_exp(float a) { return dt_fast_exp2(a * 1.4426950408889634f); }
 DT_FN float dt_fast_rcp(float b) {
     float t;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(b));

@@ -92,7 +92,7 @@ void dt_softmax_1k_f16(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax_1k */
-    float* arena = (float*)malloc(sizeof(float) * 10251);
+    float* arena = (float*)malloc(sizeof(float) * 12301);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -102,11 +102,12 @@ void dt_softmax_1k_f16(const dt_args* args, long long first, long long last) {
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        (arena + 10247)[0] = 1.442695e0f;
         /* block(x:1) softmax_1k.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 10247)[l2] = (-INFINITY);
+                (arena + 12297)[l2] = (-INFINITY);
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
@@ -119,49 +120,57 @@ void dt_softmax_1k_f16(const dt_args* args, long long first, long long last) {
                 (arena + 2048)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
-                (arena + 10247)[l8] = fmaxf((arena + 10247)[l8], (arena + 2048)[l8]);
+                (arena + 12297)[l8] = fmaxf((arena + 12297)[l8], (arena + 2048)[l8]);
             }
             for (long long l9 = 0; l9 < 1; l9++) {
-                (arena + 2049)[l9] = (arena + 10247)[l9];
+                (arena + 2049)[l9] = (arena + 12297)[l9];
             }
             /* rsum identity */
             for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 10249)[l10] = 0e0f;
+                (arena + 12299)[l10] = 0e0f;
             }
             for (long long l11 = 0; l11 < 1; l11++) {
-                for (long long l12 = 0; l12 < 1024; l12++) {
-                    (arena + 3075)[l11 * 1024 + l12] = ((arena + 0)[l11 * 1024 + l12] - (arena + 2049)[l11]);
+                (arena + 10248)[l11] = ((arena + 2049)[l11] * (arena + 10247)[0]);
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                for (long long l13 = 0; l13 < 1024; l13++) {
+                    (arena + 10249)[l12 * 1024 + l13] = ((arena + 0)[l12 * 1024 + l13] * (arena + 10247)[0]);
                 }
             }
-            for (long long l13 = 0; l13 < 1; l13++) {
-                for (long long l14 = 0; l14 < 1024; l14++) {
-                    (arena + 4099)[l13 * 1024 + l14] = expf((arena + 3075)[l13 * 1024 + l14]);
+            for (long long l14 = 0; l14 < 1; l14++) {
+                for (long long l15 = 0; l15 < 1024; l15++) {
+                    (arena + 11273)[l14 * 1024 + l15] = ((arena + 10249)[l14 * 1024 + l15] - (arena + 10248)[l14]);
                 }
             }
-            for (long long l15 = 0; l15 < 1; l15++) {
-                for (long long l16 = 0; l16 < 1024; l16++) {
-                    (arena + 5123)[l15 * 1024 + l16] = (0 + l16 < s1) ? (arena + 4099)[l15 * 1024 + l16] : 0e0f;
+            for (long long l16 = 0; l16 < 1; l16++) {
+                for (long long l17 = 0; l17 < 1024; l17++) {
+                    (arena + 4099)[l16 * 1024 + l17] = exp2f((arena + 11273)[l16 * 1024 + l17]);
                 }
             }
-            for (long long l17 = 0; l17 < 1; l17++) {
-                float a19 = 0e0f;
-                for (long long r18 = 0; r18 < 1024; r18 += 1) a19 = a19 + (arena + 5123)[l17 * 1024 + r18 * 1];
-                (arena + 6147)[l17] = a19;
+            for (long long l18 = 0; l18 < 1; l18++) {
+                for (long long l19 = 0; l19 < 1024; l19++) {
+                    (arena + 5123)[l18 * 1024 + l19] = (0 + l19 < s1) ? (arena + 4099)[l18 * 1024 + l19] : 0e0f;
+                }
             }
             for (long long l20 = 0; l20 < 1; l20++) {
-                (arena + 10249)[l20] = (arena + 10249)[l20] + (arena + 6147)[l20];
+                float a22 = 0e0f;
+                for (long long r21 = 0; r21 < 1024; r21 += 1) a22 = a22 + (arena + 5123)[l20 * 1024 + r21 * 1];
+                (arena + 6147)[l20] = a22;
             }
-            for (long long l21 = 0; l21 < 1; l21++) {
-                (arena + 6148)[l21] = (arena + 10249)[l21];
-            }
-            for (long long l22 = 0; l22 < 1; l22++) {
-                for (long long l23 = 0; l23 < 1024; l23++) {
-                    (arena + 9223)[l22 * 1024 + l23] = ((arena + 4099)[l22 * 1024 + l23] / (arena + 6148)[l22]);
-                }
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 12299)[l23] = (arena + 12299)[l23] + (arena + 6147)[l23];
             }
             for (long long l24 = 0; l24 < 1; l24++) {
-                for (long long l25 = 0; l25 < 1024; l25++) {
-                    if (o1 + l24 < s0 && 0 + l25 < s1) out[(o1 + l24) * args->output_strides[0] + (0 + l25) * args->output_strides[1]] = dt_store_f16((arena + 9223)[l24 * 1024 + l25]);
+                (arena + 6148)[l24] = (arena + 12299)[l24];
+            }
+            for (long long l25 = 0; l25 < 1; l25++) {
+                for (long long l26 = 0; l26 < 1024; l26++) {
+                    (arena + 9223)[l25 * 1024 + l26] = ((arena + 4099)[l25 * 1024 + l26] / (arena + 6148)[l25]);
+                }
+            }
+            for (long long l27 = 0; l27 < 1; l27++) {
+                for (long long l28 = 0; l28 < 1024; l28++) {
+                    if (o1 + l27 < s0 && 0 + l28 < s1) out[(o1 + l27) * args->output_strides[0] + (0 + l28) * args->output_strides[1]] = dt_store_f16((arena + 9223)[l27 * 1024 + l28]);
                 }
             }
         }
@@ -175,7 +184,7 @@ void dt_softmax_1k_bf16(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax_1k */
-    float* arena = (float*)malloc(sizeof(float) * 10251);
+    float* arena = (float*)malloc(sizeof(float) * 12301);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -185,11 +194,12 @@ void dt_softmax_1k_bf16(const dt_args* args, long long first, long long last) {
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        (arena + 10247)[0] = 1.442695e0f;
         /* block(x:1) softmax_1k.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 10247)[l2] = (-INFINITY);
+                (arena + 12297)[l2] = (-INFINITY);
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
@@ -202,49 +212,57 @@ void dt_softmax_1k_bf16(const dt_args* args, long long first, long long last) {
                 (arena + 2048)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
-                (arena + 10247)[l8] = fmaxf((arena + 10247)[l8], (arena + 2048)[l8]);
+                (arena + 12297)[l8] = fmaxf((arena + 12297)[l8], (arena + 2048)[l8]);
             }
             for (long long l9 = 0; l9 < 1; l9++) {
-                (arena + 2049)[l9] = (arena + 10247)[l9];
+                (arena + 2049)[l9] = (arena + 12297)[l9];
             }
             /* rsum identity */
             for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 10249)[l10] = 0e0f;
+                (arena + 12299)[l10] = 0e0f;
             }
             for (long long l11 = 0; l11 < 1; l11++) {
-                for (long long l12 = 0; l12 < 1024; l12++) {
-                    (arena + 3075)[l11 * 1024 + l12] = ((arena + 0)[l11 * 1024 + l12] - (arena + 2049)[l11]);
+                (arena + 10248)[l11] = ((arena + 2049)[l11] * (arena + 10247)[0]);
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                for (long long l13 = 0; l13 < 1024; l13++) {
+                    (arena + 10249)[l12 * 1024 + l13] = ((arena + 0)[l12 * 1024 + l13] * (arena + 10247)[0]);
                 }
             }
-            for (long long l13 = 0; l13 < 1; l13++) {
-                for (long long l14 = 0; l14 < 1024; l14++) {
-                    (arena + 4099)[l13 * 1024 + l14] = expf((arena + 3075)[l13 * 1024 + l14]);
+            for (long long l14 = 0; l14 < 1; l14++) {
+                for (long long l15 = 0; l15 < 1024; l15++) {
+                    (arena + 11273)[l14 * 1024 + l15] = ((arena + 10249)[l14 * 1024 + l15] - (arena + 10248)[l14]);
                 }
             }
-            for (long long l15 = 0; l15 < 1; l15++) {
-                for (long long l16 = 0; l16 < 1024; l16++) {
-                    (arena + 5123)[l15 * 1024 + l16] = (0 + l16 < s1) ? (arena + 4099)[l15 * 1024 + l16] : 0e0f;
+            for (long long l16 = 0; l16 < 1; l16++) {
+                for (long long l17 = 0; l17 < 1024; l17++) {
+                    (arena + 4099)[l16 * 1024 + l17] = exp2f((arena + 11273)[l16 * 1024 + l17]);
                 }
             }
-            for (long long l17 = 0; l17 < 1; l17++) {
-                float a19 = 0e0f;
-                for (long long r18 = 0; r18 < 1024; r18 += 1) a19 = a19 + (arena + 5123)[l17 * 1024 + r18 * 1];
-                (arena + 6147)[l17] = a19;
+            for (long long l18 = 0; l18 < 1; l18++) {
+                for (long long l19 = 0; l19 < 1024; l19++) {
+                    (arena + 5123)[l18 * 1024 + l19] = (0 + l19 < s1) ? (arena + 4099)[l18 * 1024 + l19] : 0e0f;
+                }
             }
             for (long long l20 = 0; l20 < 1; l20++) {
-                (arena + 10249)[l20] = (arena + 10249)[l20] + (arena + 6147)[l20];
+                float a22 = 0e0f;
+                for (long long r21 = 0; r21 < 1024; r21 += 1) a22 = a22 + (arena + 5123)[l20 * 1024 + r21 * 1];
+                (arena + 6147)[l20] = a22;
             }
-            for (long long l21 = 0; l21 < 1; l21++) {
-                (arena + 6148)[l21] = (arena + 10249)[l21];
-            }
-            for (long long l22 = 0; l22 < 1; l22++) {
-                for (long long l23 = 0; l23 < 1024; l23++) {
-                    (arena + 9223)[l22 * 1024 + l23] = ((arena + 4099)[l22 * 1024 + l23] / (arena + 6148)[l22]);
-                }
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 12299)[l23] = (arena + 12299)[l23] + (arena + 6147)[l23];
             }
             for (long long l24 = 0; l24 < 1; l24++) {
-                for (long long l25 = 0; l25 < 1024; l25++) {
-                    if (o1 + l24 < s0 && 0 + l25 < s1) out[(o1 + l24) * args->output_strides[0] + (0 + l25) * args->output_strides[1]] = dt_store_bf16((arena + 9223)[l24 * 1024 + l25]);
+                (arena + 6148)[l24] = (arena + 12299)[l24];
+            }
+            for (long long l25 = 0; l25 < 1; l25++) {
+                for (long long l26 = 0; l26 < 1024; l26++) {
+                    (arena + 9223)[l25 * 1024 + l26] = ((arena + 4099)[l25 * 1024 + l26] / (arena + 6148)[l25]);
+                }
+            }
+            for (long long l27 = 0; l27 < 1; l27++) {
+                for (long long l28 = 0; l28 < 1024; l28++) {
+                    if (o1 + l27 < s0 && 0 + l28 < s1) out[(o1 + l27) * args->output_strides[0] + (0 + l28) * args->output_strides[1]] = dt_store_bf16((arena + 9223)[l27 * 1024 + l28]);
                 }
             }
         }
@@ -258,7 +276,7 @@ void dt_softmax_1k_f32(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
     float* out = (float*)(uintptr_t)args->output; /* softmax_1k */
-    float* arena = (float*)malloc(sizeof(float) * 10251);
+    float* arena = (float*)malloc(sizeof(float) * 12301);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -268,11 +286,12 @@ void dt_softmax_1k_f32(const dt_args* args, long long first, long long last) {
         const long long g0 = rest % n0; rest /= n0;
         const long long b0 = g0; /* block index along x */
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
+        (arena + 10247)[0] = 1.442695e0f;
         /* block(x:1) softmax_1k.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 10247)[l2] = (-INFINITY);
+                (arena + 12297)[l2] = (-INFINITY);
             }
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 1024; l4++) {
@@ -285,49 +304,57 @@ void dt_softmax_1k_f32(const dt_args* args, long long first, long long last) {
                 (arena + 2048)[l5] = a7;
             }
             for (long long l8 = 0; l8 < 1; l8++) {
-                (arena + 10247)[l8] = fmaxf((arena + 10247)[l8], (arena + 2048)[l8]);
+                (arena + 12297)[l8] = fmaxf((arena + 12297)[l8], (arena + 2048)[l8]);
             }
             for (long long l9 = 0; l9 < 1; l9++) {
-                (arena + 2049)[l9] = (arena + 10247)[l9];
+                (arena + 2049)[l9] = (arena + 12297)[l9];
             }
             /* rsum identity */
             for (long long l10 = 0; l10 < 1; l10++) {
-                (arena + 10249)[l10] = 0e0f;
+                (arena + 12299)[l10] = 0e0f;
             }
             for (long long l11 = 0; l11 < 1; l11++) {
-                for (long long l12 = 0; l12 < 1024; l12++) {
-                    (arena + 3075)[l11 * 1024 + l12] = ((arena + 0)[l11 * 1024 + l12] - (arena + 2049)[l11]);
+                (arena + 10248)[l11] = ((arena + 2049)[l11] * (arena + 10247)[0]);
+            }
+            for (long long l12 = 0; l12 < 1; l12++) {
+                for (long long l13 = 0; l13 < 1024; l13++) {
+                    (arena + 10249)[l12 * 1024 + l13] = ((arena + 0)[l12 * 1024 + l13] * (arena + 10247)[0]);
                 }
             }
-            for (long long l13 = 0; l13 < 1; l13++) {
-                for (long long l14 = 0; l14 < 1024; l14++) {
-                    (arena + 4099)[l13 * 1024 + l14] = expf((arena + 3075)[l13 * 1024 + l14]);
+            for (long long l14 = 0; l14 < 1; l14++) {
+                for (long long l15 = 0; l15 < 1024; l15++) {
+                    (arena + 11273)[l14 * 1024 + l15] = ((arena + 10249)[l14 * 1024 + l15] - (arena + 10248)[l14]);
                 }
             }
-            for (long long l15 = 0; l15 < 1; l15++) {
-                for (long long l16 = 0; l16 < 1024; l16++) {
-                    (arena + 5123)[l15 * 1024 + l16] = (0 + l16 < s1) ? (arena + 4099)[l15 * 1024 + l16] : 0e0f;
+            for (long long l16 = 0; l16 < 1; l16++) {
+                for (long long l17 = 0; l17 < 1024; l17++) {
+                    (arena + 4099)[l16 * 1024 + l17] = exp2f((arena + 11273)[l16 * 1024 + l17]);
                 }
             }
-            for (long long l17 = 0; l17 < 1; l17++) {
-                float a19 = 0e0f;
-                for (long long r18 = 0; r18 < 1024; r18 += 1) a19 = a19 + (arena + 5123)[l17 * 1024 + r18 * 1];
-                (arena + 6147)[l17] = a19;
+            for (long long l18 = 0; l18 < 1; l18++) {
+                for (long long l19 = 0; l19 < 1024; l19++) {
+                    (arena + 5123)[l18 * 1024 + l19] = (0 + l19 < s1) ? (arena + 4099)[l18 * 1024 + l19] : 0e0f;
+                }
             }
             for (long long l20 = 0; l20 < 1; l20++) {
-                (arena + 10249)[l20] = (arena + 10249)[l20] + (arena + 6147)[l20];
+                float a22 = 0e0f;
+                for (long long r21 = 0; r21 < 1024; r21 += 1) a22 = a22 + (arena + 5123)[l20 * 1024 + r21 * 1];
+                (arena + 6147)[l20] = a22;
             }
-            for (long long l21 = 0; l21 < 1; l21++) {
-                (arena + 6148)[l21] = (arena + 10249)[l21];
-            }
-            for (long long l22 = 0; l22 < 1; l22++) {
-                for (long long l23 = 0; l23 < 1024; l23++) {
-                    (arena + 9223)[l22 * 1024 + l23] = ((arena + 4099)[l22 * 1024 + l23] / (arena + 6148)[l22]);
-                }
+            for (long long l23 = 0; l23 < 1; l23++) {
+                (arena + 12299)[l23] = (arena + 12299)[l23] + (arena + 6147)[l23];
             }
             for (long long l24 = 0; l24 < 1; l24++) {
-                for (long long l25 = 0; l25 < 1024; l25++) {
-                    if (o1 + l24 < s0 && 0 + l25 < s1) out[(o1 + l24) * args->output_strides[0] + (0 + l25) * args->output_strides[1]] = dt_store_f32((arena + 9223)[l24 * 1024 + l25]);
+                (arena + 6148)[l24] = (arena + 12299)[l24];
+            }
+            for (long long l25 = 0; l25 < 1; l25++) {
+                for (long long l26 = 0; l26 < 1024; l26++) {
+                    (arena + 9223)[l25 * 1024 + l26] = ((arena + 4099)[l25 * 1024 + l26] / (arena + 6148)[l25]);
+                }
+            }
+            for (long long l27 = 0; l27 < 1; l27++) {
+                for (long long l28 = 0; l28 < 1024; l28++) {
+                    if (o1 + l27 < s0 && 0 + l28 < s1) out[(o1 + l27) * args->output_strides[0] + (0 + l28) * args->output_strides[1]] = dt_store_f32((arena + 9223)[l27 * 1024 + l28]);
                 }
             }
         }
@@ -839,7 +866,7 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 720913);
+    float* arena = (float*)malloc(sizeof(float) * 786453);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -853,114 +880,116 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
         (arena + 245768)[0] = 0e0f;
         (arena + 409609)[0] = (-INFINITY);
         (arena + 409610)[0] = 0e0f;
+        (arena + 458765)[0] = 1.442695e0f;
+        (arena + 491535)[0] = 1.442695e0f;
         /* block(x:1) softmax.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 688141)[l2] = (-INFINITY);
+                (arena + 753681)[l2] = (-INFINITY);
             }
             /* partial rmax over y, by runs of 8 lanes */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 16384; l4++) {
-                    (arena + 688145)[l3 * 16384 + l4] = (-INFINITY);
+                    (arena + 753685)[l3 * 16384 + l4] = (-INFINITY);
                 }
             }
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 688143)[l5] = 0e0f;
+                (arena + 753683)[l5] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
             for (long long l6 = 0; l6 < 1; l6++) {
                 for (long long l7 = 0; l7 < 16384; l7++) {
-                    (arena + 704529)[l6 * 16384 + l7] = 0e0f;
+                    (arena + 770069)[l6 * 16384 + l7] = 0e0f;
                 }
             }
             /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
             for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
                 for (long long l9 = 0; l9 < 1; l9++) {
                     for (long long l10 = 0; l10 < 16384; l10++) {
-                        (arena + 458765)[l9 * 16384 + l10] = (arena + 688145)[l9 * 16384 + l10];
+                        (arena + 524305)[l9 * 16384 + l10] = (arena + 753685)[l9 * 16384 + l10];
                     }
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
                     for (long long l12 = 0; l12 < 16384; l12++) {
-                        (arena + 475149)[l11 * 16384 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_f16(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
+                        (arena + 540689)[l11 * 16384 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_f16(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 16384; l14++) {
                         const long long f17 = l14 - l14 % 8;
                         float a16 = (-INFINITY);
-                        for (long long r15 = f17; r15 < f17 + 8 && r15 < 16384; r15++) a16 = fmaxf(a16, (arena + 475149)[l13 * 16384 + l14 + (r15 - l14) * 1]);
-                        (arena + 491533)[l13 * 16384 + l14] = a16;
+                        for (long long r15 = f17; r15 < f17 + 8 && r15 < 16384; r15++) a16 = fmaxf(a16, (arena + 540689)[l13 * 16384 + l14 + (r15 - l14) * 1]);
+                        (arena + 557073)[l13 * 16384 + l14] = a16;
                     }
                 }
                 for (long long l18 = 0; l18 < 1; l18++) {
                     for (long long l19 = 0; l19 < 16384; l19++) {
-                        (arena + 688145)[l18 * 16384 + l19] = fmaxf((arena + 688145)[l18 * 16384 + l19], (arena + 491533)[l18 * 16384 + l19]);
+                        (arena + 753685)[l18 * 16384 + l19] = fmaxf((arena + 753685)[l18 * 16384 + l19], (arena + 557073)[l18 * 16384 + l19]);
                     }
                 }
                 for (long long l20 = 0; l20 < 1; l20++) {
                     for (long long l21 = 0; l21 < 16384; l21++) {
-                        (arena + 507917)[l20 * 16384 + l21] = (arena + 688145)[l20 * 16384 + l21];
+                        (arena + 573457)[l20 * 16384 + l21] = (arena + 753685)[l20 * 16384 + l21];
                     }
                 }
                 for (long long l22 = 0; l22 < 1; l22++) {
                     for (long long l23 = 0; l23 < 16384; l23++) {
-                        (arena + 524301)[l22 * 16384 + l23] = (((arena + 507917)[l22 * 16384 + l23]) == ((arena + 245767)[0]) ? 1.0f : 0.0f);
+                        (arena + 589841)[l22 * 16384 + l23] = (((arena + 573457)[l22 * 16384 + l23]) == ((arena + 245767)[0]) ? 1.0f : 0.0f);
                     }
                 }
                 for (long long l24 = 0; l24 < 1; l24++) {
                     for (long long l25 = 0; l25 < 16384; l25++) {
-                        (arena + 540685)[l24 * 16384 + l25] = (arena + 524301)[l24 * 16384 + l25] != 0.0f ? (arena + 245768)[0] : (arena + 507917)[l24 * 16384 + l25];
+                        (arena + 606225)[l24 * 16384 + l25] = (arena + 589841)[l24 * 16384 + l25] != 0.0f ? (arena + 245768)[0] : (arena + 573457)[l24 * 16384 + l25];
                     }
                 }
                 for (long long l26 = 0; l26 < 1; l26++) {
                     for (long long l27 = 0; l27 < 16384; l27++) {
-                        (arena + 557069)[l26 * 16384 + l27] = ((arena + 458765)[l26 * 16384 + l27] - (arena + 540685)[l26 * 16384 + l27]);
+                        (arena + 622609)[l26 * 16384 + l27] = ((arena + 524305)[l26 * 16384 + l27] - (arena + 606225)[l26 * 16384 + l27]);
                     }
                 }
                 for (long long l28 = 0; l28 < 1; l28++) {
                     for (long long l29 = 0; l29 < 16384; l29++) {
-                        (arena + 573453)[l28 * 16384 + l29] = expf((arena + 557069)[l28 * 16384 + l29]);
+                        (arena + 638993)[l28 * 16384 + l29] = expf((arena + 622609)[l28 * 16384 + l29]);
                     }
                 }
                 for (long long l30 = 0; l30 < 1; l30++) {
                     for (long long l31 = 0; l31 < 16384; l31++) {
-                        (arena + 589837)[l30 * 16384 + l31] = ((arena + 475149)[l30 * 16384 + l31] - (arena + 540685)[l30 * 16384 + l31]);
+                        (arena + 655377)[l30 * 16384 + l31] = ((arena + 540689)[l30 * 16384 + l31] - (arena + 606225)[l30 * 16384 + l31]);
                     }
                 }
                 for (long long l32 = 0; l32 < 1; l32++) {
                     for (long long l33 = 0; l33 < 16384; l33++) {
-                        (arena + 606221)[l32 * 16384 + l33] = expf((arena + 589837)[l32 * 16384 + l33]);
+                        (arena + 671761)[l32 * 16384 + l33] = expf((arena + 655377)[l32 * 16384 + l33]);
                     }
                 }
                 for (long long l34 = 0; l34 < 1; l34++) {
                     for (long long l35 = 0; l35 < 16384; l35++) {
                         const long long f38 = l35 - l35 % 8;
                         float a37 = 0e0f;
-                        for (long long r36 = f38; r36 < f38 + 8 && r36 < 16384; r36++) a37 = a37 + (arena + 606221)[l34 * 16384 + l35 + (r36 - l35) * 1];
-                        (arena + 622605)[l34 * 16384 + l35] = a37;
+                        for (long long r36 = f38; r36 < f38 + 8 && r36 < 16384; r36++) a37 = a37 + (arena + 671761)[l34 * 16384 + l35 + (r36 - l35) * 1];
+                        (arena + 688145)[l34 * 16384 + l35] = a37;
                     }
                 }
                 for (long long l39 = 0; l39 < 1; l39++) {
                     for (long long l40 = 0; l40 < 16384; l40++) {
-                        (arena + 638989)[l39 * 16384 + l40] = (arena + 704529)[l39 * 16384 + l40];
+                        (arena + 704529)[l39 * 16384 + l40] = (arena + 770069)[l39 * 16384 + l40];
                     }
                 }
                 for (long long l41 = 0; l41 < 1; l41++) {
                     for (long long l42 = 0; l42 < 16384; l42++) {
-                        (arena + 655373)[l41 * 16384 + l42] = ((arena + 638989)[l41 * 16384 + l42] * (arena + 573453)[l41 * 16384 + l42]);
+                        (arena + 720913)[l41 * 16384 + l42] = ((arena + 704529)[l41 * 16384 + l42] * (arena + 638993)[l41 * 16384 + l42]);
                     }
                 }
                 for (long long l43 = 0; l43 < 1; l43++) {
                     for (long long l44 = 0; l44 < 16384; l44++) {
-                        (arena + 671757)[l43 * 16384 + l44] = ((arena + 655373)[l43 * 16384 + l44] + (arena + 622605)[l43 * 16384 + l44]);
+                        (arena + 737297)[l43 * 16384 + l44] = ((arena + 720913)[l43 * 16384 + l44] + (arena + 688145)[l43 * 16384 + l44]);
                     }
                 }
                 for (long long l45 = 0; l45 < 1; l45++) {
                     for (long long l46 = 0; l46 < 16384; l46++) {
-                        (arena + 704529)[l45 * 16384 + l46] = (arena + 671757)[l45 * 16384 + l46];
+                        (arena + 770069)[l45 * 16384 + l46] = (arena + 737297)[l45 * 16384 + l46];
                     }
                 }
             }
@@ -968,7 +997,7 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
             for (long long o47 = (s1 / 16384) * 16384; o47 < s1; o47 += 16384) {
                 for (long long l48 = 0; l48 < 1; l48++) {
                     for (long long l49 = 0; l49 < 16384; l49++) {
-                        (arena + 196615)[l48 * 16384 + l49] = (arena + 688145)[l48 * 16384 + l49];
+                        (arena + 196615)[l48 * 16384 + l49] = (arena + 753685)[l48 * 16384 + l49];
                     }
                 }
                 for (long long l50 = 0; l50 < 1; l50++) {
@@ -986,12 +1015,12 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l57 = 0; l57 < 1; l57++) {
                     for (long long l58 = 0; l58 < 16384; l58++) {
-                        (arena + 688145)[l57 * 16384 + l58] = fmaxf((arena + 688145)[l57 * 16384 + l58], (arena + 212999)[l57 * 16384 + l58]);
+                        (arena + 753685)[l57 * 16384 + l58] = fmaxf((arena + 753685)[l57 * 16384 + l58], (arena + 212999)[l57 * 16384 + l58]);
                     }
                 }
                 for (long long l59 = 0; l59 < 1; l59++) {
                     for (long long l60 = 0; l60 < 16384; l60++) {
-                        (arena + 229383)[l59 * 16384 + l60] = (arena + 688145)[l59 * 16384 + l60];
+                        (arena + 229383)[l59 * 16384 + l60] = (arena + 753685)[l59 * 16384 + l60];
                     }
                 }
                 for (long long l61 = 0; l61 < 1; l61++) {
@@ -1044,7 +1073,7 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l82 = 0; l82 < 1; l82++) {
                     for (long long l83 = 0; l83 < 16384; l83++) {
-                        (arena + 327689)[l82 * 16384 + l83] = (arena + 704529)[l82 * 16384 + l83];
+                        (arena + 327689)[l82 * 16384 + l83] = (arena + 770069)[l82 * 16384 + l83];
                     }
                 }
                 for (long long l84 = 0; l84 < 1; l84++) {
@@ -1059,13 +1088,13 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l88 = 0; l88 < 1; l88++) {
                     for (long long l89 = 0; l89 < 16384; l89++) {
-                        (arena + 704529)[l88 * 16384 + l89] = (arena + 360457)[l88 * 16384 + l89];
+                        (arena + 770069)[l88 * 16384 + l89] = (arena + 360457)[l88 * 16384 + l89];
                     }
                 }
             }
             for (long long l90 = 0; l90 < 1; l90++) {
                 for (long long l91 = 0; l91 < 16384; l91++) {
-                    (arena + 163847)[l90 * 16384 + l91] = (arena + 688145)[l90 * 16384 + l91];
+                    (arena + 163847)[l90 * 16384 + l91] = (arena + 753685)[l90 * 16384 + l91];
                 }
             }
             for (long long l92 = 0; l92 < 1; l92++) {
@@ -1074,14 +1103,14 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
                 (arena + 32768)[l92] = a94;
             }
             for (long long l95 = 0; l95 < 1; l95++) {
-                (arena + 688141)[l95] = fmaxf((arena + 688141)[l95], (arena + 32768)[l95]);
+                (arena + 753681)[l95] = fmaxf((arena + 753681)[l95], (arena + 32768)[l95]);
             }
             for (long long l96 = 0; l96 < 1; l96++) {
-                (arena + 32769)[l96] = (arena + 688141)[l96];
+                (arena + 32769)[l96] = (arena + 753681)[l96];
             }
             for (long long l97 = 0; l97 < 1; l97++) {
                 for (long long l98 = 0; l98 < 16384; l98++) {
-                    (arena + 376841)[l97 * 16384 + l98] = (arena + 704529)[l97 * 16384 + l98];
+                    (arena + 376841)[l97 * 16384 + l98] = (arena + 770069)[l97 * 16384 + l98];
                 }
             }
             for (long long l99 = 0; l99 < 1; l99++) {
@@ -1091,56 +1120,72 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
                 (arena + 409612)[l100] = (arena + 409611)[l100] != 0.0f ? (arena + 409610)[0] : (arena + 32769)[l100];
             }
             for (long long l101 = 0; l101 < 1; l101++) {
-                for (long long l102 = 0; l102 < 16384; l102++) {
-                    (arena + 409613)[l101 * 16384 + l102] = ((arena + 163847)[l101 * 16384 + l102] - (arena + 409612)[l101]);
+                (arena + 458766)[l101] = ((arena + 409612)[l101] * (arena + 458765)[0]);
+            }
+            for (long long l102 = 0; l102 < 1; l102++) {
+                for (long long l103 = 0; l103 < 16384; l103++) {
+                    (arena + 458767)[l102 * 16384 + l103] = ((arena + 163847)[l102 * 16384 + l103] * (arena + 458765)[0]);
                 }
             }
-            for (long long l103 = 0; l103 < 1; l103++) {
-                for (long long l104 = 0; l104 < 16384; l104++) {
-                    (arena + 425997)[l103 * 16384 + l104] = expf((arena + 409613)[l103 * 16384 + l104]);
+            for (long long l104 = 0; l104 < 1; l104++) {
+                for (long long l105 = 0; l105 < 16384; l105++) {
+                    (arena + 475151)[l104 * 16384 + l105] = ((arena + 458767)[l104 * 16384 + l105] - (arena + 458766)[l104]);
                 }
             }
-            for (long long l105 = 0; l105 < 1; l105++) {
-                for (long long l106 = 0; l106 < 16384; l106++) {
-                    (arena + 442381)[l105 * 16384 + l106] = ((arena + 376841)[l105 * 16384 + l106] * (arena + 425997)[l105 * 16384 + l106]);
+            for (long long l106 = 0; l106 < 1; l106++) {
+                for (long long l107 = 0; l107 < 16384; l107++) {
+                    (arena + 425997)[l106 * 16384 + l107] = exp2f((arena + 475151)[l106 * 16384 + l107]);
                 }
             }
-            for (long long l107 = 0; l107 < 1; l107++) {
-                float a109 = 0e0f;
-                for (long long r108 = 0; r108 < 16384; r108 += 8) a109 = a109 + (arena + 442381)[l107 * 16384 + r108 * 1];
-                (arena + 98307)[l107] = a109;
+            for (long long l108 = 0; l108 < 1; l108++) {
+                for (long long l109 = 0; l109 < 16384; l109++) {
+                    (arena + 442381)[l108 * 16384 + l109] = ((arena + 376841)[l108 * 16384 + l109] * (arena + 425997)[l108 * 16384 + l109]);
+                }
             }
             for (long long l110 = 0; l110 < 1; l110++) {
-                (arena + 688143)[l110] = (arena + 688143)[l110] + (arena + 98307)[l110];
+                float a112 = 0e0f;
+                for (long long r111 = 0; r111 < 16384; r111 += 8) a112 = a112 + (arena + 442381)[l110 * 16384 + r111 * 1];
+                (arena + 98307)[l110] = a112;
             }
-            for (long long l111 = 0; l111 < 1; l111++) {
-                (arena + 98308)[l111] = (arena + 688143)[l111];
+            for (long long l113 = 0; l113 < 1; l113++) {
+                (arena + 753683)[l113] = (arena + 753683)[l113] + (arena + 98307)[l113];
+            }
+            for (long long l114 = 0; l114 < 1; l114++) {
+                (arena + 98308)[l114] = (arena + 753683)[l114];
+            }
+            for (long long l115 = 0; l115 < 1; l115++) {
+                (arena + 491536)[l115] = ((arena + 32769)[l115] * (arena + 491535)[0]);
             }
             /* softmax.tensorize(y:16384) */
-            for (long long o112 = (dt_cdiv(s1, 16384) - 1) * 16384; o112 >= 0; o112 -= 16384) {
-                for (long long l113 = 0; l113 < 1; l113++) {
-                    for (long long l114 = 0; l114 < 16384; l114++) {
-                        (arena + 98309)[l113 * 16384 + l114] = (o1 + l113 < s0 && o112 + l114 < s1) ? dt_load_f16(in0[(o1 + l113) * args->input_strides[0][0] + (o112 + l114) * args->input_strides[0][1]]) : 0e0f;
-                    }
-                }
-                for (long long l115 = 0; l115 < 1; l115++) {
-                    for (long long l116 = 0; l116 < 16384; l116++) {
-                        (arena + 114694)[l115 * 16384 + l116] = ((arena + 98309)[l115 * 16384 + l116] - (arena + 32769)[l115]);
-                    }
-                }
+            for (long long o116 = (dt_cdiv(s1, 16384) - 1) * 16384; o116 >= 0; o116 -= 16384) {
                 for (long long l117 = 0; l117 < 1; l117++) {
                     for (long long l118 = 0; l118 < 16384; l118++) {
-                        (arena + 131078)[l117 * 16384 + l118] = expf((arena + 114694)[l117 * 16384 + l118]);
+                        (arena + 98309)[l117 * 16384 + l118] = (o1 + l117 < s0 && o116 + l118 < s1) ? dt_load_f16(in0[(o1 + l117) * args->input_strides[0][0] + (o116 + l118) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l119 = 0; l119 < 1; l119++) {
                     for (long long l120 = 0; l120 < 16384; l120++) {
-                        (arena + 147463)[l119 * 16384 + l120] = ((arena + 131078)[l119 * 16384 + l120] / (arena + 98308)[l119]);
+                        (arena + 491537)[l119 * 16384 + l120] = ((arena + 98309)[l119 * 16384 + l120] * (arena + 491535)[0]);
                     }
                 }
                 for (long long l121 = 0; l121 < 1; l121++) {
                     for (long long l122 = 0; l122 < 16384; l122++) {
-                        if (o1 + l121 < s0 && o112 + l122 < s1) out[(o1 + l121) * args->output_strides[0] + (o112 + l122) * args->output_strides[1]] = dt_store_f16((arena + 147463)[l121 * 16384 + l122]);
+                        (arena + 507921)[l121 * 16384 + l122] = ((arena + 491537)[l121 * 16384 + l122] - (arena + 491536)[l121]);
+                    }
+                }
+                for (long long l123 = 0; l123 < 1; l123++) {
+                    for (long long l124 = 0; l124 < 16384; l124++) {
+                        (arena + 131078)[l123 * 16384 + l124] = exp2f((arena + 507921)[l123 * 16384 + l124]);
+                    }
+                }
+                for (long long l125 = 0; l125 < 1; l125++) {
+                    for (long long l126 = 0; l126 < 16384; l126++) {
+                        (arena + 147463)[l125 * 16384 + l126] = ((arena + 131078)[l125 * 16384 + l126] / (arena + 98308)[l125]);
+                    }
+                }
+                for (long long l127 = 0; l127 < 1; l127++) {
+                    for (long long l128 = 0; l128 < 16384; l128++) {
+                        if (o1 + l127 < s0 && o116 + l128 < s1) out[(o1 + l127) * args->output_strides[0] + (o116 + l128) * args->output_strides[1]] = dt_store_f16((arena + 147463)[l127 * 16384 + l128]);
                     }
                 }
             }
@@ -1155,7 +1200,7 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 720913);
+    float* arena = (float*)malloc(sizeof(float) * 786453);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1169,114 +1214,116 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
         (arena + 245768)[0] = 0e0f;
         (arena + 409609)[0] = (-INFINITY);
         (arena + 409610)[0] = 0e0f;
+        (arena + 458765)[0] = 1.442695e0f;
+        (arena + 491535)[0] = 1.442695e0f;
         /* block(x:1) softmax.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 688141)[l2] = (-INFINITY);
+                (arena + 753681)[l2] = (-INFINITY);
             }
             /* partial rmax over y, by runs of 8 lanes */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 16384; l4++) {
-                    (arena + 688145)[l3 * 16384 + l4] = (-INFINITY);
+                    (arena + 753685)[l3 * 16384 + l4] = (-INFINITY);
                 }
             }
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 688143)[l5] = 0e0f;
+                (arena + 753683)[l5] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
             for (long long l6 = 0; l6 < 1; l6++) {
                 for (long long l7 = 0; l7 < 16384; l7++) {
-                    (arena + 704529)[l6 * 16384 + l7] = 0e0f;
+                    (arena + 770069)[l6 * 16384 + l7] = 0e0f;
                 }
             }
             /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
             for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
                 for (long long l9 = 0; l9 < 1; l9++) {
                     for (long long l10 = 0; l10 < 16384; l10++) {
-                        (arena + 458765)[l9 * 16384 + l10] = (arena + 688145)[l9 * 16384 + l10];
+                        (arena + 524305)[l9 * 16384 + l10] = (arena + 753685)[l9 * 16384 + l10];
                     }
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
                     for (long long l12 = 0; l12 < 16384; l12++) {
-                        (arena + 475149)[l11 * 16384 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_bf16(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
+                        (arena + 540689)[l11 * 16384 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_bf16(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 16384; l14++) {
                         const long long f17 = l14 - l14 % 8;
                         float a16 = (-INFINITY);
-                        for (long long r15 = f17; r15 < f17 + 8 && r15 < 16384; r15++) a16 = fmaxf(a16, (arena + 475149)[l13 * 16384 + l14 + (r15 - l14) * 1]);
-                        (arena + 491533)[l13 * 16384 + l14] = a16;
+                        for (long long r15 = f17; r15 < f17 + 8 && r15 < 16384; r15++) a16 = fmaxf(a16, (arena + 540689)[l13 * 16384 + l14 + (r15 - l14) * 1]);
+                        (arena + 557073)[l13 * 16384 + l14] = a16;
                     }
                 }
                 for (long long l18 = 0; l18 < 1; l18++) {
                     for (long long l19 = 0; l19 < 16384; l19++) {
-                        (arena + 688145)[l18 * 16384 + l19] = fmaxf((arena + 688145)[l18 * 16384 + l19], (arena + 491533)[l18 * 16384 + l19]);
+                        (arena + 753685)[l18 * 16384 + l19] = fmaxf((arena + 753685)[l18 * 16384 + l19], (arena + 557073)[l18 * 16384 + l19]);
                     }
                 }
                 for (long long l20 = 0; l20 < 1; l20++) {
                     for (long long l21 = 0; l21 < 16384; l21++) {
-                        (arena + 507917)[l20 * 16384 + l21] = (arena + 688145)[l20 * 16384 + l21];
+                        (arena + 573457)[l20 * 16384 + l21] = (arena + 753685)[l20 * 16384 + l21];
                     }
                 }
                 for (long long l22 = 0; l22 < 1; l22++) {
                     for (long long l23 = 0; l23 < 16384; l23++) {
-                        (arena + 524301)[l22 * 16384 + l23] = (((arena + 507917)[l22 * 16384 + l23]) == ((arena + 245767)[0]) ? 1.0f : 0.0f);
+                        (arena + 589841)[l22 * 16384 + l23] = (((arena + 573457)[l22 * 16384 + l23]) == ((arena + 245767)[0]) ? 1.0f : 0.0f);
                     }
                 }
                 for (long long l24 = 0; l24 < 1; l24++) {
                     for (long long l25 = 0; l25 < 16384; l25++) {
-                        (arena + 540685)[l24 * 16384 + l25] = (arena + 524301)[l24 * 16384 + l25] != 0.0f ? (arena + 245768)[0] : (arena + 507917)[l24 * 16384 + l25];
+                        (arena + 606225)[l24 * 16384 + l25] = (arena + 589841)[l24 * 16384 + l25] != 0.0f ? (arena + 245768)[0] : (arena + 573457)[l24 * 16384 + l25];
                     }
                 }
                 for (long long l26 = 0; l26 < 1; l26++) {
                     for (long long l27 = 0; l27 < 16384; l27++) {
-                        (arena + 557069)[l26 * 16384 + l27] = ((arena + 458765)[l26 * 16384 + l27] - (arena + 540685)[l26 * 16384 + l27]);
+                        (arena + 622609)[l26 * 16384 + l27] = ((arena + 524305)[l26 * 16384 + l27] - (arena + 606225)[l26 * 16384 + l27]);
                     }
                 }
                 for (long long l28 = 0; l28 < 1; l28++) {
                     for (long long l29 = 0; l29 < 16384; l29++) {
-                        (arena + 573453)[l28 * 16384 + l29] = expf((arena + 557069)[l28 * 16384 + l29]);
+                        (arena + 638993)[l28 * 16384 + l29] = expf((arena + 622609)[l28 * 16384 + l29]);
                     }
                 }
                 for (long long l30 = 0; l30 < 1; l30++) {
                     for (long long l31 = 0; l31 < 16384; l31++) {
-                        (arena + 589837)[l30 * 16384 + l31] = ((arena + 475149)[l30 * 16384 + l31] - (arena + 540685)[l30 * 16384 + l31]);
+                        (arena + 655377)[l30 * 16384 + l31] = ((arena + 540689)[l30 * 16384 + l31] - (arena + 606225)[l30 * 16384 + l31]);
                     }
                 }
                 for (long long l32 = 0; l32 < 1; l32++) {
                     for (long long l33 = 0; l33 < 16384; l33++) {
-                        (arena + 606221)[l32 * 16384 + l33] = expf((arena + 589837)[l32 * 16384 + l33]);
+                        (arena + 671761)[l32 * 16384 + l33] = expf((arena + 655377)[l32 * 16384 + l33]);
                     }
                 }
                 for (long long l34 = 0; l34 < 1; l34++) {
                     for (long long l35 = 0; l35 < 16384; l35++) {
                         const long long f38 = l35 - l35 % 8;
                         float a37 = 0e0f;
-                        for (long long r36 = f38; r36 < f38 + 8 && r36 < 16384; r36++) a37 = a37 + (arena + 606221)[l34 * 16384 + l35 + (r36 - l35) * 1];
-                        (arena + 622605)[l34 * 16384 + l35] = a37;
+                        for (long long r36 = f38; r36 < f38 + 8 && r36 < 16384; r36++) a37 = a37 + (arena + 671761)[l34 * 16384 + l35 + (r36 - l35) * 1];
+                        (arena + 688145)[l34 * 16384 + l35] = a37;
                     }
                 }
                 for (long long l39 = 0; l39 < 1; l39++) {
                     for (long long l40 = 0; l40 < 16384; l40++) {
-                        (arena + 638989)[l39 * 16384 + l40] = (arena + 704529)[l39 * 16384 + l40];
+                        (arena + 704529)[l39 * 16384 + l40] = (arena + 770069)[l39 * 16384 + l40];
                     }
                 }
                 for (long long l41 = 0; l41 < 1; l41++) {
                     for (long long l42 = 0; l42 < 16384; l42++) {
-                        (arena + 655373)[l41 * 16384 + l42] = ((arena + 638989)[l41 * 16384 + l42] * (arena + 573453)[l41 * 16384 + l42]);
+                        (arena + 720913)[l41 * 16384 + l42] = ((arena + 704529)[l41 * 16384 + l42] * (arena + 638993)[l41 * 16384 + l42]);
                     }
                 }
                 for (long long l43 = 0; l43 < 1; l43++) {
                     for (long long l44 = 0; l44 < 16384; l44++) {
-                        (arena + 671757)[l43 * 16384 + l44] = ((arena + 655373)[l43 * 16384 + l44] + (arena + 622605)[l43 * 16384 + l44]);
+                        (arena + 737297)[l43 * 16384 + l44] = ((arena + 720913)[l43 * 16384 + l44] + (arena + 688145)[l43 * 16384 + l44]);
                     }
                 }
                 for (long long l45 = 0; l45 < 1; l45++) {
                     for (long long l46 = 0; l46 < 16384; l46++) {
-                        (arena + 704529)[l45 * 16384 + l46] = (arena + 671757)[l45 * 16384 + l46];
+                        (arena + 770069)[l45 * 16384 + l46] = (arena + 737297)[l45 * 16384 + l46];
                     }
                 }
             }
@@ -1284,7 +1331,7 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
             for (long long o47 = (s1 / 16384) * 16384; o47 < s1; o47 += 16384) {
                 for (long long l48 = 0; l48 < 1; l48++) {
                     for (long long l49 = 0; l49 < 16384; l49++) {
-                        (arena + 196615)[l48 * 16384 + l49] = (arena + 688145)[l48 * 16384 + l49];
+                        (arena + 196615)[l48 * 16384 + l49] = (arena + 753685)[l48 * 16384 + l49];
                     }
                 }
                 for (long long l50 = 0; l50 < 1; l50++) {
@@ -1302,12 +1349,12 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l57 = 0; l57 < 1; l57++) {
                     for (long long l58 = 0; l58 < 16384; l58++) {
-                        (arena + 688145)[l57 * 16384 + l58] = fmaxf((arena + 688145)[l57 * 16384 + l58], (arena + 212999)[l57 * 16384 + l58]);
+                        (arena + 753685)[l57 * 16384 + l58] = fmaxf((arena + 753685)[l57 * 16384 + l58], (arena + 212999)[l57 * 16384 + l58]);
                     }
                 }
                 for (long long l59 = 0; l59 < 1; l59++) {
                     for (long long l60 = 0; l60 < 16384; l60++) {
-                        (arena + 229383)[l59 * 16384 + l60] = (arena + 688145)[l59 * 16384 + l60];
+                        (arena + 229383)[l59 * 16384 + l60] = (arena + 753685)[l59 * 16384 + l60];
                     }
                 }
                 for (long long l61 = 0; l61 < 1; l61++) {
@@ -1360,7 +1407,7 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l82 = 0; l82 < 1; l82++) {
                     for (long long l83 = 0; l83 < 16384; l83++) {
-                        (arena + 327689)[l82 * 16384 + l83] = (arena + 704529)[l82 * 16384 + l83];
+                        (arena + 327689)[l82 * 16384 + l83] = (arena + 770069)[l82 * 16384 + l83];
                     }
                 }
                 for (long long l84 = 0; l84 < 1; l84++) {
@@ -1375,13 +1422,13 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l88 = 0; l88 < 1; l88++) {
                     for (long long l89 = 0; l89 < 16384; l89++) {
-                        (arena + 704529)[l88 * 16384 + l89] = (arena + 360457)[l88 * 16384 + l89];
+                        (arena + 770069)[l88 * 16384 + l89] = (arena + 360457)[l88 * 16384 + l89];
                     }
                 }
             }
             for (long long l90 = 0; l90 < 1; l90++) {
                 for (long long l91 = 0; l91 < 16384; l91++) {
-                    (arena + 163847)[l90 * 16384 + l91] = (arena + 688145)[l90 * 16384 + l91];
+                    (arena + 163847)[l90 * 16384 + l91] = (arena + 753685)[l90 * 16384 + l91];
                 }
             }
             for (long long l92 = 0; l92 < 1; l92++) {
@@ -1390,14 +1437,14 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
                 (arena + 32768)[l92] = a94;
             }
             for (long long l95 = 0; l95 < 1; l95++) {
-                (arena + 688141)[l95] = fmaxf((arena + 688141)[l95], (arena + 32768)[l95]);
+                (arena + 753681)[l95] = fmaxf((arena + 753681)[l95], (arena + 32768)[l95]);
             }
             for (long long l96 = 0; l96 < 1; l96++) {
-                (arena + 32769)[l96] = (arena + 688141)[l96];
+                (arena + 32769)[l96] = (arena + 753681)[l96];
             }
             for (long long l97 = 0; l97 < 1; l97++) {
                 for (long long l98 = 0; l98 < 16384; l98++) {
-                    (arena + 376841)[l97 * 16384 + l98] = (arena + 704529)[l97 * 16384 + l98];
+                    (arena + 376841)[l97 * 16384 + l98] = (arena + 770069)[l97 * 16384 + l98];
                 }
             }
             for (long long l99 = 0; l99 < 1; l99++) {
@@ -1407,56 +1454,72 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
                 (arena + 409612)[l100] = (arena + 409611)[l100] != 0.0f ? (arena + 409610)[0] : (arena + 32769)[l100];
             }
             for (long long l101 = 0; l101 < 1; l101++) {
-                for (long long l102 = 0; l102 < 16384; l102++) {
-                    (arena + 409613)[l101 * 16384 + l102] = ((arena + 163847)[l101 * 16384 + l102] - (arena + 409612)[l101]);
+                (arena + 458766)[l101] = ((arena + 409612)[l101] * (arena + 458765)[0]);
+            }
+            for (long long l102 = 0; l102 < 1; l102++) {
+                for (long long l103 = 0; l103 < 16384; l103++) {
+                    (arena + 458767)[l102 * 16384 + l103] = ((arena + 163847)[l102 * 16384 + l103] * (arena + 458765)[0]);
                 }
             }
-            for (long long l103 = 0; l103 < 1; l103++) {
-                for (long long l104 = 0; l104 < 16384; l104++) {
-                    (arena + 425997)[l103 * 16384 + l104] = expf((arena + 409613)[l103 * 16384 + l104]);
+            for (long long l104 = 0; l104 < 1; l104++) {
+                for (long long l105 = 0; l105 < 16384; l105++) {
+                    (arena + 475151)[l104 * 16384 + l105] = ((arena + 458767)[l104 * 16384 + l105] - (arena + 458766)[l104]);
                 }
             }
-            for (long long l105 = 0; l105 < 1; l105++) {
-                for (long long l106 = 0; l106 < 16384; l106++) {
-                    (arena + 442381)[l105 * 16384 + l106] = ((arena + 376841)[l105 * 16384 + l106] * (arena + 425997)[l105 * 16384 + l106]);
+            for (long long l106 = 0; l106 < 1; l106++) {
+                for (long long l107 = 0; l107 < 16384; l107++) {
+                    (arena + 425997)[l106 * 16384 + l107] = exp2f((arena + 475151)[l106 * 16384 + l107]);
                 }
             }
-            for (long long l107 = 0; l107 < 1; l107++) {
-                float a109 = 0e0f;
-                for (long long r108 = 0; r108 < 16384; r108 += 8) a109 = a109 + (arena + 442381)[l107 * 16384 + r108 * 1];
-                (arena + 98307)[l107] = a109;
+            for (long long l108 = 0; l108 < 1; l108++) {
+                for (long long l109 = 0; l109 < 16384; l109++) {
+                    (arena + 442381)[l108 * 16384 + l109] = ((arena + 376841)[l108 * 16384 + l109] * (arena + 425997)[l108 * 16384 + l109]);
+                }
             }
             for (long long l110 = 0; l110 < 1; l110++) {
-                (arena + 688143)[l110] = (arena + 688143)[l110] + (arena + 98307)[l110];
+                float a112 = 0e0f;
+                for (long long r111 = 0; r111 < 16384; r111 += 8) a112 = a112 + (arena + 442381)[l110 * 16384 + r111 * 1];
+                (arena + 98307)[l110] = a112;
             }
-            for (long long l111 = 0; l111 < 1; l111++) {
-                (arena + 98308)[l111] = (arena + 688143)[l111];
+            for (long long l113 = 0; l113 < 1; l113++) {
+                (arena + 753683)[l113] = (arena + 753683)[l113] + (arena + 98307)[l113];
+            }
+            for (long long l114 = 0; l114 < 1; l114++) {
+                (arena + 98308)[l114] = (arena + 753683)[l114];
+            }
+            for (long long l115 = 0; l115 < 1; l115++) {
+                (arena + 491536)[l115] = ((arena + 32769)[l115] * (arena + 491535)[0]);
             }
             /* softmax.tensorize(y:16384) */
-            for (long long o112 = (dt_cdiv(s1, 16384) - 1) * 16384; o112 >= 0; o112 -= 16384) {
-                for (long long l113 = 0; l113 < 1; l113++) {
-                    for (long long l114 = 0; l114 < 16384; l114++) {
-                        (arena + 98309)[l113 * 16384 + l114] = (o1 + l113 < s0 && o112 + l114 < s1) ? dt_load_bf16(in0[(o1 + l113) * args->input_strides[0][0] + (o112 + l114) * args->input_strides[0][1]]) : 0e0f;
-                    }
-                }
-                for (long long l115 = 0; l115 < 1; l115++) {
-                    for (long long l116 = 0; l116 < 16384; l116++) {
-                        (arena + 114694)[l115 * 16384 + l116] = ((arena + 98309)[l115 * 16384 + l116] - (arena + 32769)[l115]);
-                    }
-                }
+            for (long long o116 = (dt_cdiv(s1, 16384) - 1) * 16384; o116 >= 0; o116 -= 16384) {
                 for (long long l117 = 0; l117 < 1; l117++) {
                     for (long long l118 = 0; l118 < 16384; l118++) {
-                        (arena + 131078)[l117 * 16384 + l118] = expf((arena + 114694)[l117 * 16384 + l118]);
+                        (arena + 98309)[l117 * 16384 + l118] = (o1 + l117 < s0 && o116 + l118 < s1) ? dt_load_bf16(in0[(o1 + l117) * args->input_strides[0][0] + (o116 + l118) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l119 = 0; l119 < 1; l119++) {
                     for (long long l120 = 0; l120 < 16384; l120++) {
-                        (arena + 147463)[l119 * 16384 + l120] = ((arena + 131078)[l119 * 16384 + l120] / (arena + 98308)[l119]);
+                        (arena + 491537)[l119 * 16384 + l120] = ((arena + 98309)[l119 * 16384 + l120] * (arena + 491535)[0]);
                     }
                 }
                 for (long long l121 = 0; l121 < 1; l121++) {
                     for (long long l122 = 0; l122 < 16384; l122++) {
-                        if (o1 + l121 < s0 && o112 + l122 < s1) out[(o1 + l121) * args->output_strides[0] + (o112 + l122) * args->output_strides[1]] = dt_store_bf16((arena + 147463)[l121 * 16384 + l122]);
+                        (arena + 507921)[l121 * 16384 + l122] = ((arena + 491537)[l121 * 16384 + l122] - (arena + 491536)[l121]);
+                    }
+                }
+                for (long long l123 = 0; l123 < 1; l123++) {
+                    for (long long l124 = 0; l124 < 16384; l124++) {
+                        (arena + 131078)[l123 * 16384 + l124] = exp2f((arena + 507921)[l123 * 16384 + l124]);
+                    }
+                }
+                for (long long l125 = 0; l125 < 1; l125++) {
+                    for (long long l126 = 0; l126 < 16384; l126++) {
+                        (arena + 147463)[l125 * 16384 + l126] = ((arena + 131078)[l125 * 16384 + l126] / (arena + 98308)[l125]);
+                    }
+                }
+                for (long long l127 = 0; l127 < 1; l127++) {
+                    for (long long l128 = 0; l128 < 16384; l128++) {
+                        if (o1 + l127 < s0 && o116 + l128 < s1) out[(o1 + l127) * args->output_strides[0] + (o116 + l128) * args->output_strides[1]] = dt_store_bf16((arena + 147463)[l127 * 16384 + l128]);
                     }
                 }
             }
@@ -1471,7 +1534,7 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
     float* out = (float*)(uintptr_t)args->output; /* softmax */
-    float* arena = (float*)malloc(sizeof(float) * 720913);
+    float* arena = (float*)malloc(sizeof(float) * 786453);
     if (!arena) return;
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1485,114 +1548,116 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
         (arena + 245768)[0] = 0e0f;
         (arena + 409609)[0] = (-INFINITY);
         (arena + 409610)[0] = 0e0f;
+        (arena + 458765)[0] = 1.442695e0f;
+        (arena + 491535)[0] = 1.442695e0f;
         /* block(x:1) softmax.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
             for (long long l2 = 0; l2 < 1; l2++) {
-                (arena + 688141)[l2] = (-INFINITY);
+                (arena + 753681)[l2] = (-INFINITY);
             }
             /* partial rmax over y, by runs of 8 lanes */
             for (long long l3 = 0; l3 < 1; l3++) {
                 for (long long l4 = 0; l4 < 16384; l4++) {
-                    (arena + 688145)[l3 * 16384 + l4] = (-INFINITY);
+                    (arena + 753685)[l3 * 16384 + l4] = (-INFINITY);
                 }
             }
             /* rsum identity */
             for (long long l5 = 0; l5 < 1; l5++) {
-                (arena + 688143)[l5] = 0e0f;
+                (arena + 753683)[l5] = 0e0f;
             }
             /* partial rsum over y, by runs of 8 lanes */
             for (long long l6 = 0; l6 < 1; l6++) {
                 for (long long l7 = 0; l7 < 16384; l7++) {
-                    (arena + 704529)[l6 * 16384 + l7] = 0e0f;
+                    (arena + 770069)[l6 * 16384 + l7] = 0e0f;
                 }
             }
             /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
             for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
                 for (long long l9 = 0; l9 < 1; l9++) {
                     for (long long l10 = 0; l10 < 16384; l10++) {
-                        (arena + 458765)[l9 * 16384 + l10] = (arena + 688145)[l9 * 16384 + l10];
+                        (arena + 524305)[l9 * 16384 + l10] = (arena + 753685)[l9 * 16384 + l10];
                     }
                 }
                 for (long long l11 = 0; l11 < 1; l11++) {
                     for (long long l12 = 0; l12 < 16384; l12++) {
-                        (arena + 475149)[l11 * 16384 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_f32(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
+                        (arena + 540689)[l11 * 16384 + l12] = (o1 + l11 < s0 && o8 + l12 < s1) ? dt_load_f32(in0[(o1 + l11) * args->input_strides[0][0] + (o8 + l12) * args->input_strides[0][1]]) : (-INFINITY);
                     }
                 }
                 for (long long l13 = 0; l13 < 1; l13++) {
                     for (long long l14 = 0; l14 < 16384; l14++) {
                         const long long f17 = l14 - l14 % 8;
                         float a16 = (-INFINITY);
-                        for (long long r15 = f17; r15 < f17 + 8 && r15 < 16384; r15++) a16 = fmaxf(a16, (arena + 475149)[l13 * 16384 + l14 + (r15 - l14) * 1]);
-                        (arena + 491533)[l13 * 16384 + l14] = a16;
+                        for (long long r15 = f17; r15 < f17 + 8 && r15 < 16384; r15++) a16 = fmaxf(a16, (arena + 540689)[l13 * 16384 + l14 + (r15 - l14) * 1]);
+                        (arena + 557073)[l13 * 16384 + l14] = a16;
                     }
                 }
                 for (long long l18 = 0; l18 < 1; l18++) {
                     for (long long l19 = 0; l19 < 16384; l19++) {
-                        (arena + 688145)[l18 * 16384 + l19] = fmaxf((arena + 688145)[l18 * 16384 + l19], (arena + 491533)[l18 * 16384 + l19]);
+                        (arena + 753685)[l18 * 16384 + l19] = fmaxf((arena + 753685)[l18 * 16384 + l19], (arena + 557073)[l18 * 16384 + l19]);
                     }
                 }
                 for (long long l20 = 0; l20 < 1; l20++) {
                     for (long long l21 = 0; l21 < 16384; l21++) {
-                        (arena + 507917)[l20 * 16384 + l21] = (arena + 688145)[l20 * 16384 + l21];
+                        (arena + 573457)[l20 * 16384 + l21] = (arena + 753685)[l20 * 16384 + l21];
                     }
                 }
                 for (long long l22 = 0; l22 < 1; l22++) {
                     for (long long l23 = 0; l23 < 16384; l23++) {
-                        (arena + 524301)[l22 * 16384 + l23] = (((arena + 507917)[l22 * 16384 + l23]) == ((arena + 245767)[0]) ? 1.0f : 0.0f);
+                        (arena + 589841)[l22 * 16384 + l23] = (((arena + 573457)[l22 * 16384 + l23]) == ((arena + 245767)[0]) ? 1.0f : 0.0f);
                     }
                 }
                 for (long long l24 = 0; l24 < 1; l24++) {
                     for (long long l25 = 0; l25 < 16384; l25++) {
-                        (arena + 540685)[l24 * 16384 + l25] = (arena + 524301)[l24 * 16384 + l25] != 0.0f ? (arena + 245768)[0] : (arena + 507917)[l24 * 16384 + l25];
+                        (arena + 606225)[l24 * 16384 + l25] = (arena + 589841)[l24 * 16384 + l25] != 0.0f ? (arena + 245768)[0] : (arena + 573457)[l24 * 16384 + l25];
                     }
                 }
                 for (long long l26 = 0; l26 < 1; l26++) {
                     for (long long l27 = 0; l27 < 16384; l27++) {
-                        (arena + 557069)[l26 * 16384 + l27] = ((arena + 458765)[l26 * 16384 + l27] - (arena + 540685)[l26 * 16384 + l27]);
+                        (arena + 622609)[l26 * 16384 + l27] = ((arena + 524305)[l26 * 16384 + l27] - (arena + 606225)[l26 * 16384 + l27]);
                     }
                 }
                 for (long long l28 = 0; l28 < 1; l28++) {
                     for (long long l29 = 0; l29 < 16384; l29++) {
-                        (arena + 573453)[l28 * 16384 + l29] = expf((arena + 557069)[l28 * 16384 + l29]);
+                        (arena + 638993)[l28 * 16384 + l29] = expf((arena + 622609)[l28 * 16384 + l29]);
                     }
                 }
                 for (long long l30 = 0; l30 < 1; l30++) {
                     for (long long l31 = 0; l31 < 16384; l31++) {
-                        (arena + 589837)[l30 * 16384 + l31] = ((arena + 475149)[l30 * 16384 + l31] - (arena + 540685)[l30 * 16384 + l31]);
+                        (arena + 655377)[l30 * 16384 + l31] = ((arena + 540689)[l30 * 16384 + l31] - (arena + 606225)[l30 * 16384 + l31]);
                     }
                 }
                 for (long long l32 = 0; l32 < 1; l32++) {
                     for (long long l33 = 0; l33 < 16384; l33++) {
-                        (arena + 606221)[l32 * 16384 + l33] = expf((arena + 589837)[l32 * 16384 + l33]);
+                        (arena + 671761)[l32 * 16384 + l33] = expf((arena + 655377)[l32 * 16384 + l33]);
                     }
                 }
                 for (long long l34 = 0; l34 < 1; l34++) {
                     for (long long l35 = 0; l35 < 16384; l35++) {
                         const long long f38 = l35 - l35 % 8;
                         float a37 = 0e0f;
-                        for (long long r36 = f38; r36 < f38 + 8 && r36 < 16384; r36++) a37 = a37 + (arena + 606221)[l34 * 16384 + l35 + (r36 - l35) * 1];
-                        (arena + 622605)[l34 * 16384 + l35] = a37;
+                        for (long long r36 = f38; r36 < f38 + 8 && r36 < 16384; r36++) a37 = a37 + (arena + 671761)[l34 * 16384 + l35 + (r36 - l35) * 1];
+                        (arena + 688145)[l34 * 16384 + l35] = a37;
                     }
                 }
                 for (long long l39 = 0; l39 < 1; l39++) {
                     for (long long l40 = 0; l40 < 16384; l40++) {
-                        (arena + 638989)[l39 * 16384 + l40] = (arena + 704529)[l39 * 16384 + l40];
+                        (arena + 704529)[l39 * 16384 + l40] = (arena + 770069)[l39 * 16384 + l40];
                     }
                 }
                 for (long long l41 = 0; l41 < 1; l41++) {
                     for (long long l42 = 0; l42 < 16384; l42++) {
-                        (arena + 655373)[l41 * 16384 + l42] = ((arena + 638989)[l41 * 16384 + l42] * (arena + 573453)[l41 * 16384 + l42]);
+                        (arena + 720913)[l41 * 16384 + l42] = ((arena + 704529)[l41 * 16384 + l42] * (arena + 638993)[l41 * 16384 + l42]);
                     }
                 }
                 for (long long l43 = 0; l43 < 1; l43++) {
                     for (long long l44 = 0; l44 < 16384; l44++) {
-                        (arena + 671757)[l43 * 16384 + l44] = ((arena + 655373)[l43 * 16384 + l44] + (arena + 622605)[l43 * 16384 + l44]);
+                        (arena + 737297)[l43 * 16384 + l44] = ((arena + 720913)[l43 * 16384 + l44] + (arena + 688145)[l43 * 16384 + l44]);
                     }
                 }
                 for (long long l45 = 0; l45 < 1; l45++) {
                     for (long long l46 = 0; l46 < 16384; l46++) {
-                        (arena + 704529)[l45 * 16384 + l46] = (arena + 671757)[l45 * 16384 + l46];
+                        (arena + 770069)[l45 * 16384 + l46] = (arena + 737297)[l45 * 16384 + l46];
                     }
                 }
             }
@@ -1600,7 +1665,7 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
             for (long long o47 = (s1 / 16384) * 16384; o47 < s1; o47 += 16384) {
                 for (long long l48 = 0; l48 < 1; l48++) {
                     for (long long l49 = 0; l49 < 16384; l49++) {
-                        (arena + 196615)[l48 * 16384 + l49] = (arena + 688145)[l48 * 16384 + l49];
+                        (arena + 196615)[l48 * 16384 + l49] = (arena + 753685)[l48 * 16384 + l49];
                     }
                 }
                 for (long long l50 = 0; l50 < 1; l50++) {
@@ -1618,12 +1683,12 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l57 = 0; l57 < 1; l57++) {
                     for (long long l58 = 0; l58 < 16384; l58++) {
-                        (arena + 688145)[l57 * 16384 + l58] = fmaxf((arena + 688145)[l57 * 16384 + l58], (arena + 212999)[l57 * 16384 + l58]);
+                        (arena + 753685)[l57 * 16384 + l58] = fmaxf((arena + 753685)[l57 * 16384 + l58], (arena + 212999)[l57 * 16384 + l58]);
                     }
                 }
                 for (long long l59 = 0; l59 < 1; l59++) {
                     for (long long l60 = 0; l60 < 16384; l60++) {
-                        (arena + 229383)[l59 * 16384 + l60] = (arena + 688145)[l59 * 16384 + l60];
+                        (arena + 229383)[l59 * 16384 + l60] = (arena + 753685)[l59 * 16384 + l60];
                     }
                 }
                 for (long long l61 = 0; l61 < 1; l61++) {
@@ -1676,7 +1741,7 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l82 = 0; l82 < 1; l82++) {
                     for (long long l83 = 0; l83 < 16384; l83++) {
-                        (arena + 327689)[l82 * 16384 + l83] = (arena + 704529)[l82 * 16384 + l83];
+                        (arena + 327689)[l82 * 16384 + l83] = (arena + 770069)[l82 * 16384 + l83];
                     }
                 }
                 for (long long l84 = 0; l84 < 1; l84++) {
@@ -1691,13 +1756,13 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
                 }
                 for (long long l88 = 0; l88 < 1; l88++) {
                     for (long long l89 = 0; l89 < 16384; l89++) {
-                        (arena + 704529)[l88 * 16384 + l89] = (arena + 360457)[l88 * 16384 + l89];
+                        (arena + 770069)[l88 * 16384 + l89] = (arena + 360457)[l88 * 16384 + l89];
                     }
                 }
             }
             for (long long l90 = 0; l90 < 1; l90++) {
                 for (long long l91 = 0; l91 < 16384; l91++) {
-                    (arena + 163847)[l90 * 16384 + l91] = (arena + 688145)[l90 * 16384 + l91];
+                    (arena + 163847)[l90 * 16384 + l91] = (arena + 753685)[l90 * 16384 + l91];
                 }
             }
             for (long long l92 = 0; l92 < 1; l92++) {
@@ -1706,14 +1771,14 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
                 (arena + 32768)[l92] = a94;
             }
             for (long long l95 = 0; l95 < 1; l95++) {
-                (arena + 688141)[l95] = fmaxf((arena + 688141)[l95], (arena + 32768)[l95]);
+                (arena + 753681)[l95] = fmaxf((arena + 753681)[l95], (arena + 32768)[l95]);
             }
             for (long long l96 = 0; l96 < 1; l96++) {
-                (arena + 32769)[l96] = (arena + 688141)[l96];
+                (arena + 32769)[l96] = (arena + 753681)[l96];
             }
             for (long long l97 = 0; l97 < 1; l97++) {
                 for (long long l98 = 0; l98 < 16384; l98++) {
-                    (arena + 376841)[l97 * 16384 + l98] = (arena + 704529)[l97 * 16384 + l98];
+                    (arena + 376841)[l97 * 16384 + l98] = (arena + 770069)[l97 * 16384 + l98];
                 }
             }
             for (long long l99 = 0; l99 < 1; l99++) {
@@ -1723,56 +1788,72 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
                 (arena + 409612)[l100] = (arena + 409611)[l100] != 0.0f ? (arena + 409610)[0] : (arena + 32769)[l100];
             }
             for (long long l101 = 0; l101 < 1; l101++) {
-                for (long long l102 = 0; l102 < 16384; l102++) {
-                    (arena + 409613)[l101 * 16384 + l102] = ((arena + 163847)[l101 * 16384 + l102] - (arena + 409612)[l101]);
+                (arena + 458766)[l101] = ((arena + 409612)[l101] * (arena + 458765)[0]);
+            }
+            for (long long l102 = 0; l102 < 1; l102++) {
+                for (long long l103 = 0; l103 < 16384; l103++) {
+                    (arena + 458767)[l102 * 16384 + l103] = ((arena + 163847)[l102 * 16384 + l103] * (arena + 458765)[0]);
                 }
             }
-            for (long long l103 = 0; l103 < 1; l103++) {
-                for (long long l104 = 0; l104 < 16384; l104++) {
-                    (arena + 425997)[l103 * 16384 + l104] = expf((arena + 409613)[l103 * 16384 + l104]);
+            for (long long l104 = 0; l104 < 1; l104++) {
+                for (long long l105 = 0; l105 < 16384; l105++) {
+                    (arena + 475151)[l104 * 16384 + l105] = ((arena + 458767)[l104 * 16384 + l105] - (arena + 458766)[l104]);
                 }
             }
-            for (long long l105 = 0; l105 < 1; l105++) {
-                for (long long l106 = 0; l106 < 16384; l106++) {
-                    (arena + 442381)[l105 * 16384 + l106] = ((arena + 376841)[l105 * 16384 + l106] * (arena + 425997)[l105 * 16384 + l106]);
+            for (long long l106 = 0; l106 < 1; l106++) {
+                for (long long l107 = 0; l107 < 16384; l107++) {
+                    (arena + 425997)[l106 * 16384 + l107] = exp2f((arena + 475151)[l106 * 16384 + l107]);
                 }
             }
-            for (long long l107 = 0; l107 < 1; l107++) {
-                float a109 = 0e0f;
-                for (long long r108 = 0; r108 < 16384; r108 += 8) a109 = a109 + (arena + 442381)[l107 * 16384 + r108 * 1];
-                (arena + 98307)[l107] = a109;
+            for (long long l108 = 0; l108 < 1; l108++) {
+                for (long long l109 = 0; l109 < 16384; l109++) {
+                    (arena + 442381)[l108 * 16384 + l109] = ((arena + 376841)[l108 * 16384 + l109] * (arena + 425997)[l108 * 16384 + l109]);
+                }
             }
             for (long long l110 = 0; l110 < 1; l110++) {
-                (arena + 688143)[l110] = (arena + 688143)[l110] + (arena + 98307)[l110];
+                float a112 = 0e0f;
+                for (long long r111 = 0; r111 < 16384; r111 += 8) a112 = a112 + (arena + 442381)[l110 * 16384 + r111 * 1];
+                (arena + 98307)[l110] = a112;
             }
-            for (long long l111 = 0; l111 < 1; l111++) {
-                (arena + 98308)[l111] = (arena + 688143)[l111];
+            for (long long l113 = 0; l113 < 1; l113++) {
+                (arena + 753683)[l113] = (arena + 753683)[l113] + (arena + 98307)[l113];
+            }
+            for (long long l114 = 0; l114 < 1; l114++) {
+                (arena + 98308)[l114] = (arena + 753683)[l114];
+            }
+            for (long long l115 = 0; l115 < 1; l115++) {
+                (arena + 491536)[l115] = ((arena + 32769)[l115] * (arena + 491535)[0]);
             }
             /* softmax.tensorize(y:16384) */
-            for (long long o112 = (dt_cdiv(s1, 16384) - 1) * 16384; o112 >= 0; o112 -= 16384) {
-                for (long long l113 = 0; l113 < 1; l113++) {
-                    for (long long l114 = 0; l114 < 16384; l114++) {
-                        (arena + 98309)[l113 * 16384 + l114] = (o1 + l113 < s0 && o112 + l114 < s1) ? dt_load_f32(in0[(o1 + l113) * args->input_strides[0][0] + (o112 + l114) * args->input_strides[0][1]]) : 0e0f;
-                    }
-                }
-                for (long long l115 = 0; l115 < 1; l115++) {
-                    for (long long l116 = 0; l116 < 16384; l116++) {
-                        (arena + 114694)[l115 * 16384 + l116] = ((arena + 98309)[l115 * 16384 + l116] - (arena + 32769)[l115]);
-                    }
-                }
+            for (long long o116 = (dt_cdiv(s1, 16384) - 1) * 16384; o116 >= 0; o116 -= 16384) {
                 for (long long l117 = 0; l117 < 1; l117++) {
                     for (long long l118 = 0; l118 < 16384; l118++) {
-                        (arena + 131078)[l117 * 16384 + l118] = expf((arena + 114694)[l117 * 16384 + l118]);
+                        (arena + 98309)[l117 * 16384 + l118] = (o1 + l117 < s0 && o116 + l118 < s1) ? dt_load_f32(in0[(o1 + l117) * args->input_strides[0][0] + (o116 + l118) * args->input_strides[0][1]]) : 0e0f;
                     }
                 }
                 for (long long l119 = 0; l119 < 1; l119++) {
                     for (long long l120 = 0; l120 < 16384; l120++) {
-                        (arena + 147463)[l119 * 16384 + l120] = ((arena + 131078)[l119 * 16384 + l120] / (arena + 98308)[l119]);
+                        (arena + 491537)[l119 * 16384 + l120] = ((arena + 98309)[l119 * 16384 + l120] * (arena + 491535)[0]);
                     }
                 }
                 for (long long l121 = 0; l121 < 1; l121++) {
                     for (long long l122 = 0; l122 < 16384; l122++) {
-                        if (o1 + l121 < s0 && o112 + l122 < s1) out[(o1 + l121) * args->output_strides[0] + (o112 + l122) * args->output_strides[1]] = dt_store_f32((arena + 147463)[l121 * 16384 + l122]);
+                        (arena + 507921)[l121 * 16384 + l122] = ((arena + 491537)[l121 * 16384 + l122] - (arena + 491536)[l121]);
+                    }
+                }
+                for (long long l123 = 0; l123 < 1; l123++) {
+                    for (long long l124 = 0; l124 < 16384; l124++) {
+                        (arena + 131078)[l123 * 16384 + l124] = exp2f((arena + 507921)[l123 * 16384 + l124]);
+                    }
+                }
+                for (long long l125 = 0; l125 < 1; l125++) {
+                    for (long long l126 = 0; l126 < 16384; l126++) {
+                        (arena + 147463)[l125 * 16384 + l126] = ((arena + 131078)[l125 * 16384 + l126] / (arena + 98308)[l125]);
+                    }
+                }
+                for (long long l127 = 0; l127 < 1; l127++) {
+                    for (long long l128 = 0; l128 < 16384; l128++) {
+                        if (o1 + l127 < s0 && o116 + l128 < s1) out[(o1 + l127) * args->output_strides[0] + (o116 + l128) * args->output_strides[1]] = dt_store_f32((arena + 147463)[l127 * 16384 + l128]);
                     }
                 }
             }

@@ -333,17 +333,19 @@ DT_FN float dt_fast_log(float a) { return __logf(a); }
 DT_FN float dt_fast_rsqrt(float a) { return rsqrtf(a); }
 #if defined(__HIPCC__)
 DT_FN float dt_fast_exp(float a) { return __expf(a); }
+DT_FN float dt_fast_exp2(float a) { return exp2f(a); }
 DT_FN float dt_fast_rcp(float b) { return __fdividef(1.0f, b); }
 #else
 /* exp(a) as 2^(a log2 e), and 1/b, with results below 2^-126 flushed to zero (`.ftz`): without
  * it the hardware approximations take a range check and two rescalings each, half of the
  * instructions of a 16-bit softmax step. Such a value rounds to zero in f16, and in bf16 is
  * below 2^-126 of the row's largest term. */
-DT_FN float dt_fast_exp(float a) {
+DT_FN float dt_fast_exp2(float a) {
     float t;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(a * 1.4426950408889634f));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(a));
     return t;
 }
+DT_FN float dt_fast_exp(float a) { return dt_fast_exp2(a * 1.4426950408889634f); }
 DT_FN float dt_fast_rcp(float b) {
     float t;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(b));
@@ -683,6 +685,12 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16(DT_GRID_CONST
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -754,12 +762,26 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16(DT_GRID_CONST
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[32];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[32];
         #pragma unroll
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[32];
@@ -767,7 +789,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16(DT_GRID_CONST
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[32];
@@ -775,8 +797,8 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16(DT_GRID_CONST
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                const int l18 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l18) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l21 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l21) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -818,20 +840,20 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16(DT_GRID_CONST
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 32 + tid) * 8;
-            const int l24 = (int)((unsigned)e / 1024u % 1u);
-            const int l25 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l25 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l27 = (int)((unsigned)e / 1024u % 1u);
+            const int l28 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l27) * (unsigned)args.output_strides[0] + (unsigned)(0 + l28) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l28 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if ((unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if ((unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if ((unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if ((unsigned)(0 + (l25 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if ((unsigned)(0 + (l25 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if ((unsigned)(0 + (l25 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if ((unsigned)(0 + (l25 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(0 + l28) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(0 + (l28 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(0 + (l28 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(0 + (l28 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(0 + (l28 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(0 + (l28 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(0 + (l28 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(0 + (l28 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
@@ -853,6 +875,12 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_whole(DT_GRID
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -917,12 +945,26 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_whole(DT_GRID
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[32];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[32];
         #pragma unroll
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[32];
@@ -930,7 +972,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_whole(DT_GRID
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[32];
@@ -980,10 +1022,10 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_whole(DT_GRID
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 32 + tid) * 8;
-            const int l24 = (int)((unsigned)e / 1024u % 1u);
-            const int l25 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l25) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+            const int l27 = (int)((unsigned)e / 1024u % 1u);
+            const int l28 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l27) * (unsigned)args.output_strides[0] + (unsigned)(0 + l28) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l28) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
         }
     }
 }
@@ -1004,6 +1046,12 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_exact(DT_GRID
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -1068,12 +1116,26 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_exact(DT_GRID
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[32];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[32];
         #pragma unroll
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[32];
@@ -1081,7 +1143,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_exact(DT_GRID
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[32];
@@ -1131,10 +1193,10 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_exact(DT_GRID
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 32 + tid) * 8;
-            const int l24 = (int)((unsigned)e / 1024u % 1u);
-            const int l25 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l24) * (unsigned)(s1) + (unsigned)(0 + l25) * (unsigned)1;
-            if ((unsigned)(0 + l25) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+            const int l27 = (int)((unsigned)e / 1024u % 1u);
+            const int l28 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l27) * (unsigned)(s1) + (unsigned)(0 + l28) * (unsigned)1;
+            if ((unsigned)(0 + l28) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
         }
     }
 }
@@ -1155,6 +1217,12 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16(DT_GRID_CONS
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -1226,12 +1294,26 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16(DT_GRID_CONS
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[32];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[32];
         #pragma unroll
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[32];
@@ -1239,7 +1321,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16(DT_GRID_CONS
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[32];
@@ -1247,8 +1329,8 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16(DT_GRID_CONS
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                const int l18 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l18) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l21 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l21) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1290,20 +1372,20 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16(DT_GRID_CONS
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 32 + tid) * 8;
-            const int l24 = (int)((unsigned)e / 1024u % 1u);
-            const int l25 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l25 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l27 = (int)((unsigned)e / 1024u % 1u);
+            const int l28 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l27) * (unsigned)args.output_strides[0] + (unsigned)(0 + l28) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l28 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(0 + l25) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if ((unsigned)(0 + (l25 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if ((unsigned)(0 + (l25 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if ((unsigned)(0 + (l25 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if ((unsigned)(0 + (l25 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if ((unsigned)(0 + (l25 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if ((unsigned)(0 + (l25 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if ((unsigned)(0 + (l25 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(0 + l28) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(0 + (l28 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(0 + (l28 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(0 + (l28 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(0 + (l28 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(0 + (l28 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(0 + (l28 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(0 + (l28 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
@@ -1325,6 +1407,12 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_whole(DT_GRI
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -1389,12 +1477,26 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_whole(DT_GRI
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[32];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[32];
         #pragma unroll
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[32];
@@ -1402,7 +1504,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_whole(DT_GRI
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[32];
@@ -1452,10 +1554,10 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_whole(DT_GRI
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 32 + tid) * 8;
-            const int l24 = (int)((unsigned)e / 1024u % 1u);
-            const int l25 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(0 + l25) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l25) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+            const int l27 = (int)((unsigned)e / 1024u % 1u);
+            const int l28 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l27) * (unsigned)args.output_strides[0] + (unsigned)(0 + l28) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l28) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
         }
     }
 }
@@ -1476,6 +1578,12 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_exact(DT_GRI
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -1540,12 +1648,26 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_exact(DT_GRI
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[32];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[32];
         #pragma unroll
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[32];
@@ -1553,7 +1675,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_exact(DT_GRI
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 8) * 32 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[32];
@@ -1603,10 +1725,10 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_exact(DT_GRI
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 32 + tid) * 8;
-            const int l24 = (int)((unsigned)e / 1024u % 1u);
-            const int l25 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l24) * (unsigned)(s1) + (unsigned)(0 + l25) * (unsigned)1;
-            if ((unsigned)(0 + l25) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+            const int l27 = (int)((unsigned)e / 1024u % 1u);
+            const int l28 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l27) * (unsigned)(s1) + (unsigned)(0 + l28) * (unsigned)1;
+            if ((unsigned)(0 + l28) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
         }
     }
 }
@@ -1627,6 +1749,12 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32(DT_GRID_CONST
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -1691,12 +1819,26 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32(DT_GRID_CONST
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[32];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[32];
         #pragma unroll
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[32];
@@ -1704,7 +1846,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32(DT_GRID_CONST
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[32];
@@ -1712,8 +1854,8 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32(DT_GRID_CONST
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
             (void)e; {
-                const int l14 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l14) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l17 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l17) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1755,16 +1897,16 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32(DT_GRID_CONST
         #pragma unroll
         for (int c = 0; c < 8; c++) {
             const int e = (c * 32 + tid) * 4;
-            const int l20 = (int)((unsigned)e / 1024u % 1u);
-            const int l21 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.output_strides[0] + (unsigned)(0 + l21) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l21 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l23 = (int)((unsigned)e / 1024u % 1u);
+            const int l24 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.output_strides[0] + (unsigned)(0 + l24) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l24 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if ((unsigned)(0 + l21) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if ((unsigned)(0 + (l21 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if ((unsigned)(0 + (l21 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if ((unsigned)(0 + (l21 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if ((unsigned)(0 + l24) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if ((unsigned)(0 + (l24 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if ((unsigned)(0 + (l24 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if ((unsigned)(0 + (l24 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
@@ -1786,6 +1928,12 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_whole(DT_GRID
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -1850,12 +1998,26 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_whole(DT_GRID
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[32];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[32];
         #pragma unroll
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[32];
@@ -1863,7 +2025,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_whole(DT_GRID
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[32];
@@ -1913,10 +2075,10 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_whole(DT_GRID
         #pragma unroll
         for (int c = 0; c < 8; c++) {
             const int e = (c * 32 + tid) * 4;
-            const int l20 = (int)((unsigned)e / 1024u % 1u);
-            const int l21 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l20) * (unsigned)args.output_strides[0] + (unsigned)(0 + l21) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l21) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
+            const int l23 = (int)((unsigned)e / 1024u % 1u);
+            const int l24 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.output_strides[0] + (unsigned)(0 + l24) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l24) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }
 }
@@ -1937,6 +2099,12 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_exact(DT_GRID
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -2001,12 +2169,26 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_exact(DT_GRID
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[32];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[32];
         #pragma unroll
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[32];
+        #pragma unroll
+        for (int r = 0; r < 32; r++) {
+            const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[32];
@@ -2014,7 +2196,7 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_exact(DT_GRID
         for (int r = 0; r < 32; r++) {
             const int e = ((r / 4) * 32 + tid) * 4 + r % 4;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[32];
@@ -2064,10 +2246,10 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_exact(DT_GRID
         #pragma unroll
         for (int c = 0; c < 8; c++) {
             const int e = (c * 32 + tid) * 4;
-            const int l20 = (int)((unsigned)e / 1024u % 1u);
-            const int l21 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l20) * (unsigned)(s1) + (unsigned)(0 + l21) * (unsigned)1;
-            if ((unsigned)(0 + l21) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
+            const int l23 = (int)((unsigned)e / 1024u % 1u);
+            const int l24 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l23) * (unsigned)(s1) + (unsigned)(0 + l24) * (unsigned)1;
+            if ((unsigned)(0 + l24) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }
 }
@@ -5069,6 +5251,18 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         (void)r; (void)e;
         v37[r] = 0e0f;
     }
+    float v49[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v49[r] = 1.442695e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -5238,99 +5432,28 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 f36[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            float v49[8];
+            float v57[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = acc4[r];
+                    v57[r] = acc4[r];
                 }
             }
-            dt_f16s<8> v50; /* 16-bit values as loaded */
+            dt_f16s<8> v58; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l41 = (int)((unsigned)e / 4096u % 1u);
                 const int l42 = (int)((unsigned)e / 1u % 4096u);
                 if (f36[c]) {
-                    v50.w[c] = q35[c];
+                    v58.w[c] = q35[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l41) * (unsigned)args.input_strides[0][0] + (unsigned)(o30 + l42) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
-                    v50.w[c] = w;
-                }
-            }
-            float v51[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v51[r]);
-                }
-            }
-            float v52[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v52[r] = acc4[r];
-                }
-            }
-            float v53[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v54[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
-                }
-            }
-            float v55[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v55[r] = (v49[r] - v54[r]);
-                }
-            }
-            float v56[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v56[r] = dt_fast_exp(v55[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v57[r] = (v50[r] - v54[r / 8]);
-                }
-            }
-            float v58[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v58[r] = dt_fast_exp(v57[r]);
+                    v58.w[c] = w;
                 }
             }
             float v59[8];
@@ -5338,7 +5461,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                    v59[r] = fmaxf((fmaxf((fmaxf(v58[r * 8 + 0], v58[r * 8 + 1])), (fmaxf(v58[r * 8 + 2], v58[r * 8 + 3])))), (fmaxf((fmaxf(v58[r * 8 + 4], v58[r * 8 + 5])), (fmaxf(v58[r * 8 + 6], v58[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v59[r]);
                 }
             }
             float v60[8];
@@ -5346,7 +5476,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v60[r] = acc5[r];
+                    v60[r] = acc4[r];
                 }
             }
             float v61[8];
@@ -5354,7 +5484,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v61[r] = (v60[r] * v56[r]);
+                    v61[r] = ((v60[r]) == (v24[0]) ? 1.0f : 0.0f);
                 }
             }
             float v62[8];
@@ -5362,14 +5492,78 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v62[r] = (v61[r] + v59[r]);
+                    v62[r] = v61[r] != 0.0f ? v25[0] : v60[r];
+                }
+            }
+            float v63[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v63[r] = (v57[r] - v62[r]);
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = dt_fast_exp(v63[r]);
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v65[r] = (v58[r] - v62[r / 8]);
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v66[r] = dt_fast_exp(v65[r]);
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v68[r] = acc5[r];
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = (v68[r] * v64[r]);
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v70[r] = (v69[r] + v67[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v62[r];
+                    acc5[r] = v70[r];
                 }
             }
         }
@@ -5602,12 +5796,26 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             (void)r; (void)e;
             v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
         }
-        float v45[8];
+        float v50[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v50[r] = (v44[0] * v49[0]);
+        }
+        float v51[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v45[r] = (v19[r] - v44[0]);
+                v51[r] = (v19[r] * v49[0]);
+            }
+        }
+        float v52[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v52[r] = (v51[r] - v50[0]);
             }
         }
         float v46[8];
@@ -5615,7 +5823,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v46[r] = dt_fast_exp(v45[r]);
+                v46[r] = dt_fast_exp2(v52[r]);
             }
         }
         float v47[8];
@@ -5643,9 +5851,9 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a130 = 0e0f;
-            for (int g = 0; g < 16; g++) a130 = a130 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v48[r] = a130;
+            float a133 = 0e0f;
+            for (int g = 0; g < 16; g++) a133 = a133 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v48[r] = a133;
         }
         {
             const int r = 0, e = 0;
@@ -5661,14 +5869,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         float v12[1];
         float v4[1];
         /* sum of exp-scaled sums over the 8 programs of the cluster along y, at one meeting */
-        __shared__ float cl133[3];
-        if (tid == 0) cl133[0] = v3[0];
-        if (tid == 0) cl133[1] = v11[0];
+        __shared__ float cl136[3];
+        if (tid == 0) cl136[0] = v3[0];
+        if (tid == 0) cl136[1] = v11[0];
         dt_cluster_sync();
         {
             const unsigned q = (unsigned)(tid % 32);
-            const float f = q < 8u ? dt_cluster_load(&cl133[0], q) : (-INFINITY);
-            const float s = q < 8u ? dt_cluster_load(&cl133[1], q) : 0e0f;
+            const float f = q < 8u ? dt_cluster_load(&cl136[0], q) : (-INFINITY);
+            const float s = q < 8u ? dt_cluster_load(&cl136[1], q) : 0e0f;
             float top = f;
             for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
             float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
@@ -5677,43 +5885,57 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             v12[0] = t;
         }
         dt_cluster_arrive();
+        float v54[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v54[r] = (v4[0] * v53[0]);
+        }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o134 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o134 < dt_min_ll(b1 * 32768 + 32768, s1); o134 += 4096) {
-            const uint4* const held135 = (const uint4*)(dt_smem + 32);
-            uint4 q136[1];
-            bool f137[1];
+        for (long long o138 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o138 < dt_min_ll(b1 * 32768 + 32768, s1); o138 += 4096) {
+            const uint4* const held139 = (const uint4*)(dt_smem + 32);
+            uint4 q140[1];
+            bool f141[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l138 = (int)((unsigned)e / 4096u % 1u);
-                const int l139 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l138) * (unsigned)args.input_strides[0][0] + (unsigned)(o134 + l139) * (unsigned)args.input_strides[0][1];
-                f137[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o134 + (l139 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f137[c]) q136[c] = held135[0 + (((unsigned)(o134 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l142 = (int)((unsigned)e / 4096u % 1u);
+                const int l143 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o138 + l143) * (unsigned)args.input_strides[0][1];
+                f141[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o138 + (l143 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f141[c]) q140[c] = held139[0 + (((unsigned)(o138 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_f16s<8> v13; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l140 = (int)((unsigned)e / 4096u % 1u);
-                const int l141 = (int)((unsigned)e / 1u % 4096u);
-                if (f137[c]) {
-                    v13.w[c] = q136[c];
+                const int l144 = (int)((unsigned)e / 4096u % 1u);
+                const int l145 = (int)((unsigned)e / 1u % 4096u);
+                if (f141[c]) {
+                    v13.w[c] = q140[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l140) * (unsigned)args.input_strides[0][0] + (unsigned)(o134 + l141) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l144) * (unsigned)args.input_strides[0][0] + (unsigned)(o138 + l145) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o134 + (l141 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o138 + (l145 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v13.w[c] = w;
                 }
             }
-            float v15[8];
+            float v55[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v15[r] = (v13[r] - v4[0]);
+                    v55[r] = (v13[r] * v53[0]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v56[r] = (v55[r] - v54[0]);
                 }
             }
             float v16[8];
@@ -5721,7 +5943,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v16[r] = dt_fast_exp(v15[r]);
+                    v16[r] = dt_fast_exp2(v56[r]);
                 }
             }
             float v18[8];
@@ -5735,95 +5957,103 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l148 = (int)((unsigned)e / 4096u % 1u);
-                const int l149 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l148) * (unsigned)args.output_strides[0] + (unsigned)(o134 + l149) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o134 + (l149 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l154 = (int)((unsigned)e / 4096u % 1u);
+                const int l155 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l154) * (unsigned)args.output_strides[0] + (unsigned)(o138 + l155) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o138 + (l155 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_f16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_f16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_f16(v18[c * 8 + 6], v18[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o134 + l149) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 0]);
-                    if ((unsigned)(o134 + (l149 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 1]);
-                    if ((unsigned)(o134 + (l149 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 2]);
-                    if ((unsigned)(o134 + (l149 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 3]);
-                    if ((unsigned)(o134 + (l149 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 4]);
-                    if ((unsigned)(o134 + (l149 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 5]);
-                    if ((unsigned)(o134 + (l149 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 6]);
-                    if ((unsigned)(o134 + (l149 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 7]);
+                    if ((unsigned)(o138 + l155) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 0]);
+                    if ((unsigned)(o138 + (l155 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 1]);
+                    if ((unsigned)(o138 + (l155 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 2]);
+                    if ((unsigned)(o138 + (l155 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 3]);
+                    if ((unsigned)(o138 + (l155 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 4]);
+                    if ((unsigned)(o138 + (l155 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 5]);
+                    if ((unsigned)(o138 + (l155 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 6]);
+                    if ((unsigned)(o138 + (l155 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v18[c * 8 + 7]);
                 }
             }
         }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o150 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o150 >= b1 * 32768; o150 -= 4096) {
-            const uint4* const held151 = (const uint4*)(dt_smem + 32);
-            uint4 q152[1];
-            bool f153[1];
+        for (long long o156 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o156 >= b1 * 32768; o156 -= 4096) {
+            const uint4* const held157 = (const uint4*)(dt_smem + 32);
+            uint4 q158[1];
+            bool f159[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l154 = (int)((unsigned)e / 4096u % 1u);
-                const int l155 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l154) * (unsigned)args.input_strides[0][0] + (unsigned)(o150 + l155) * (unsigned)args.input_strides[0][1];
-                f153[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f153[c]) q152[c] = held151[0 + (((unsigned)(o150 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l160 = (int)((unsigned)e / 4096u % 1u);
+                const int l161 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l160) * (unsigned)args.input_strides[0][0] + (unsigned)(o156 + l161) * (unsigned)args.input_strides[0][1];
+                f159[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f159[c]) q158[c] = held157[0 + (((unsigned)(o156 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            dt_f16s<8> v63; /* 16-bit values as loaded */
+            dt_f16s<8> v71; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l156 = (int)((unsigned)e / 4096u % 1u);
-                const int l157 = (int)((unsigned)e / 1u % 4096u);
-                if (f153[c]) {
-                    v63.w[c] = q152[c];
+                const int l162 = (int)((unsigned)e / 4096u % 1u);
+                const int l163 = (int)((unsigned)e / 1u % 4096u);
+                if (f159[c]) {
+                    v71.w[c] = q158[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l156) * (unsigned)args.input_strides[0][0] + (unsigned)(o150 + l157) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o156 + l163) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
-                    v63.w[c] = w;
+                    v71.w[c] = w;
                 }
             }
-            float v64[8];
+            float v72[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v64[r] = (v63[r] - v4[0]);
+                    v72[r] = (v71[r] * v53[0]);
                 }
             }
-            float v65[8];
+            float v73[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v65[r] = dt_fast_exp(v64[r]);
+                    v73[r] = (v72[r] - v54[0]);
                 }
             }
-            float v66[8];
+            float v74[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v66[r] = dt_fast_div(v65[r], v12[0]);
+                    v74[r] = dt_fast_exp2(v73[r]);
+                }
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v75[r] = dt_fast_div(v74[r], v12[0]);
                 }
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l164 = (int)((unsigned)e / 4096u % 1u);
-                const int l165 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l164) * (unsigned)args.output_strides[0] + (unsigned)(o150 + l165) * (unsigned)args.output_strides[1];
+                const int l172 = (int)((unsigned)e / 4096u % 1u);
+                const int l173 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l172) * (unsigned)args.output_strides[0] + (unsigned)(o156 + l173) * (unsigned)args.output_strides[1];
                 if ((unsigned)args.output_strides[1] == 1 && 1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v66[c * 8 + 0], v66[c * 8 + 1]), dt_pack2_f16(v66[c * 8 + 2], v66[c * 8 + 3]), dt_pack2_f16(v66[c * 8 + 4], v66[c * 8 + 5]), dt_pack2_f16(v66[c * 8 + 6], v66[c * 8 + 7])));
+                    dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v75[c * 8 + 0], v75[c * 8 + 1]), dt_pack2_f16(v75[c * 8 + 2], v75[c * 8 + 3]), dt_pack2_f16(v75[c * 8 + 4], v75[c * 8 + 5]), dt_pack2_f16(v75[c * 8 + 6], v75[c * 8 + 7])));
                 } else {
-                    if (1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v66[c * 8 + 0]);
-                    if (1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v66[c * 8 + 1]);
-                    if (1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v66[c * 8 + 2]);
-                    if (1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v66[c * 8 + 3]);
-                    if (1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v66[c * 8 + 4]);
-                    if (1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v66[c * 8 + 5]);
-                    if (1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v66[c * 8 + 6]);
-                    if (1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v66[c * 8 + 7]);
+                    if (1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v75[c * 8 + 0]);
+                    if (1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v75[c * 8 + 1]);
+                    if (1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v75[c * 8 + 2]);
+                    if (1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v75[c * 8 + 3]);
+                    if (1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v75[c * 8 + 4]);
+                    if (1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v75[c * 8 + 5]);
+                    if (1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v75[c * 8 + 6]);
+                    if (1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v75[c * 8 + 7]);
                 }
             }
         }
@@ -5873,6 +6103,18 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         const int r = 0, e = 0;
         (void)r; (void)e;
         v37[r] = 0e0f;
+    }
+    float v49[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v49[r] = 1.442695e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
     }
     /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
@@ -6039,92 +6281,21 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 f36[c] = 1;
                 if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            float v49[8];
+            float v57[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = acc4[r];
+                    v57[r] = acc4[r];
                 }
             }
-            dt_f16s<8> v50; /* 16-bit values as loaded */
+            dt_f16s<8> v58; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 if (f36[c]) {
-                    v50.w[c] = q35[c];
+                    v58.w[c] = q35[c];
                 } else {
-                    v50.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
-                }
-            }
-            float v51[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v51[r]);
-                }
-            }
-            float v52[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v52[r] = acc4[r];
-                }
-            }
-            float v53[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v54[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
-                }
-            }
-            float v55[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v55[r] = (v49[r] - v54[r]);
-                }
-            }
-            float v56[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v56[r] = dt_fast_exp(v55[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v57[r] = (v50[r] - v54[r / 8]);
-                }
-            }
-            float v58[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v58[r] = dt_fast_exp(v57[r]);
+                    v58.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
                 }
             }
             float v59[8];
@@ -6132,7 +6303,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                    v59[r] = fmaxf((fmaxf((fmaxf(v58[r * 8 + 0], v58[r * 8 + 1])), (fmaxf(v58[r * 8 + 2], v58[r * 8 + 3])))), (fmaxf((fmaxf(v58[r * 8 + 4], v58[r * 8 + 5])), (fmaxf(v58[r * 8 + 6], v58[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v59[r]);
                 }
             }
             float v60[8];
@@ -6140,7 +6318,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v60[r] = acc5[r];
+                    v60[r] = acc4[r];
                 }
             }
             float v61[8];
@@ -6148,7 +6326,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v61[r] = (v60[r] * v56[r]);
+                    v61[r] = ((v60[r]) == (v24[0]) ? 1.0f : 0.0f);
                 }
             }
             float v62[8];
@@ -6156,14 +6334,78 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v62[r] = (v61[r] + v59[r]);
+                    v62[r] = v61[r] != 0.0f ? v25[0] : v60[r];
+                }
+            }
+            float v63[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v63[r] = (v57[r] - v62[r]);
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = dt_fast_exp(v63[r]);
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v65[r] = (v58[r] - v62[r / 8]);
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v66[r] = dt_fast_exp(v65[r]);
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v68[r] = acc5[r];
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = (v68[r] * v64[r]);
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v70[r] = (v69[r] + v67[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v62[r];
+                    acc5[r] = v70[r];
                 }
             }
         }
@@ -6385,12 +6627,26 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             (void)r; (void)e;
             v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
         }
-        float v45[8];
+        float v50[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v50[r] = (v44[0] * v49[0]);
+        }
+        float v51[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v45[r] = (v19[r] - v44[0]);
+                v51[r] = (v19[r] * v49[0]);
+            }
+        }
+        float v52[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v52[r] = (v51[r] - v50[0]);
             }
         }
         float v46[8];
@@ -6398,7 +6654,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v46[r] = dt_fast_exp(v45[r]);
+                v46[r] = dt_fast_exp2(v52[r]);
             }
         }
         float v47[8];
@@ -6426,9 +6682,9 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a130 = 0e0f;
-            for (int g = 0; g < 16; g++) a130 = a130 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v48[r] = a130;
+            float a133 = 0e0f;
+            for (int g = 0; g < 16; g++) a133 = a133 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v48[r] = a133;
         }
         {
             const int r = 0, e = 0;
@@ -6444,14 +6700,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         float v12[1];
         float v4[1];
         /* sum of exp-scaled sums over the 8 programs of the cluster along y, at one meeting */
-        __shared__ float cl133[3];
-        if (tid == 0) cl133[0] = v3[0];
-        if (tid == 0) cl133[1] = v11[0];
+        __shared__ float cl136[3];
+        if (tid == 0) cl136[0] = v3[0];
+        if (tid == 0) cl136[1] = v11[0];
         dt_cluster_sync();
         {
             const unsigned q = (unsigned)(tid % 32);
-            const float f = q < 8u ? dt_cluster_load(&cl133[0], q) : (-INFINITY);
-            const float s = q < 8u ? dt_cluster_load(&cl133[1], q) : 0e0f;
+            const float f = q < 8u ? dt_cluster_load(&cl136[0], q) : (-INFINITY);
+            const float s = q < 8u ? dt_cluster_load(&cl136[1], q) : 0e0f;
             float top = f;
             for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
             float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
@@ -6460,34 +6716,48 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             v12[0] = t;
         }
         dt_cluster_arrive();
+        float v54[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v54[r] = (v4[0] * v53[0]);
+        }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o134 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o134 < dt_min_ll(b1 * 32768 + 32768, s1); o134 += 4096) {
-            const uint4* const held135 = (const uint4*)(dt_smem + 32);
-            uint4 q136[1];
-            bool f137[1];
+        for (long long o138 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o138 < dt_min_ll(b1 * 32768 + 32768, s1); o138 += 4096) {
+            const uint4* const held139 = (const uint4*)(dt_smem + 32);
+            uint4 q140[1];
+            bool f141[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l139 = (int)((unsigned)e / 1u % 4096u);
-                f137[c] = (unsigned)(o134 + l139) < (unsigned)s1;
-                if (f137[c]) q136[c] = held135[0 + (((unsigned)(o134 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l143 = (int)((unsigned)e / 1u % 4096u);
+                f141[c] = (unsigned)(o138 + l143) < (unsigned)s1;
+                if (f141[c]) q140[c] = held139[0 + (((unsigned)(o138 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_f16s<8> v13; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f137[c]) {
-                    v13.w[c] = q136[c];
+                if (f141[c]) {
+                    v13.w[c] = q140[c];
                 } else {
                     v13.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
-            float v15[8];
+            float v55[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v15[r] = (v13[r] - v4[0]);
+                    v55[r] = (v13[r] * v53[0]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v56[r] = (v55[r] - v54[0]);
                 }
             }
             float v16[8];
@@ -6495,7 +6765,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v16[r] = dt_fast_exp(v15[r]);
+                    v16[r] = dt_fast_exp2(v56[r]);
                 }
             }
             float v18[8];
@@ -6509,63 +6779,71 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l148 = (int)((unsigned)e / 4096u % 1u);
-                const int l149 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l148) * (unsigned)args.output_strides[0] + (unsigned)(o134 + l149) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o134 + l149) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_f16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_f16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_f16(v18[c * 8 + 6], v18[c * 8 + 7])));
+                const int l154 = (int)((unsigned)e / 4096u % 1u);
+                const int l155 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l154) * (unsigned)args.output_strides[0] + (unsigned)(o138 + l155) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o138 + l155) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_f16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_f16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_f16(v18[c * 8 + 6], v18[c * 8 + 7])));
             }
         }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o150 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o150 >= b1 * 32768; o150 -= 4096) {
-            const uint4* const held151 = (const uint4*)(dt_smem + 32);
-            uint4 q152[1];
-            bool f153[1];
+        for (long long o156 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o156 >= b1 * 32768; o156 -= 4096) {
+            const uint4* const held157 = (const uint4*)(dt_smem + 32);
+            uint4 q158[1];
+            bool f159[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                f153[c] = 1;
-                if (f153[c]) q152[c] = held151[0 + (((unsigned)(o150 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                f159[c] = 1;
+                if (f159[c]) q158[c] = held157[0 + (((unsigned)(o156 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            dt_f16s<8> v63; /* 16-bit values as loaded */
+            dt_f16s<8> v71; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f153[c]) {
-                    v63.w[c] = q152[c];
+                if (f159[c]) {
+                    v71.w[c] = q158[c];
                 } else {
-                    v63.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                    v71.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
-            float v64[8];
+            float v72[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v64[r] = (v63[r] - v4[0]);
+                    v72[r] = (v71[r] * v53[0]);
                 }
             }
-            float v65[8];
+            float v73[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v65[r] = dt_fast_exp(v64[r]);
+                    v73[r] = (v72[r] - v54[0]);
                 }
             }
-            float v66[8];
+            float v74[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v66[r] = dt_fast_div(v65[r], v12[0]);
+                    v74[r] = dt_fast_exp2(v73[r]);
+                }
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v75[r] = dt_fast_div(v74[r], v12[0]);
                 }
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l164 = (int)((unsigned)e / 4096u % 1u);
-                const int l165 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l164) * (unsigned)args.output_strides[0] + (unsigned)(o150 + l165) * (unsigned)args.output_strides[1];
-                if (1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v66[c * 8 + 0], v66[c * 8 + 1]), dt_pack2_f16(v66[c * 8 + 2], v66[c * 8 + 3]), dt_pack2_f16(v66[c * 8 + 4], v66[c * 8 + 5]), dt_pack2_f16(v66[c * 8 + 6], v66[c * 8 + 7])));
+                const int l172 = (int)((unsigned)e / 4096u % 1u);
+                const int l173 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l172) * (unsigned)args.output_strides[0] + (unsigned)(o156 + l173) * (unsigned)args.output_strides[1];
+                if (1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v75[c * 8 + 0], v75[c * 8 + 1]), dt_pack2_f16(v75[c * 8 + 2], v75[c * 8 + 3]), dt_pack2_f16(v75[c * 8 + 4], v75[c * 8 + 5]), dt_pack2_f16(v75[c * 8 + 6], v75[c * 8 + 7])));
             }
         }
         dt_cluster_wait();
@@ -6614,6 +6892,18 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         const int r = 0, e = 0;
         (void)r; (void)e;
         v37[r] = 0e0f;
+    }
+    float v49[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v49[r] = 1.442695e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
     }
     /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
@@ -6780,92 +7070,21 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 f36[c] = 1;
                 if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            float v49[8];
+            float v57[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = acc4[r];
+                    v57[r] = acc4[r];
                 }
             }
-            dt_f16s<8> v50; /* 16-bit values as loaded */
+            dt_f16s<8> v58; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 if (f36[c]) {
-                    v50.w[c] = q35[c];
+                    v58.w[c] = q35[c];
                 } else {
-                    v50.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
-                }
-            }
-            float v51[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v51[r]);
-                }
-            }
-            float v52[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v52[r] = acc4[r];
-                }
-            }
-            float v53[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v54[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
-                }
-            }
-            float v55[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v55[r] = (v49[r] - v54[r]);
-                }
-            }
-            float v56[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v56[r] = dt_fast_exp(v55[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v57[r] = (v50[r] - v54[r / 8]);
-                }
-            }
-            float v58[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v58[r] = dt_fast_exp(v57[r]);
+                    v58.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
                 }
             }
             float v59[8];
@@ -6873,7 +7092,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                    v59[r] = fmaxf((fmaxf((fmaxf(v58[r * 8 + 0], v58[r * 8 + 1])), (fmaxf(v58[r * 8 + 2], v58[r * 8 + 3])))), (fmaxf((fmaxf(v58[r * 8 + 4], v58[r * 8 + 5])), (fmaxf(v58[r * 8 + 6], v58[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v59[r]);
                 }
             }
             float v60[8];
@@ -6881,7 +7107,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v60[r] = acc5[r];
+                    v60[r] = acc4[r];
                 }
             }
             float v61[8];
@@ -6889,7 +7115,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v61[r] = (v60[r] * v56[r]);
+                    v61[r] = ((v60[r]) == (v24[0]) ? 1.0f : 0.0f);
                 }
             }
             float v62[8];
@@ -6897,14 +7123,78 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v62[r] = (v61[r] + v59[r]);
+                    v62[r] = v61[r] != 0.0f ? v25[0] : v60[r];
+                }
+            }
+            float v63[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v63[r] = (v57[r] - v62[r]);
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = dt_fast_exp(v63[r]);
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v65[r] = (v58[r] - v62[r / 8]);
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v66[r] = dt_fast_exp(v65[r]);
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v68[r] = acc5[r];
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = (v68[r] * v64[r]);
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v70[r] = (v69[r] + v67[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v62[r];
+                    acc5[r] = v70[r];
                 }
             }
         }
@@ -7126,12 +7416,26 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             (void)r; (void)e;
             v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
         }
-        float v45[8];
+        float v50[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v50[r] = (v44[0] * v49[0]);
+        }
+        float v51[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v45[r] = (v19[r] - v44[0]);
+                v51[r] = (v19[r] * v49[0]);
+            }
+        }
+        float v52[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v52[r] = (v51[r] - v50[0]);
             }
         }
         float v46[8];
@@ -7139,7 +7443,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v46[r] = dt_fast_exp(v45[r]);
+                v46[r] = dt_fast_exp2(v52[r]);
             }
         }
         float v47[8];
@@ -7167,9 +7471,9 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a130 = 0e0f;
-            for (int g = 0; g < 16; g++) a130 = a130 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v48[r] = a130;
+            float a133 = 0e0f;
+            for (int g = 0; g < 16; g++) a133 = a133 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v48[r] = a133;
         }
         {
             const int r = 0, e = 0;
@@ -7185,14 +7489,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         float v12[1];
         float v4[1];
         /* sum of exp-scaled sums over the 8 programs of the cluster along y, at one meeting */
-        __shared__ float cl133[3];
-        if (tid == 0) cl133[0] = v3[0];
-        if (tid == 0) cl133[1] = v11[0];
+        __shared__ float cl136[3];
+        if (tid == 0) cl136[0] = v3[0];
+        if (tid == 0) cl136[1] = v11[0];
         dt_cluster_sync();
         {
             const unsigned q = (unsigned)(tid % 32);
-            const float f = q < 8u ? dt_cluster_load(&cl133[0], q) : (-INFINITY);
-            const float s = q < 8u ? dt_cluster_load(&cl133[1], q) : 0e0f;
+            const float f = q < 8u ? dt_cluster_load(&cl136[0], q) : (-INFINITY);
+            const float s = q < 8u ? dt_cluster_load(&cl136[1], q) : 0e0f;
             float top = f;
             for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
             float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
@@ -7201,34 +7505,48 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             v12[0] = t;
         }
         dt_cluster_arrive();
+        float v54[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v54[r] = (v4[0] * v53[0]);
+        }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o134 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o134 < dt_min_ll(b1 * 32768 + 32768, s1); o134 += 4096) {
-            const uint4* const held135 = (const uint4*)(dt_smem + 32);
-            uint4 q136[1];
-            bool f137[1];
+        for (long long o138 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o138 < dt_min_ll(b1 * 32768 + 32768, s1); o138 += 4096) {
+            const uint4* const held139 = (const uint4*)(dt_smem + 32);
+            uint4 q140[1];
+            bool f141[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l139 = (int)((unsigned)e / 1u % 4096u);
-                f137[c] = (unsigned)(o134 + l139) < (unsigned)s1;
-                if (f137[c]) q136[c] = held135[0 + (((unsigned)(o134 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l143 = (int)((unsigned)e / 1u % 4096u);
+                f141[c] = (unsigned)(o138 + l143) < (unsigned)s1;
+                if (f141[c]) q140[c] = held139[0 + (((unsigned)(o138 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_f16s<8> v13; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f137[c]) {
-                    v13.w[c] = q136[c];
+                if (f141[c]) {
+                    v13.w[c] = q140[c];
                 } else {
                     v13.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
-            float v15[8];
+            float v55[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v15[r] = (v13[r] - v4[0]);
+                    v55[r] = (v13[r] * v53[0]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v56[r] = (v55[r] - v54[0]);
                 }
             }
             float v16[8];
@@ -7236,7 +7554,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v16[r] = dt_fast_exp(v15[r]);
+                    v16[r] = dt_fast_exp2(v56[r]);
                 }
             }
             float v18[8];
@@ -7250,63 +7568,71 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l148 = (int)((unsigned)e / 4096u % 1u);
-                const int l149 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l148) * (unsigned)(s1) + (unsigned)(o134 + l149) * (unsigned)1;
-                if ((unsigned)(o134 + l149) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_f16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_f16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_f16(v18[c * 8 + 6], v18[c * 8 + 7])));
+                const int l154 = (int)((unsigned)e / 4096u % 1u);
+                const int l155 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l154) * (unsigned)(s1) + (unsigned)(o138 + l155) * (unsigned)1;
+                if ((unsigned)(o138 + l155) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_f16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_f16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_f16(v18[c * 8 + 6], v18[c * 8 + 7])));
             }
         }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o150 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o150 >= b1 * 32768; o150 -= 4096) {
-            const uint4* const held151 = (const uint4*)(dt_smem + 32);
-            uint4 q152[1];
-            bool f153[1];
+        for (long long o156 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o156 >= b1 * 32768; o156 -= 4096) {
+            const uint4* const held157 = (const uint4*)(dt_smem + 32);
+            uint4 q158[1];
+            bool f159[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                f153[c] = 1;
-                if (f153[c]) q152[c] = held151[0 + (((unsigned)(o150 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                f159[c] = 1;
+                if (f159[c]) q158[c] = held157[0 + (((unsigned)(o156 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            dt_f16s<8> v63; /* 16-bit values as loaded */
+            dt_f16s<8> v71; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f153[c]) {
-                    v63.w[c] = q152[c];
+                if (f159[c]) {
+                    v71.w[c] = q158[c];
                 } else {
-                    v63.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                    v71.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
-            float v64[8];
+            float v72[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v64[r] = (v63[r] - v4[0]);
+                    v72[r] = (v71[r] * v53[0]);
                 }
             }
-            float v65[8];
+            float v73[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v65[r] = dt_fast_exp(v64[r]);
+                    v73[r] = (v72[r] - v54[0]);
                 }
             }
-            float v66[8];
+            float v74[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v66[r] = dt_fast_div(v65[r], v12[0]);
+                    v74[r] = dt_fast_exp2(v73[r]);
+                }
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v75[r] = dt_fast_div(v74[r], v12[0]);
                 }
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l164 = (int)((unsigned)e / 4096u % 1u);
-                const int l165 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l164) * (unsigned)(s1) + (unsigned)(o150 + l165) * (unsigned)1;
-                if (1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v66[c * 8 + 0], v66[c * 8 + 1]), dt_pack2_f16(v66[c * 8 + 2], v66[c * 8 + 3]), dt_pack2_f16(v66[c * 8 + 4], v66[c * 8 + 5]), dt_pack2_f16(v66[c * 8 + 6], v66[c * 8 + 7])));
+                const int l172 = (int)((unsigned)e / 4096u % 1u);
+                const int l173 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l172) * (unsigned)(s1) + (unsigned)(o156 + l173) * (unsigned)1;
+                if (1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v75[c * 8 + 0], v75[c * 8 + 1]), dt_pack2_f16(v75[c * 8 + 2], v75[c * 8 + 3]), dt_pack2_f16(v75[c * 8 + 4], v75[c * 8 + 5]), dt_pack2_f16(v75[c * 8 + 6], v75[c * 8 + 7])));
             }
         }
         dt_cluster_wait();
@@ -7355,6 +7681,18 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         const int r = 0, e = 0;
         (void)r; (void)e;
         v37[r] = 0e0f;
+    }
+    float v49[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v49[r] = 1.442695e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
     }
     /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
@@ -7525,99 +7863,28 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 f36[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
                 if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            float v49[8];
+            float v57[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = acc4[r];
+                    v57[r] = acc4[r];
                 }
             }
-            dt_bf16s<8> v50; /* 16-bit values as loaded */
+            dt_bf16s<8> v58; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
                 const int l41 = (int)((unsigned)e / 4096u % 1u);
                 const int l42 = (int)((unsigned)e / 1u % 4096u);
                 if (f36[c]) {
-                    v50.w[c] = q35[c];
+                    v58.w[c] = q35[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l41) * (unsigned)args.input_strides[0][0] + (unsigned)(o30 + l42) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
-                    v50.w[c] = w;
-                }
-            }
-            float v51[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v51[r]);
-                }
-            }
-            float v52[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v52[r] = acc4[r];
-                }
-            }
-            float v53[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v54[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
-                }
-            }
-            float v55[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v55[r] = (v49[r] - v54[r]);
-                }
-            }
-            float v56[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v56[r] = dt_fast_exp(v55[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v57[r] = (v50[r] - v54[r / 8]);
-                }
-            }
-            float v58[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v58[r] = dt_fast_exp(v57[r]);
+                    v58.w[c] = w;
                 }
             }
             float v59[8];
@@ -7625,7 +7892,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                    v59[r] = fmaxf((fmaxf((fmaxf(v58[r * 8 + 0], v58[r * 8 + 1])), (fmaxf(v58[r * 8 + 2], v58[r * 8 + 3])))), (fmaxf((fmaxf(v58[r * 8 + 4], v58[r * 8 + 5])), (fmaxf(v58[r * 8 + 6], v58[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v59[r]);
                 }
             }
             float v60[8];
@@ -7633,7 +7907,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v60[r] = acc5[r];
+                    v60[r] = acc4[r];
                 }
             }
             float v61[8];
@@ -7641,7 +7915,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v61[r] = (v60[r] * v56[r]);
+                    v61[r] = ((v60[r]) == (v24[0]) ? 1.0f : 0.0f);
                 }
             }
             float v62[8];
@@ -7649,14 +7923,78 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v62[r] = (v61[r] + v59[r]);
+                    v62[r] = v61[r] != 0.0f ? v25[0] : v60[r];
+                }
+            }
+            float v63[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v63[r] = (v57[r] - v62[r]);
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = dt_fast_exp(v63[r]);
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v65[r] = (v58[r] - v62[r / 8]);
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v66[r] = dt_fast_exp(v65[r]);
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v68[r] = acc5[r];
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = (v68[r] * v64[r]);
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v70[r] = (v69[r] + v67[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v62[r];
+                    acc5[r] = v70[r];
                 }
             }
         }
@@ -7889,12 +8227,26 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             (void)r; (void)e;
             v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
         }
-        float v45[8];
+        float v50[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v50[r] = (v44[0] * v49[0]);
+        }
+        float v51[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v45[r] = (v19[r] - v44[0]);
+                v51[r] = (v19[r] * v49[0]);
+            }
+        }
+        float v52[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v52[r] = (v51[r] - v50[0]);
             }
         }
         float v46[8];
@@ -7902,7 +8254,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v46[r] = dt_fast_exp(v45[r]);
+                v46[r] = dt_fast_exp2(v52[r]);
             }
         }
         float v47[8];
@@ -7930,9 +8282,9 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a130 = 0e0f;
-            for (int g = 0; g < 16; g++) a130 = a130 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v48[r] = a130;
+            float a133 = 0e0f;
+            for (int g = 0; g < 16; g++) a133 = a133 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v48[r] = a133;
         }
         {
             const int r = 0, e = 0;
@@ -7948,14 +8300,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         float v12[1];
         float v4[1];
         /* sum of exp-scaled sums over the 8 programs of the cluster along y, at one meeting */
-        __shared__ float cl133[3];
-        if (tid == 0) cl133[0] = v3[0];
-        if (tid == 0) cl133[1] = v11[0];
+        __shared__ float cl136[3];
+        if (tid == 0) cl136[0] = v3[0];
+        if (tid == 0) cl136[1] = v11[0];
         dt_cluster_sync();
         {
             const unsigned q = (unsigned)(tid % 32);
-            const float f = q < 8u ? dt_cluster_load(&cl133[0], q) : (-INFINITY);
-            const float s = q < 8u ? dt_cluster_load(&cl133[1], q) : 0e0f;
+            const float f = q < 8u ? dt_cluster_load(&cl136[0], q) : (-INFINITY);
+            const float s = q < 8u ? dt_cluster_load(&cl136[1], q) : 0e0f;
             float top = f;
             for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
             float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
@@ -7964,43 +8316,57 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             v12[0] = t;
         }
         dt_cluster_arrive();
+        float v54[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v54[r] = (v4[0] * v53[0]);
+        }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o134 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o134 < dt_min_ll(b1 * 32768 + 32768, s1); o134 += 4096) {
-            const uint4* const held135 = (const uint4*)(dt_smem + 32);
-            uint4 q136[1];
-            bool f137[1];
+        for (long long o138 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o138 < dt_min_ll(b1 * 32768 + 32768, s1); o138 += 4096) {
+            const uint4* const held139 = (const uint4*)(dt_smem + 32);
+            uint4 q140[1];
+            bool f141[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l138 = (int)((unsigned)e / 4096u % 1u);
-                const int l139 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l138) * (unsigned)args.input_strides[0][0] + (unsigned)(o134 + l139) * (unsigned)args.input_strides[0][1];
-                f137[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o134 + (l139 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f137[c]) q136[c] = held135[0 + (((unsigned)(o134 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l142 = (int)((unsigned)e / 4096u % 1u);
+                const int l143 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l142) * (unsigned)args.input_strides[0][0] + (unsigned)(o138 + l143) * (unsigned)args.input_strides[0][1];
+                f141[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o138 + (l143 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f141[c]) q140[c] = held139[0 + (((unsigned)(o138 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_bf16s<8> v13; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l140 = (int)((unsigned)e / 4096u % 1u);
-                const int l141 = (int)((unsigned)e / 1u % 4096u);
-                if (f137[c]) {
-                    v13.w[c] = q136[c];
+                const int l144 = (int)((unsigned)e / 4096u % 1u);
+                const int l145 = (int)((unsigned)e / 1u % 4096u);
+                if (f141[c]) {
+                    v13.w[c] = q140[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l140) * (unsigned)args.input_strides[0][0] + (unsigned)(o134 + l141) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l144) * (unsigned)args.input_strides[0][0] + (unsigned)(o138 + l145) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o134 + (l141 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o138 + (l145 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v13.w[c] = w;
                 }
             }
-            float v15[8];
+            float v55[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v15[r] = (v13[r] - v4[0]);
+                    v55[r] = (v13[r] * v53[0]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v56[r] = (v55[r] - v54[0]);
                 }
             }
             float v16[8];
@@ -8008,7 +8374,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v16[r] = dt_fast_exp(v15[r]);
+                    v16[r] = dt_fast_exp2(v56[r]);
                 }
             }
             float v18[8];
@@ -8022,95 +8388,103 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l148 = (int)((unsigned)e / 4096u % 1u);
-                const int l149 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l148) * (unsigned)args.output_strides[0] + (unsigned)(o134 + l149) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o134 + (l149 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l154 = (int)((unsigned)e / 4096u % 1u);
+                const int l155 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l154) * (unsigned)args.output_strides[0] + (unsigned)(o138 + l155) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o138 + (l155 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_bf16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_bf16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_bf16(v18[c * 8 + 6], v18[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o134 + l149) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 0]);
-                    if ((unsigned)(o134 + (l149 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 1]);
-                    if ((unsigned)(o134 + (l149 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 2]);
-                    if ((unsigned)(o134 + (l149 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 3]);
-                    if ((unsigned)(o134 + (l149 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 4]);
-                    if ((unsigned)(o134 + (l149 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 5]);
-                    if ((unsigned)(o134 + (l149 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 6]);
-                    if ((unsigned)(o134 + (l149 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 7]);
+                    if ((unsigned)(o138 + l155) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 0]);
+                    if ((unsigned)(o138 + (l155 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 1]);
+                    if ((unsigned)(o138 + (l155 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 2]);
+                    if ((unsigned)(o138 + (l155 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 3]);
+                    if ((unsigned)(o138 + (l155 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 4]);
+                    if ((unsigned)(o138 + (l155 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 5]);
+                    if ((unsigned)(o138 + (l155 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 6]);
+                    if ((unsigned)(o138 + (l155 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v18[c * 8 + 7]);
                 }
             }
         }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o150 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o150 >= b1 * 32768; o150 -= 4096) {
-            const uint4* const held151 = (const uint4*)(dt_smem + 32);
-            uint4 q152[1];
-            bool f153[1];
+        for (long long o156 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o156 >= b1 * 32768; o156 -= 4096) {
+            const uint4* const held157 = (const uint4*)(dt_smem + 32);
+            uint4 q158[1];
+            bool f159[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l154 = (int)((unsigned)e / 4096u % 1u);
-                const int l155 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l154) * (unsigned)args.input_strides[0][0] + (unsigned)(o150 + l155) * (unsigned)args.input_strides[0][1];
-                f153[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f153[c]) q152[c] = held151[0 + (((unsigned)(o150 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l160 = (int)((unsigned)e / 4096u % 1u);
+                const int l161 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l160) * (unsigned)args.input_strides[0][0] + (unsigned)(o156 + l161) * (unsigned)args.input_strides[0][1];
+                f159[c] = (unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f159[c]) q158[c] = held157[0 + (((unsigned)(o156 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            dt_bf16s<8> v63; /* 16-bit values as loaded */
+            dt_bf16s<8> v71; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l156 = (int)((unsigned)e / 4096u % 1u);
-                const int l157 = (int)((unsigned)e / 1u % 4096u);
-                if (f153[c]) {
-                    v63.w[c] = q152[c];
+                const int l162 = (int)((unsigned)e / 4096u % 1u);
+                const int l163 = (int)((unsigned)e / 1u % 4096u);
+                if (f159[c]) {
+                    v71.w[c] = q158[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l156) * (unsigned)args.input_strides[0][0] + (unsigned)(o150 + l157) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l162) * (unsigned)args.input_strides[0][0] + (unsigned)(o156 + l163) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
-                    v63.w[c] = w;
+                    v71.w[c] = w;
                 }
             }
-            float v64[8];
+            float v72[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v64[r] = (v63[r] - v4[0]);
+                    v72[r] = (v71[r] * v53[0]);
                 }
             }
-            float v65[8];
+            float v73[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v65[r] = dt_fast_exp(v64[r]);
+                    v73[r] = (v72[r] - v54[0]);
                 }
             }
-            float v66[8];
+            float v74[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v66[r] = dt_fast_div(v65[r], v12[0]);
+                    v74[r] = dt_fast_exp2(v73[r]);
+                }
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v75[r] = dt_fast_div(v74[r], v12[0]);
                 }
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l164 = (int)((unsigned)e / 4096u % 1u);
-                const int l165 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l164) * (unsigned)args.output_strides[0] + (unsigned)(o150 + l165) * (unsigned)args.output_strides[1];
+                const int l172 = (int)((unsigned)e / 4096u % 1u);
+                const int l173 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l172) * (unsigned)args.output_strides[0] + (unsigned)(o156 + l173) * (unsigned)args.output_strides[1];
                 if ((unsigned)args.output_strides[1] == 1 && 1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v66[c * 8 + 0], v66[c * 8 + 1]), dt_pack2_bf16(v66[c * 8 + 2], v66[c * 8 + 3]), dt_pack2_bf16(v66[c * 8 + 4], v66[c * 8 + 5]), dt_pack2_bf16(v66[c * 8 + 6], v66[c * 8 + 7])));
+                    dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v75[c * 8 + 0], v75[c * 8 + 1]), dt_pack2_bf16(v75[c * 8 + 2], v75[c * 8 + 3]), dt_pack2_bf16(v75[c * 8 + 4], v75[c * 8 + 5]), dt_pack2_bf16(v75[c * 8 + 6], v75[c * 8 + 7])));
                 } else {
-                    if (1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v66[c * 8 + 0]);
-                    if (1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v66[c * 8 + 1]);
-                    if (1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v66[c * 8 + 2]);
-                    if (1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v66[c * 8 + 3]);
-                    if (1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v66[c * 8 + 4]);
-                    if (1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v66[c * 8 + 5]);
-                    if (1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v66[c * 8 + 6]);
-                    if (1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v66[c * 8 + 7]);
+                    if (1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v75[c * 8 + 0]);
+                    if (1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v75[c * 8 + 1]);
+                    if (1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v75[c * 8 + 2]);
+                    if (1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v75[c * 8 + 3]);
+                    if (1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v75[c * 8 + 4]);
+                    if (1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v75[c * 8 + 5]);
+                    if (1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v75[c * 8 + 6]);
+                    if (1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v75[c * 8 + 7]);
                 }
             }
         }
@@ -8160,6 +8534,18 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         const int r = 0, e = 0;
         (void)r; (void)e;
         v37[r] = 0e0f;
+    }
+    float v49[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v49[r] = 1.442695e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
     }
     /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
@@ -8326,92 +8712,21 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 f36[c] = 1;
                 if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            float v49[8];
+            float v57[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = acc4[r];
+                    v57[r] = acc4[r];
                 }
             }
-            dt_bf16s<8> v50; /* 16-bit values as loaded */
+            dt_bf16s<8> v58; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 if (f36[c]) {
-                    v50.w[c] = q35[c];
+                    v58.w[c] = q35[c];
                 } else {
-                    v50.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
-                }
-            }
-            float v51[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v51[r]);
-                }
-            }
-            float v52[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v52[r] = acc4[r];
-                }
-            }
-            float v53[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v54[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
-                }
-            }
-            float v55[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v55[r] = (v49[r] - v54[r]);
-                }
-            }
-            float v56[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v56[r] = dt_fast_exp(v55[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v57[r] = (v50[r] - v54[r / 8]);
-                }
-            }
-            float v58[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v58[r] = dt_fast_exp(v57[r]);
+                    v58.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
                 }
             }
             float v59[8];
@@ -8419,7 +8734,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                    v59[r] = fmaxf((fmaxf((fmaxf(v58[r * 8 + 0], v58[r * 8 + 1])), (fmaxf(v58[r * 8 + 2], v58[r * 8 + 3])))), (fmaxf((fmaxf(v58[r * 8 + 4], v58[r * 8 + 5])), (fmaxf(v58[r * 8 + 6], v58[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v59[r]);
                 }
             }
             float v60[8];
@@ -8427,7 +8749,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v60[r] = acc5[r];
+                    v60[r] = acc4[r];
                 }
             }
             float v61[8];
@@ -8435,7 +8757,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v61[r] = (v60[r] * v56[r]);
+                    v61[r] = ((v60[r]) == (v24[0]) ? 1.0f : 0.0f);
                 }
             }
             float v62[8];
@@ -8443,14 +8765,78 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v62[r] = (v61[r] + v59[r]);
+                    v62[r] = v61[r] != 0.0f ? v25[0] : v60[r];
+                }
+            }
+            float v63[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v63[r] = (v57[r] - v62[r]);
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = dt_fast_exp(v63[r]);
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v65[r] = (v58[r] - v62[r / 8]);
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v66[r] = dt_fast_exp(v65[r]);
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v68[r] = acc5[r];
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = (v68[r] * v64[r]);
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v70[r] = (v69[r] + v67[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v62[r];
+                    acc5[r] = v70[r];
                 }
             }
         }
@@ -8672,12 +9058,26 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             (void)r; (void)e;
             v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
         }
-        float v45[8];
+        float v50[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v50[r] = (v44[0] * v49[0]);
+        }
+        float v51[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v45[r] = (v19[r] - v44[0]);
+                v51[r] = (v19[r] * v49[0]);
+            }
+        }
+        float v52[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v52[r] = (v51[r] - v50[0]);
             }
         }
         float v46[8];
@@ -8685,7 +9085,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v46[r] = dt_fast_exp(v45[r]);
+                v46[r] = dt_fast_exp2(v52[r]);
             }
         }
         float v47[8];
@@ -8713,9 +9113,9 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a130 = 0e0f;
-            for (int g = 0; g < 16; g++) a130 = a130 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v48[r] = a130;
+            float a133 = 0e0f;
+            for (int g = 0; g < 16; g++) a133 = a133 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v48[r] = a133;
         }
         {
             const int r = 0, e = 0;
@@ -8731,14 +9131,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         float v12[1];
         float v4[1];
         /* sum of exp-scaled sums over the 8 programs of the cluster along y, at one meeting */
-        __shared__ float cl133[3];
-        if (tid == 0) cl133[0] = v3[0];
-        if (tid == 0) cl133[1] = v11[0];
+        __shared__ float cl136[3];
+        if (tid == 0) cl136[0] = v3[0];
+        if (tid == 0) cl136[1] = v11[0];
         dt_cluster_sync();
         {
             const unsigned q = (unsigned)(tid % 32);
-            const float f = q < 8u ? dt_cluster_load(&cl133[0], q) : (-INFINITY);
-            const float s = q < 8u ? dt_cluster_load(&cl133[1], q) : 0e0f;
+            const float f = q < 8u ? dt_cluster_load(&cl136[0], q) : (-INFINITY);
+            const float s = q < 8u ? dt_cluster_load(&cl136[1], q) : 0e0f;
             float top = f;
             for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
             float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
@@ -8747,34 +9147,48 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             v12[0] = t;
         }
         dt_cluster_arrive();
+        float v54[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v54[r] = (v4[0] * v53[0]);
+        }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o134 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o134 < dt_min_ll(b1 * 32768 + 32768, s1); o134 += 4096) {
-            const uint4* const held135 = (const uint4*)(dt_smem + 32);
-            uint4 q136[1];
-            bool f137[1];
+        for (long long o138 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o138 < dt_min_ll(b1 * 32768 + 32768, s1); o138 += 4096) {
+            const uint4* const held139 = (const uint4*)(dt_smem + 32);
+            uint4 q140[1];
+            bool f141[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l139 = (int)((unsigned)e / 1u % 4096u);
-                f137[c] = (unsigned)(o134 + l139) < (unsigned)s1;
-                if (f137[c]) q136[c] = held135[0 + (((unsigned)(o134 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l143 = (int)((unsigned)e / 1u % 4096u);
+                f141[c] = (unsigned)(o138 + l143) < (unsigned)s1;
+                if (f141[c]) q140[c] = held139[0 + (((unsigned)(o138 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_bf16s<8> v13; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f137[c]) {
-                    v13.w[c] = q136[c];
+                if (f141[c]) {
+                    v13.w[c] = q140[c];
                 } else {
                     v13.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
-            float v15[8];
+            float v55[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v15[r] = (v13[r] - v4[0]);
+                    v55[r] = (v13[r] * v53[0]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v56[r] = (v55[r] - v54[0]);
                 }
             }
             float v16[8];
@@ -8782,7 +9196,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v16[r] = dt_fast_exp(v15[r]);
+                    v16[r] = dt_fast_exp2(v56[r]);
                 }
             }
             float v18[8];
@@ -8796,63 +9210,71 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l148 = (int)((unsigned)e / 4096u % 1u);
-                const int l149 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l148) * (unsigned)args.output_strides[0] + (unsigned)(o134 + l149) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o134 + l149) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_bf16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_bf16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_bf16(v18[c * 8 + 6], v18[c * 8 + 7])));
+                const int l154 = (int)((unsigned)e / 4096u % 1u);
+                const int l155 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l154) * (unsigned)args.output_strides[0] + (unsigned)(o138 + l155) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o138 + l155) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_bf16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_bf16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_bf16(v18[c * 8 + 6], v18[c * 8 + 7])));
             }
         }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o150 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o150 >= b1 * 32768; o150 -= 4096) {
-            const uint4* const held151 = (const uint4*)(dt_smem + 32);
-            uint4 q152[1];
-            bool f153[1];
+        for (long long o156 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o156 >= b1 * 32768; o156 -= 4096) {
+            const uint4* const held157 = (const uint4*)(dt_smem + 32);
+            uint4 q158[1];
+            bool f159[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                f153[c] = 1;
-                if (f153[c]) q152[c] = held151[0 + (((unsigned)(o150 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                f159[c] = 1;
+                if (f159[c]) q158[c] = held157[0 + (((unsigned)(o156 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            dt_bf16s<8> v63; /* 16-bit values as loaded */
+            dt_bf16s<8> v71; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f153[c]) {
-                    v63.w[c] = q152[c];
+                if (f159[c]) {
+                    v71.w[c] = q158[c];
                 } else {
-                    v63.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                    v71.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
-            float v64[8];
+            float v72[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v64[r] = (v63[r] - v4[0]);
+                    v72[r] = (v71[r] * v53[0]);
                 }
             }
-            float v65[8];
+            float v73[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v65[r] = dt_fast_exp(v64[r]);
+                    v73[r] = (v72[r] - v54[0]);
                 }
             }
-            float v66[8];
+            float v74[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v66[r] = dt_fast_div(v65[r], v12[0]);
+                    v74[r] = dt_fast_exp2(v73[r]);
+                }
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v75[r] = dt_fast_div(v74[r], v12[0]);
                 }
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l164 = (int)((unsigned)e / 4096u % 1u);
-                const int l165 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l164) * (unsigned)args.output_strides[0] + (unsigned)(o150 + l165) * (unsigned)args.output_strides[1];
-                if (1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v66[c * 8 + 0], v66[c * 8 + 1]), dt_pack2_bf16(v66[c * 8 + 2], v66[c * 8 + 3]), dt_pack2_bf16(v66[c * 8 + 4], v66[c * 8 + 5]), dt_pack2_bf16(v66[c * 8 + 6], v66[c * 8 + 7])));
+                const int l172 = (int)((unsigned)e / 4096u % 1u);
+                const int l173 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l172) * (unsigned)args.output_strides[0] + (unsigned)(o156 + l173) * (unsigned)args.output_strides[1];
+                if (1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v75[c * 8 + 0], v75[c * 8 + 1]), dt_pack2_bf16(v75[c * 8 + 2], v75[c * 8 + 3]), dt_pack2_bf16(v75[c * 8 + 4], v75[c * 8 + 5]), dt_pack2_bf16(v75[c * 8 + 6], v75[c * 8 + 7])));
             }
         }
         dt_cluster_wait();
@@ -8901,6 +9323,18 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         const int r = 0, e = 0;
         (void)r; (void)e;
         v37[r] = 0e0f;
+    }
+    float v49[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v49[r] = 1.442695e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
     }
     /* block(x:1) softmax_256k_16bit.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
@@ -9067,92 +9501,21 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
                 f36[c] = 1;
                 if (f36[c]) q35[c] = ring8[0 + (((unsigned)(o30 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            float v49[8];
+            float v57[8];
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v49[r] = acc4[r];
+                    v57[r] = acc4[r];
                 }
             }
-            dt_bf16s<8> v50; /* 16-bit values as loaded */
+            dt_bf16s<8> v58; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 if (f36[c]) {
-                    v50.w[c] = q35[c];
+                    v58.w[c] = q35[c];
                 } else {
-                    v50.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
-                }
-            }
-            float v51[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v51[r]);
-                }
-            }
-            float v52[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v52[r] = acc4[r];
-                }
-            }
-            float v53[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v54[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
-                }
-            }
-            float v55[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v55[r] = (v49[r] - v54[r]);
-                }
-            }
-            float v56[8];
-            #pragma unroll
-            for (int r = 0; r < 1; r++) {
-                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v56[r] = dt_fast_exp(v55[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v57[r] = (v50[r] - v54[r / 8]);
-                }
-            }
-            float v58[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
-                (void)e; {
-                    v58[r] = dt_fast_exp(v57[r]);
+                    v58.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
                 }
             }
             float v59[8];
@@ -9160,7 +9523,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                    v59[r] = fmaxf((fmaxf((fmaxf(v58[r * 8 + 0], v58[r * 8 + 1])), (fmaxf(v58[r * 8 + 2], v58[r * 8 + 3])))), (fmaxf((fmaxf(v58[r * 8 + 4], v58[r * 8 + 5])), (fmaxf(v58[r * 8 + 6], v58[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v59[r]);
                 }
             }
             float v60[8];
@@ -9168,7 +9538,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v60[r] = acc5[r];
+                    v60[r] = acc4[r];
                 }
             }
             float v61[8];
@@ -9176,7 +9546,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v61[r] = (v60[r] * v56[r]);
+                    v61[r] = ((v60[r]) == (v24[0]) ? 1.0f : 0.0f);
                 }
             }
             float v62[8];
@@ -9184,14 +9554,78 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v62[r] = (v61[r] + v59[r]);
+                    v62[r] = v61[r] != 0.0f ? v25[0] : v60[r];
+                }
+            }
+            float v63[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v63[r] = (v57[r] - v62[r]);
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v64[r] = dt_fast_exp(v63[r]);
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v65[r] = (v58[r] - v62[r / 8]);
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v66[r] = dt_fast_exp(v65[r]);
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v67[r] = ((v66[r * 8 + 0] + v66[r * 8 + 1]) + (v66[r * 8 + 2] + v66[r * 8 + 3])) + ((v66[r * 8 + 4] + v66[r * 8 + 5]) + (v66[r * 8 + 6] + v66[r * 8 + 7]));
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v68[r] = acc5[r];
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v69[r] = (v68[r] * v64[r]);
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 1; r++) {
+                const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v70[r] = (v69[r] + v67[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 1; r++) {
                 const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v62[r];
+                    acc5[r] = v70[r];
                 }
             }
         }
@@ -9413,12 +9847,26 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             (void)r; (void)e;
             v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
         }
-        float v45[8];
+        float v50[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v50[r] = (v44[0] * v49[0]);
+        }
+        float v51[8];
         #pragma unroll
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v45[r] = (v19[r] - v44[0]);
+                v51[r] = (v19[r] * v49[0]);
+            }
+        }
+        float v52[8];
+        #pragma unroll
+        for (int r = 0; r < 1; r++) {
+            const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v52[r] = (v51[r] - v50[0]);
             }
         }
         float v46[8];
@@ -9426,7 +9874,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         for (int r = 0; r < 1; r++) {
             const int e = ((r * 8 / 8) * 512 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v46[r] = dt_fast_exp(v45[r]);
+                v46[r] = dt_fast_exp2(v52[r]);
             }
         }
         float v47[8];
@@ -9454,9 +9902,9 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a130 = 0e0f;
-            for (int g = 0; g < 16; g++) a130 = a130 + ((dt_smem + 0) + 16)[g * 1 + e];
-            v48[r] = a130;
+            float a133 = 0e0f;
+            for (int g = 0; g < 16; g++) a133 = a133 + ((dt_smem + 0) + 16)[g * 1 + e];
+            v48[r] = a133;
         }
         {
             const int r = 0, e = 0;
@@ -9472,14 +9920,14 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
         float v12[1];
         float v4[1];
         /* sum of exp-scaled sums over the 8 programs of the cluster along y, at one meeting */
-        __shared__ float cl133[3];
-        if (tid == 0) cl133[0] = v3[0];
-        if (tid == 0) cl133[1] = v11[0];
+        __shared__ float cl136[3];
+        if (tid == 0) cl136[0] = v3[0];
+        if (tid == 0) cl136[1] = v11[0];
         dt_cluster_sync();
         {
             const unsigned q = (unsigned)(tid % 32);
-            const float f = q < 8u ? dt_cluster_load(&cl133[0], q) : (-INFINITY);
-            const float s = q < 8u ? dt_cluster_load(&cl133[1], q) : 0e0f;
+            const float f = q < 8u ? dt_cluster_load(&cl136[0], q) : (-INFINITY);
+            const float s = q < 8u ? dt_cluster_load(&cl136[1], q) : 0e0f;
             float top = f;
             for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
             float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
@@ -9488,34 +9936,48 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             v12[0] = t;
         }
         dt_cluster_arrive();
+        float v54[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v54[r] = (v4[0] * v53[0]);
+        }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o134 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o134 < dt_min_ll(b1 * 32768 + 32768, s1); o134 += 4096) {
-            const uint4* const held135 = (const uint4*)(dt_smem + 32);
-            uint4 q136[1];
-            bool f137[1];
+        for (long long o138 = dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)); o138 < dt_min_ll(b1 * 32768 + 32768, s1); o138 += 4096) {
+            const uint4* const held139 = (const uint4*)(dt_smem + 32);
+            uint4 q140[1];
+            bool f141[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l139 = (int)((unsigned)e / 1u % 4096u);
-                f137[c] = (unsigned)(o134 + l139) < (unsigned)s1;
-                if (f137[c]) q136[c] = held135[0 + (((unsigned)(o134 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                const int l143 = (int)((unsigned)e / 1u % 4096u);
+                f141[c] = (unsigned)(o138 + l143) < (unsigned)s1;
+                if (f141[c]) q140[c] = held139[0 + (((unsigned)(o138 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
             dt_bf16s<8> v13; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f137[c]) {
-                    v13.w[c] = q136[c];
+                if (f141[c]) {
+                    v13.w[c] = q140[c];
                 } else {
                     v13.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
-            float v15[8];
+            float v55[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v15[r] = (v13[r] - v4[0]);
+                    v55[r] = (v13[r] * v53[0]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v56[r] = (v55[r] - v54[0]);
                 }
             }
             float v16[8];
@@ -9523,7 +9985,7 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v16[r] = dt_fast_exp(v15[r]);
+                    v16[r] = dt_fast_exp2(v56[r]);
                 }
             }
             float v18[8];
@@ -9537,63 +9999,71 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l148 = (int)((unsigned)e / 4096u % 1u);
-                const int l149 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l148) * (unsigned)(s1) + (unsigned)(o134 + l149) * (unsigned)1;
-                if ((unsigned)(o134 + l149) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_bf16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_bf16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_bf16(v18[c * 8 + 6], v18[c * 8 + 7])));
+                const int l154 = (int)((unsigned)e / 4096u % 1u);
+                const int l155 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l154) * (unsigned)(s1) + (unsigned)(o138 + l155) * (unsigned)1;
+                if ((unsigned)(o138 + l155) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v18[c * 8 + 0], v18[c * 8 + 1]), dt_pack2_bf16(v18[c * 8 + 2], v18[c * 8 + 3]), dt_pack2_bf16(v18[c * 8 + 4], v18[c * 8 + 5]), dt_pack2_bf16(v18[c * 8 + 6], v18[c * 8 + 7])));
             }
         }
         dt_cp_async_wait<0>(); /* the block held in shared memory */
         /* block(y:32768) softmax_256k_16bit.tensorize(y:4096) num_stages(8) */
-        for (long long o150 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o150 >= b1 * 32768; o150 -= 4096) {
-            const uint4* const held151 = (const uint4*)(dt_smem + 32);
-            uint4 q152[1];
-            bool f153[1];
+        for (long long o156 = b1 * 32768 + (dt_cdiv(dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 4096) * 4096)) - (b1 * 32768), 4096) - 1) * 4096; o156 >= b1 * 32768; o156 -= 4096) {
+            const uint4* const held157 = (const uint4*)(dt_smem + 32);
+            uint4 q158[1];
+            bool f159[1];
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                f153[c] = 1;
-                if (f153[c]) q152[c] = held151[0 + (((unsigned)(o150 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
+                f159[c] = 1;
+                if (f159[c]) q158[c] = held157[0 + (((unsigned)(o156 - b1 * 32768) / 4096u) * 1 + c) * 512 + tid];
             }
-            dt_bf16s<8> v63; /* 16-bit values as loaded */
+            dt_bf16s<8> v71; /* 16-bit values as loaded */
             #pragma unroll
             for (int c = 0; c < 1; c++) {
-                if (f153[c]) {
-                    v63.w[c] = q152[c];
+                if (f159[c]) {
+                    v71.w[c] = q158[c];
                 } else {
-                    v63.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
+                    v71.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
-            float v64[8];
+            float v72[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v64[r] = (v63[r] - v4[0]);
+                    v72[r] = (v71[r] * v53[0]);
                 }
             }
-            float v65[8];
+            float v73[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v65[r] = dt_fast_exp(v64[r]);
+                    v73[r] = (v72[r] - v54[0]);
                 }
             }
-            float v66[8];
+            float v74[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
                 (void)e; {
-                    v66[r] = dt_fast_div(v65[r], v12[0]);
+                    v74[r] = dt_fast_exp2(v73[r]);
+                }
+            }
+            float v75[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 8) * 512 + tid) * 8 + r % 8;
+                (void)e; {
+                    v75[r] = dt_fast_div(v74[r], v12[0]);
                 }
             }
             #pragma unroll
             for (int c = 0; c < 1; c++) {
                 const int e = (c * 512 + tid) * 8;
-                const int l164 = (int)((unsigned)e / 4096u % 1u);
-                const int l165 = (int)((unsigned)e / 1u % 4096u);
-                const unsigned a = (unsigned)(o1 + l164) * (unsigned)(s1) + (unsigned)(o150 + l165) * (unsigned)1;
-                if (1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v66[c * 8 + 0], v66[c * 8 + 1]), dt_pack2_bf16(v66[c * 8 + 2], v66[c * 8 + 3]), dt_pack2_bf16(v66[c * 8 + 4], v66[c * 8 + 5]), dt_pack2_bf16(v66[c * 8 + 6], v66[c * 8 + 7])));
+                const int l172 = (int)((unsigned)e / 4096u % 1u);
+                const int l173 = (int)((unsigned)e / 1u % 4096u);
+                const unsigned a = (unsigned)(o1 + l172) * (unsigned)(s1) + (unsigned)(o156 + l173) * (unsigned)1;
+                if (1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v75[c * 8 + 0], v75[c * 8 + 1]), dt_pack2_bf16(v75[c * 8 + 2], v75[c * 8 + 3]), dt_pack2_bf16(v75[c * 8 + 4], v75[c * 8 + 5]), dt_pack2_bf16(v75[c * 8 + 6], v75[c * 8 + 7])));
             }
         }
         dt_cluster_wait();
@@ -9643,6 +10113,18 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
         (void)r; (void)e;
         v37[r] = 0e0f;
     }
+    float v49[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v49[r] = 1.442695e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_256k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -9679,15 +10161,15 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
         }
         /* rmax softmax_256k.tensorize(y:8192) + rsum softmax_256k.tensorize(y:8192), in one pass */
         for (long long o8 = b1 * 32768; o8 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 8192) * 8192)); o8 += 8192) {
-            float v49[8];
+            float v57[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v49[r] = acc4[r];
+                    v57[r] = acc4[r];
                 }
             }
-            float v50[8];
+            float v58[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -9696,86 +10178,15 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
-                    v50[c * 4 + 0] = __uint_as_float(q.x);
-                    v50[c * 4 + 1] = __uint_as_float(q.y);
-                    v50[c * 4 + 2] = __uint_as_float(q.z);
-                    v50[c * 4 + 3] = __uint_as_float(q.w);
+                    v58[c * 4 + 0] = __uint_as_float(q.x);
+                    v58[c * 4 + 1] = __uint_as_float(q.y);
+                    v58[c * 4 + 2] = __uint_as_float(q.z);
+                    v58[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v50[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v50[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v50[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v50[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                }
-            }
-            float v51[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v51[r] = fmaxf((fmaxf(v50[r * 4 + 0], v50[r * 4 + 1])), (fmaxf(v50[r * 4 + 2], v50[r * 4 + 3])));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v51[r]);
-                }
-            }
-            float v52[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v52[r] = acc4[r];
-                }
-            }
-            float v53[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v54[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
-                }
-            }
-            float v55[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v55[r] = (v49[r] - v54[r]);
-                }
-            }
-            float v56[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v56[r] = dt_fast_exp(v55[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v57[r] = (v50[r] - v54[r / 4]);
-                }
-            }
-            float v58[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v58[r] = dt_fast_exp(v57[r]);
+                    v58[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v58[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v58[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v58[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             float v59[8];
@@ -9783,7 +10194,14 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v59[r] = (v58[r * 4 + 0] + v58[r * 4 + 1]) + (v58[r * 4 + 2] + v58[r * 4 + 3]);
+                    v59[r] = fmaxf((fmaxf(v58[r * 4 + 0], v58[r * 4 + 1])), (fmaxf(v58[r * 4 + 2], v58[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v59[r]);
                 }
             }
             float v60[8];
@@ -9791,7 +10209,7 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v60[r] = acc5[r];
+                    v60[r] = acc4[r];
                 }
             }
             float v61[8];
@@ -9799,7 +10217,7 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v61[r] = (v60[r] * v56[r]);
+                    v61[r] = ((v60[r]) == (v24[0]) ? 1.0f : 0.0f);
                 }
             }
             float v62[8];
@@ -9807,14 +10225,78 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v62[r] = (v61[r] + v59[r]);
+                    v62[r] = v61[r] != 0.0f ? v25[0] : v60[r];
+                }
+            }
+            float v63[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v63[r] = (v57[r] - v62[r]);
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v64[r] = dt_fast_exp(v63[r]);
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v65[r] = (v58[r] - v62[r / 4]);
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v66[r] = dt_fast_exp(v65[r]);
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v67[r] = (v66[r * 4 + 0] + v66[r * 4 + 1]) + (v66[r * 4 + 2] + v66[r * 4 + 3]);
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v68[r] = acc5[r];
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v69[r] = (v68[r] * v64[r]);
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v70[r] = (v69[r] + v67[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v62[r];
+                    acc5[r] = v70[r];
                 }
             }
         }
@@ -10038,12 +10520,26 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             (void)r; (void)e;
             v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
         }
-        float v45[8];
+        float v50[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v50[r] = (v44[0] * v49[0]);
+        }
+        float v51[8];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v45[r] = (v19[r] - v44[0]);
+                v51[r] = (v19[r] * v49[0]);
+            }
+        }
+        float v52[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v52[r] = (v51[r] - v50[0]);
             }
         }
         float v46[8];
@@ -10051,7 +10547,7 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v46[r] = dt_fast_exp(v45[r]);
+                v46[r] = dt_fast_exp2(v52[r]);
             }
         }
         float v47[8];
@@ -10079,9 +10575,9 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a95 = 0e0f;
-            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v48[r] = a95;
+            float a98 = 0e0f;
+            for (int g = 0; g < 32; g++) a98 = a98 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v48[r] = a98;
         }
         {
             const int r = 0, e = 0;
@@ -10097,14 +10593,14 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
         float v12[1];
         float v4[1];
         /* sum of exp-scaled sums over the 8 programs of the cluster along y, at one meeting */
-        __shared__ float cl98[3];
-        if (tid == 0) cl98[0] = v3[0];
-        if (tid == 0) cl98[1] = v11[0];
+        __shared__ float cl101[3];
+        if (tid == 0) cl101[0] = v3[0];
+        if (tid == 0) cl101[1] = v11[0];
         dt_cluster_sync();
         {
             const unsigned q = (unsigned)(tid % 32);
-            const float f = q < 8u ? dt_cluster_load(&cl98[0], q) : (-INFINITY);
-            const float s = q < 8u ? dt_cluster_load(&cl98[1], q) : 0e0f;
+            const float f = q < 8u ? dt_cluster_load(&cl101[0], q) : (-INFINITY);
+            const float s = q < 8u ? dt_cluster_load(&cl101[1], q) : 0e0f;
             float top = f;
             for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
             float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
@@ -10113,34 +10609,48 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             v12[0] = t;
         }
         dt_cluster_arrive();
+        float v54[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v54[r] = (v4[0] * v53[0]);
+        }
         /* block(y:32768) softmax_256k.tensorize(y:8192) */
-        for (long long o99 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 8192) - 1) * 8192; o99 >= b1 * 32768; o99 -= 8192) {
+        for (long long o103 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 8192) - 1) * 8192; o103 >= b1 * 32768; o103 -= 8192) {
             float v13[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l100 = (int)((unsigned)e / 8192u % 1u);
-                const int l101 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)(o99 + l101) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o99 + (l101 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l104 = (int)((unsigned)e / 8192u % 1u);
+                const int l105 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.input_strides[0][0] + (unsigned)(o103 + l105) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o103 + (l105 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v13[c * 4 + 0] = __uint_as_float(q.x);
                     v13[c * 4 + 1] = __uint_as_float(q.y);
                     v13[c * 4 + 2] = __uint_as_float(q.z);
                     v13[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v13[c * 4 + 0] = ((unsigned)(o99 + l101) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v13[c * 4 + 1] = ((unsigned)(o99 + (l101 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v13[c * 4 + 2] = ((unsigned)(o99 + (l101 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v13[c * 4 + 3] = ((unsigned)(o99 + (l101 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 0] = ((unsigned)(o103 + l105) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 1] = ((unsigned)(o103 + (l105 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 2] = ((unsigned)(o103 + (l105 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 3] = ((unsigned)(o103 + (l105 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v15[8];
+            float v55[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v15[r] = (v13[r] - v4[0]);
+                    v55[r] = (v13[r] * v53[0]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v56[r] = (v55[r] - v54[0]);
                 }
             }
             float v16[8];
@@ -10148,7 +10658,7 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v16[r] = dt_fast_exp(v15[r]);
+                    v16[r] = dt_fast_exp2(v56[r]);
                 }
             }
             float v18[8];
@@ -10162,16 +10672,16 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l108 = (int)((unsigned)e / 8192u % 1u);
-                const int l109 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l108) * (unsigned)args.output_strides[0] + (unsigned)(o99 + l109) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o99 + (l109 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l114 = (int)((unsigned)e / 8192u % 1u);
+                const int l115 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l114) * (unsigned)args.output_strides[0] + (unsigned)(o103 + l115) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o103 + (l115 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o99 + l109) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 0]);
-                    if ((unsigned)(o99 + (l109 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 1]);
-                    if ((unsigned)(o99 + (l109 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 2]);
-                    if ((unsigned)(o99 + (l109 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 3]);
+                    if ((unsigned)(o103 + l115) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 0]);
+                    if ((unsigned)(o103 + (l115 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 1]);
+                    if ((unsigned)(o103 + (l115 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 2]);
+                    if ((unsigned)(o103 + (l115 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 3]);
                 }
             }
         }
@@ -10222,6 +10732,18 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
         (void)r; (void)e;
         v37[r] = 0e0f;
     }
+    float v49[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v49[r] = 1.442695e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_256k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -10258,15 +10780,15 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
         }
         /* rmax softmax_256k.tensorize(y:8192) + rsum softmax_256k.tensorize(y:8192), in one pass */
         for (long long o8 = b1 * 32768; o8 < dt_max_ll(b1 * 32768, dt_min_ll(b1 * 32768 + 32768, (s1 / 8192) * 8192)); o8 += 8192) {
-            float v49[8];
+            float v57[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v49[r] = acc4[r];
+                    v57[r] = acc4[r];
                 }
             }
-            float v50[8];
+            float v58[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -10274,88 +10796,24 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
                 const int l12 = (int)((unsigned)e / 1u % 8192u);
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
                 const uint4 q = *(const uint4*)(in0 + a);
-                v50[c * 4 + 0] = __uint_as_float(q.x);
-                v50[c * 4 + 1] = __uint_as_float(q.y);
-                v50[c * 4 + 2] = __uint_as_float(q.z);
-                v50[c * 4 + 3] = __uint_as_float(q.w);
-            }
-            float v51[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v51[r] = fmaxf((fmaxf(v50[r * 4 + 0], v50[r * 4 + 1])), (fmaxf(v50[r * 4 + 2], v50[r * 4 + 3])));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v51[r]);
-                }
-            }
-            float v52[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v52[r] = acc4[r];
-                }
-            }
-            float v53[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v54[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
-                }
-            }
-            float v55[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v55[r] = (v49[r] - v54[r]);
-                }
-            }
-            float v56[8];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v56[r] = dt_fast_exp(v55[r]);
-                }
-            }
-            float v57[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v57[r] = (v50[r] - v54[r / 4]);
-                }
-            }
-            float v58[8];
-            #pragma unroll
-            for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v58[r] = dt_fast_exp(v57[r]);
-                }
+                v58[c * 4 + 0] = __uint_as_float(q.x);
+                v58[c * 4 + 1] = __uint_as_float(q.y);
+                v58[c * 4 + 2] = __uint_as_float(q.z);
+                v58[c * 4 + 3] = __uint_as_float(q.w);
             }
             float v59[8];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v59[r] = (v58[r * 4 + 0] + v58[r * 4 + 1]) + (v58[r * 4 + 2] + v58[r * 4 + 3]);
+                    v59[r] = fmaxf((fmaxf(v58[r * 4 + 0], v58[r * 4 + 1])), (fmaxf(v58[r * 4 + 2], v58[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v59[r]);
                 }
             }
             float v60[8];
@@ -10363,7 +10821,7 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v60[r] = acc5[r];
+                    v60[r] = acc4[r];
                 }
             }
             float v61[8];
@@ -10371,7 +10829,7 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v61[r] = (v60[r] * v56[r]);
+                    v61[r] = ((v60[r]) == (v24[0]) ? 1.0f : 0.0f);
                 }
             }
             float v62[8];
@@ -10379,14 +10837,78 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v62[r] = (v61[r] + v59[r]);
+                    v62[r] = v61[r] != 0.0f ? v25[0] : v60[r];
+                }
+            }
+            float v63[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v63[r] = (v57[r] - v62[r]);
+                }
+            }
+            float v64[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v64[r] = dt_fast_exp(v63[r]);
+                }
+            }
+            float v65[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v65[r] = (v58[r] - v62[r / 4]);
+                }
+            }
+            float v66[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v66[r] = dt_fast_exp(v65[r]);
+                }
+            }
+            float v67[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v67[r] = (v66[r * 4 + 0] + v66[r * 4 + 1]) + (v66[r * 4 + 2] + v66[r * 4 + 3]);
+                }
+            }
+            float v68[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v68[r] = acc5[r];
+                }
+            }
+            float v69[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v69[r] = (v68[r] * v64[r]);
+                }
+            }
+            float v70[8];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v70[r] = (v69[r] + v67[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v62[r];
+                    acc5[r] = v70[r];
                 }
             }
         }
@@ -10608,12 +11130,26 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             (void)r; (void)e;
             v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
         }
-        float v45[8];
+        float v50[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v50[r] = (v44[0] * v49[0]);
+        }
+        float v51[8];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v45[r] = (v19[r] - v44[0]);
+                v51[r] = (v19[r] * v49[0]);
+            }
+        }
+        float v52[8];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v52[r] = (v51[r] - v50[0]);
             }
         }
         float v46[8];
@@ -10621,7 +11157,7 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v46[r] = dt_fast_exp(v45[r]);
+                v46[r] = dt_fast_exp2(v52[r]);
             }
         }
         float v47[8];
@@ -10649,9 +11185,9 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a95 = 0e0f;
-            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v48[r] = a95;
+            float a98 = 0e0f;
+            for (int g = 0; g < 32; g++) a98 = a98 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v48[r] = a98;
         }
         {
             const int r = 0, e = 0;
@@ -10667,14 +11203,14 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
         float v12[1];
         float v4[1];
         /* sum of exp-scaled sums over the 8 programs of the cluster along y, at one meeting */
-        __shared__ float cl98[3];
-        if (tid == 0) cl98[0] = v3[0];
-        if (tid == 0) cl98[1] = v11[0];
+        __shared__ float cl101[3];
+        if (tid == 0) cl101[0] = v3[0];
+        if (tid == 0) cl101[1] = v11[0];
         dt_cluster_sync();
         {
             const unsigned q = (unsigned)(tid % 32);
-            const float f = q < 8u ? dt_cluster_load(&cl98[0], q) : (-INFINITY);
-            const float s = q < 8u ? dt_cluster_load(&cl98[1], q) : 0e0f;
+            const float f = q < 8u ? dt_cluster_load(&cl101[0], q) : (-INFINITY);
+            const float s = q < 8u ? dt_cluster_load(&cl101[1], q) : 0e0f;
             float top = f;
             for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
             float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
@@ -10683,16 +11219,22 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             v12[0] = t;
         }
         dt_cluster_arrive();
+        float v54[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v54[r] = (v4[0] * v53[0]);
+        }
         /* block(y:32768) softmax_256k.tensorize(y:8192) */
-        for (long long o99 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 8192) - 1) * 8192; o99 >= b1 * 32768; o99 -= 8192) {
+        for (long long o103 = b1 * 32768 + (dt_cdiv(dt_min_ll(b1 * 32768 + 32768, s1) - (b1 * 32768), 8192) - 1) * 8192; o103 >= b1 * 32768; o103 -= 8192) {
             float v13[8];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l100 = (int)((unsigned)e / 8192u % 1u);
-                const int l101 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)(o99 + l101) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o99 + l101) < (unsigned)s1) {
+                const int l104 = (int)((unsigned)e / 8192u % 1u);
+                const int l105 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.input_strides[0][0] + (unsigned)(o103 + l105) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o103 + l105) < (unsigned)s1) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v13[c * 4 + 0] = __uint_as_float(q.x);
                     v13[c * 4 + 1] = __uint_as_float(q.y);
@@ -10705,12 +11247,20 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
                     v13[c * 4 + 3] = 0e0f;
                 }
             }
-            float v15[8];
+            float v55[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v15[r] = (v13[r] - v4[0]);
+                    v55[r] = (v13[r] * v53[0]);
+                }
+            }
+            float v56[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v56[r] = (v55[r] - v54[0]);
                 }
             }
             float v16[8];
@@ -10718,7 +11268,7 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             for (int r = 0; r < 8; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v16[r] = dt_fast_exp(v15[r]);
+                    v16[r] = dt_fast_exp2(v56[r]);
                 }
             }
             float v18[8];
@@ -10732,10 +11282,10 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l108 = (int)((unsigned)e / 8192u % 1u);
-                const int l109 = (int)((unsigned)e / 1u % 8192u);
-                const unsigned a = (unsigned)(o1 + l108) * (unsigned)args.output_strides[0] + (unsigned)(o99 + l109) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o99 + l109) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
+                const int l114 = (int)((unsigned)e / 8192u % 1u);
+                const int l115 = (int)((unsigned)e / 1u % 8192u);
+                const unsigned a = (unsigned)(o1 + l114) * (unsigned)args.output_strides[0] + (unsigned)(o103 + l115) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o103 + l115) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
             }
         }
         dt_cluster_wait();
@@ -10785,6 +11335,18 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
         (void)r; (void)e;
         v37[r] = 0e0f;
     }
+    float v49[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v49[r] = 1.442695e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_224k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -10821,15 +11383,15 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
         }
         /* rmax softmax_224k.tensorize(y:16384) + rsum softmax_224k.tensorize(y:16384), in one pass */
         for (long long o8 = b1 * 65536; o8 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o8 += 16384) {
-            float v49[16];
+            float v57[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v49[r] = acc4[r];
+                    v57[r] = acc4[r];
                 }
             }
-            float v50[16];
+            float v58[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -10838,86 +11400,15 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
-                    v50[c * 4 + 0] = __uint_as_float(q.x);
-                    v50[c * 4 + 1] = __uint_as_float(q.y);
-                    v50[c * 4 + 2] = __uint_as_float(q.z);
-                    v50[c * 4 + 3] = __uint_as_float(q.w);
+                    v58[c * 4 + 0] = __uint_as_float(q.x);
+                    v58[c * 4 + 1] = __uint_as_float(q.y);
+                    v58[c * 4 + 2] = __uint_as_float(q.z);
+                    v58[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v50[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v50[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v50[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v50[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                }
-            }
-            float v51[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v51[r] = fmaxf((fmaxf(v50[r * 4 + 0], v50[r * 4 + 1])), (fmaxf(v50[r * 4 + 2], v50[r * 4 + 3])));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v51[r]);
-                }
-            }
-            float v52[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v52[r] = acc4[r];
-                }
-            }
-            float v53[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v54[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
-                }
-            }
-            float v55[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v55[r] = (v49[r] - v54[r]);
-                }
-            }
-            float v56[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v56[r] = dt_fast_exp(v55[r]);
-                }
-            }
-            float v57[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v57[r] = (v50[r] - v54[r / 4]);
-                }
-            }
-            float v58[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v58[r] = dt_fast_exp(v57[r]);
+                    v58[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v58[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v58[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v58[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             float v59[16];
@@ -10925,7 +11416,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v59[r] = (v58[r * 4 + 0] + v58[r * 4 + 1]) + (v58[r * 4 + 2] + v58[r * 4 + 3]);
+                    v59[r] = fmaxf((fmaxf(v58[r * 4 + 0], v58[r * 4 + 1])), (fmaxf(v58[r * 4 + 2], v58[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v59[r]);
                 }
             }
             float v60[16];
@@ -10933,7 +11431,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v60[r] = acc5[r];
+                    v60[r] = acc4[r];
                 }
             }
             float v61[16];
@@ -10941,7 +11439,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v61[r] = (v60[r] * v56[r]);
+                    v61[r] = ((v60[r]) == (v24[0]) ? 1.0f : 0.0f);
                 }
             }
             float v62[16];
@@ -10949,14 +11447,78 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v62[r] = (v61[r] + v59[r]);
+                    v62[r] = v61[r] != 0.0f ? v25[0] : v60[r];
+                }
+            }
+            float v63[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v63[r] = (v57[r] - v62[r]);
+                }
+            }
+            float v64[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v64[r] = dt_fast_exp(v63[r]);
+                }
+            }
+            float v65[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v65[r] = (v58[r] - v62[r / 4]);
+                }
+            }
+            float v66[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v66[r] = dt_fast_exp(v65[r]);
+                }
+            }
+            float v67[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v67[r] = (v66[r * 4 + 0] + v66[r * 4 + 1]) + (v66[r * 4 + 2] + v66[r * 4 + 3]);
+                }
+            }
+            float v68[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v68[r] = acc5[r];
+                }
+            }
+            float v69[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v69[r] = (v68[r] * v64[r]);
+                }
+            }
+            float v70[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v70[r] = (v69[r] + v67[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v62[r];
+                    acc5[r] = v70[r];
                 }
             }
         }
@@ -11180,12 +11742,26 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
             (void)r; (void)e;
             v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
         }
-        float v45[16];
+        float v50[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v50[r] = (v44[0] * v49[0]);
+        }
+        float v51[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v45[r] = (v19[r] - v44[0]);
+                v51[r] = (v19[r] * v49[0]);
+            }
+        }
+        float v52[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v52[r] = (v51[r] - v50[0]);
             }
         }
         float v46[16];
@@ -11193,7 +11769,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v46[r] = dt_fast_exp(v45[r]);
+                v46[r] = dt_fast_exp2(v52[r]);
             }
         }
         float v47[16];
@@ -11221,9 +11797,9 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a95 = 0e0f;
-            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v48[r] = a95;
+            float a98 = 0e0f;
+            for (int g = 0; g < 32; g++) a98 = a98 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v48[r] = a98;
         }
         {
             const int r = 0, e = 0;
@@ -11239,14 +11815,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
         float v12[1];
         float v4[1];
         /* sum of exp-scaled sums over the 4 programs of the cluster along y, at one meeting */
-        __shared__ float cl98[3];
-        if (tid == 0) cl98[0] = v3[0];
-        if (tid == 0) cl98[1] = v11[0];
+        __shared__ float cl101[3];
+        if (tid == 0) cl101[0] = v3[0];
+        if (tid == 0) cl101[1] = v11[0];
         dt_cluster_sync();
         {
             const unsigned q = (unsigned)(tid % 32);
-            const float f = q < 4u ? dt_cluster_load(&cl98[0], q) : (-INFINITY);
-            const float s = q < 4u ? dt_cluster_load(&cl98[1], q) : 0e0f;
+            const float f = q < 4u ? dt_cluster_load(&cl101[0], q) : (-INFINITY);
+            const float s = q < 4u ? dt_cluster_load(&cl101[1], q) : 0e0f;
             float top = f;
             for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
             float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
@@ -11255,34 +11831,48 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
             v12[0] = t;
         }
         dt_cluster_arrive();
+        float v54[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v54[r] = (v4[0] * v53[0]);
+        }
         /* block(y:65536) softmax_224k.tensorize(y:16384) */
-        for (long long o99 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o99 >= b1 * 65536; o99 -= 16384) {
+        for (long long o103 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o103 >= b1 * 65536; o103 -= 16384) {
             float v13[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l100 = (int)((unsigned)e / 16384u % 1u);
-                const int l101 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)(o99 + l101) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o99 + (l101 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l104 = (int)((unsigned)e / 16384u % 1u);
+                const int l105 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.input_strides[0][0] + (unsigned)(o103 + l105) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o103 + (l105 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v13[c * 4 + 0] = __uint_as_float(q.x);
                     v13[c * 4 + 1] = __uint_as_float(q.y);
                     v13[c * 4 + 2] = __uint_as_float(q.z);
                     v13[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v13[c * 4 + 0] = ((unsigned)(o99 + l101) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v13[c * 4 + 1] = ((unsigned)(o99 + (l101 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v13[c * 4 + 2] = ((unsigned)(o99 + (l101 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v13[c * 4 + 3] = ((unsigned)(o99 + (l101 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 0] = ((unsigned)(o103 + l105) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 1] = ((unsigned)(o103 + (l105 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 2] = ((unsigned)(o103 + (l105 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v13[c * 4 + 3] = ((unsigned)(o103 + (l105 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v15[16];
+            float v55[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v15[r] = (v13[r] - v4[0]);
+                    v55[r] = (v13[r] * v53[0]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v56[r] = (v55[r] - v54[0]);
                 }
             }
             float v16[16];
@@ -11290,7 +11880,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v16[r] = dt_fast_exp(v15[r]);
+                    v16[r] = dt_fast_exp2(v56[r]);
                 }
             }
             float v18[16];
@@ -11304,16 +11894,16 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l108 = (int)((unsigned)e / 16384u % 1u);
-                const int l109 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l108) * (unsigned)args.output_strides[0] + (unsigned)(o99 + l109) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o99 + (l109 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l114 = (int)((unsigned)e / 16384u % 1u);
+                const int l115 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l114) * (unsigned)args.output_strides[0] + (unsigned)(o103 + l115) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o103 + (l115 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o99 + l109) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 0]);
-                    if ((unsigned)(o99 + (l109 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 1]);
-                    if ((unsigned)(o99 + (l109 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 2]);
-                    if ((unsigned)(o99 + (l109 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 3]);
+                    if ((unsigned)(o103 + l115) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 0]);
+                    if ((unsigned)(o103 + (l115 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 1]);
+                    if ((unsigned)(o103 + (l115 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 2]);
+                    if ((unsigned)(o103 + (l115 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v18[c * 4 + 3]);
                 }
             }
         }
@@ -11364,6 +11954,18 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
         (void)r; (void)e;
         v37[r] = 0e0f;
     }
+    float v49[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v49[r] = 1.442695e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_224k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -11400,15 +12002,15 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
         }
         /* rmax softmax_224k.tensorize(y:16384) + rsum softmax_224k.tensorize(y:16384), in one pass */
         for (long long o8 = b1 * 65536; o8 < dt_max_ll(b1 * 65536, dt_min_ll(b1 * 65536 + 65536, (s1 / 16384) * 16384)); o8 += 16384) {
-            float v49[16];
+            float v57[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v49[r] = acc4[r];
+                    v57[r] = acc4[r];
                 }
             }
-            float v50[16];
+            float v58[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -11416,88 +12018,24 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
                 const int l12 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
                 const uint4 q = *(const uint4*)(in0 + a);
-                v50[c * 4 + 0] = __uint_as_float(q.x);
-                v50[c * 4 + 1] = __uint_as_float(q.y);
-                v50[c * 4 + 2] = __uint_as_float(q.z);
-                v50[c * 4 + 3] = __uint_as_float(q.w);
-            }
-            float v51[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v51[r] = fmaxf((fmaxf(v50[r * 4 + 0], v50[r * 4 + 1])), (fmaxf(v50[r * 4 + 2], v50[r * 4 + 3])));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v51[r]);
-                }
-            }
-            float v52[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v52[r] = acc4[r];
-                }
-            }
-            float v53[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v53[r] = ((v52[r]) == (v24[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v54[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v54[r] = v53[r] != 0.0f ? v25[0] : v52[r];
-                }
-            }
-            float v55[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v55[r] = (v49[r] - v54[r]);
-                }
-            }
-            float v56[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v56[r] = dt_fast_exp(v55[r]);
-                }
-            }
-            float v57[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v57[r] = (v50[r] - v54[r / 4]);
-                }
-            }
-            float v58[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v58[r] = dt_fast_exp(v57[r]);
-                }
+                v58[c * 4 + 0] = __uint_as_float(q.x);
+                v58[c * 4 + 1] = __uint_as_float(q.y);
+                v58[c * 4 + 2] = __uint_as_float(q.z);
+                v58[c * 4 + 3] = __uint_as_float(q.w);
             }
             float v59[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v59[r] = (v58[r * 4 + 0] + v58[r * 4 + 1]) + (v58[r * 4 + 2] + v58[r * 4 + 3]);
+                    v59[r] = fmaxf((fmaxf(v58[r * 4 + 0], v58[r * 4 + 1])), (fmaxf(v58[r * 4 + 2], v58[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v59[r]);
                 }
             }
             float v60[16];
@@ -11505,7 +12043,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v60[r] = acc5[r];
+                    v60[r] = acc4[r];
                 }
             }
             float v61[16];
@@ -11513,7 +12051,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v61[r] = (v60[r] * v56[r]);
+                    v61[r] = ((v60[r]) == (v24[0]) ? 1.0f : 0.0f);
                 }
             }
             float v62[16];
@@ -11521,14 +12059,78 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v62[r] = (v61[r] + v59[r]);
+                    v62[r] = v61[r] != 0.0f ? v25[0] : v60[r];
+                }
+            }
+            float v63[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v63[r] = (v57[r] - v62[r]);
+                }
+            }
+            float v64[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v64[r] = dt_fast_exp(v63[r]);
+                }
+            }
+            float v65[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v65[r] = (v58[r] - v62[r / 4]);
+                }
+            }
+            float v66[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v66[r] = dt_fast_exp(v65[r]);
+                }
+            }
+            float v67[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v67[r] = (v66[r * 4 + 0] + v66[r * 4 + 1]) + (v66[r * 4 + 2] + v66[r * 4 + 3]);
+                }
+            }
+            float v68[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v68[r] = acc5[r];
+                }
+            }
+            float v69[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v69[r] = (v68[r] * v64[r]);
+                }
+            }
+            float v70[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v70[r] = (v69[r] + v67[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v62[r];
+                    acc5[r] = v70[r];
                 }
             }
         }
@@ -11750,12 +12352,26 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
             (void)r; (void)e;
             v44[r] = v43[0] != 0.0f ? v37[0] : v3[0];
         }
-        float v45[16];
+        float v50[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v50[r] = (v44[0] * v49[0]);
+        }
+        float v51[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v45[r] = (v19[r] - v44[0]);
+                v51[r] = (v19[r] * v49[0]);
+            }
+        }
+        float v52[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v52[r] = (v51[r] - v50[0]);
             }
         }
         float v46[16];
@@ -11763,7 +12379,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v46[r] = dt_fast_exp(v45[r]);
+                v46[r] = dt_fast_exp2(v52[r]);
             }
         }
         float v47[16];
@@ -11791,9 +12407,9 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a95 = 0e0f;
-            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v48[r] = a95;
+            float a98 = 0e0f;
+            for (int g = 0; g < 32; g++) a98 = a98 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v48[r] = a98;
         }
         {
             const int r = 0, e = 0;
@@ -11809,14 +12425,14 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
         float v12[1];
         float v4[1];
         /* sum of exp-scaled sums over the 4 programs of the cluster along y, at one meeting */
-        __shared__ float cl98[3];
-        if (tid == 0) cl98[0] = v3[0];
-        if (tid == 0) cl98[1] = v11[0];
+        __shared__ float cl101[3];
+        if (tid == 0) cl101[0] = v3[0];
+        if (tid == 0) cl101[1] = v11[0];
         dt_cluster_sync();
         {
             const unsigned q = (unsigned)(tid % 32);
-            const float f = q < 4u ? dt_cluster_load(&cl98[0], q) : (-INFINITY);
-            const float s = q < 4u ? dt_cluster_load(&cl98[1], q) : 0e0f;
+            const float f = q < 4u ? dt_cluster_load(&cl101[0], q) : (-INFINITY);
+            const float s = q < 4u ? dt_cluster_load(&cl101[1], q) : 0e0f;
             float top = f;
             for (int m = 16; m > 0; m >>= 1) top = fmaxf(top, dt_shfl_xor(top, m, 32));
             float t = f == (-INFINITY) ? 0e0f : s * dt_fast_exp(f - top);
@@ -11825,16 +12441,22 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
             v12[0] = t;
         }
         dt_cluster_arrive();
+        float v54[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v54[r] = (v4[0] * v53[0]);
+        }
         /* block(y:65536) softmax_224k.tensorize(y:16384) */
-        for (long long o99 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o99 >= b1 * 65536; o99 -= 16384) {
+        for (long long o103 = b1 * 65536 + (dt_cdiv(dt_min_ll(b1 * 65536 + 65536, s1) - (b1 * 65536), 16384) - 1) * 16384; o103 >= b1 * 65536; o103 -= 16384) {
             float v13[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l100 = (int)((unsigned)e / 16384u % 1u);
-                const int l101 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l100) * (unsigned)args.input_strides[0][0] + (unsigned)(o99 + l101) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o99 + l101) < (unsigned)s1) {
+                const int l104 = (int)((unsigned)e / 16384u % 1u);
+                const int l105 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l104) * (unsigned)args.input_strides[0][0] + (unsigned)(o103 + l105) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o103 + l105) < (unsigned)s1) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v13[c * 4 + 0] = __uint_as_float(q.x);
                     v13[c * 4 + 1] = __uint_as_float(q.y);
@@ -11847,12 +12469,20 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
                     v13[c * 4 + 3] = 0e0f;
                 }
             }
-            float v15[16];
+            float v55[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v15[r] = (v13[r] - v4[0]);
+                    v55[r] = (v13[r] * v53[0]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v56[r] = (v55[r] - v54[0]);
                 }
             }
             float v16[16];
@@ -11860,7 +12490,7 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v16[r] = dt_fast_exp(v15[r]);
+                    v16[r] = dt_fast_exp2(v56[r]);
                 }
             }
             float v18[16];
@@ -11874,10 +12504,10 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l108 = (int)((unsigned)e / 16384u % 1u);
-                const int l109 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l108) * (unsigned)args.output_strides[0] + (unsigned)(o99 + l109) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o99 + l109) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
+                const int l114 = (int)((unsigned)e / 16384u % 1u);
+                const int l115 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l114) * (unsigned)args.output_strides[0] + (unsigned)(o103 + l115) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o103 + l115) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v18[c * 4 + 0]), __float_as_uint(v18[c * 4 + 1]), __float_as_uint(v18[c * 4 + 2]), __float_as_uint(v18[c * 4 + 3])));
             }
         }
         dt_cluster_wait();
@@ -11924,6 +12554,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -11960,15 +12602,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            dt_f16s<16> v42; /* 16-bit values as loaded */
+            dt_f16s<16> v50; /* 16-bit values as loaded */
             uint4 q11[2];
             bool f12[2];
             #pragma unroll
@@ -11986,84 +12628,13 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
                 const int l15 = (int)((unsigned)e / 16384u % 1u);
                 const int l16 = (int)((unsigned)e / 1u % 16384u);
                 if (f12[c]) {
-                    v42.w[c] = q11[c];
+                    v50.w[c] = q11[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l16) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
-                    v42.w[c] = w;
-                }
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 8]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
+                    v50.w[c] = w;
                 }
             }
             float v51[16];
@@ -12071,7 +12642,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
+                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -12079,7 +12657,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -12087,7 +12665,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -12095,14 +12673,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 8]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -12333,12 +12975,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -12346,7 +13002,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -12374,9 +13030,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a103 = 0e0f;
-            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a103;
+            float a106 = 0e0f;
+            for (int g = 0; g < 32; g++) a106 = a106 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a106;
         }
         {
             const int r = 0, e = 0;
@@ -12389,41 +13045,55 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+        for (long long o110 = (dt_cdiv(s1, 16384) - 1) * 16384; o110 >= 0; o110 -= 16384) {
             dt_f16s<16> v11; /* 16-bit values as loaded */
-            uint4 q107[2];
-            bool f108[2];
+            uint4 q111[2];
+            bool f112[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l109 = (int)((unsigned)e / 16384u % 1u);
-                const int l110 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
-                f108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o106 + (l110 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)args.input_strides[0][0] + (unsigned)(o110 + l114) * (unsigned)args.input_strides[0][1];
+                f112[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o110 + (l114 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f112[c]) q111[c] = dt_load_once((const uint4*)(in0 + a));
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l111 = (int)((unsigned)e / 16384u % 1u);
-                const int l112 = (int)((unsigned)e / 1u % 16384u);
-                if (f108[c]) {
-                    v11.w[c] = q107[c];
+                const int l115 = (int)((unsigned)e / 16384u % 1u);
+                const int l116 = (int)((unsigned)e / 1u % 16384u);
+                if (f112[c]) {
+                    v11.w[c] = q111[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l111) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l112) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l115) * (unsigned)args.input_strides[0][0] + (unsigned)(o110 + l116) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o106 + (l112 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o110 + (l116 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v11.w[c] = w;
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -12431,7 +13101,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -12445,20 +13115,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l119 = (int)((unsigned)e / 16384u % 1u);
-                const int l120 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o106 + (l120 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l125 = (int)((unsigned)e / 16384u % 1u);
+                const int l126 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o110 + l126) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o110 + (l126 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o106 + l120) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                    if ((unsigned)(o106 + (l120 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                    if ((unsigned)(o106 + (l120 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                    if ((unsigned)(o106 + (l120 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                    if ((unsigned)(o106 + (l120 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                    if ((unsigned)(o106 + (l120 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                    if ((unsigned)(o106 + (l120 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                    if ((unsigned)(o106 + (l120 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                    if ((unsigned)(o110 + l126) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                    if ((unsigned)(o110 + (l126 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                    if ((unsigned)(o110 + (l126 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                    if ((unsigned)(o110 + (l126 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                    if ((unsigned)(o110 + (l126 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                    if ((unsigned)(o110 + (l126 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                    if ((unsigned)(o110 + (l126 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                    if ((unsigned)(o110 + (l126 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -12505,6 +13175,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -12541,15 +13223,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            dt_f16s<16> v42; /* 16-bit values as loaded */
+            dt_f16s<16> v50; /* 16-bit values as loaded */
             uint4 q11[2];
             bool f12[2];
             #pragma unroll
@@ -12564,80 +13246,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 if (f12[c]) {
-                    v42.w[c] = q11[c];
+                    v50.w[c] = q11[c];
                 } else {
-                    v42.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
-                }
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 8]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
+                    v50.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
                 }
             }
             float v51[16];
@@ -12645,7 +13256,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
+                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -12653,7 +13271,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -12661,7 +13279,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -12669,14 +13287,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 8]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -12898,12 +13580,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -12911,7 +13607,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -12939,9 +13635,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a103 = 0e0f;
-            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a103;
+            float a106 = 0e0f;
+            for (int g = 0; g < 32; g++) a106 = a106 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a106;
         }
         {
             const int r = 0, e = 0;
@@ -12954,34 +13650,48 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+        for (long long o110 = (dt_cdiv(s1, 16384) - 1) * 16384; o110 >= 0; o110 -= 16384) {
             dt_f16s<16> v11; /* 16-bit values as loaded */
-            uint4 q107[2];
-            bool f108[2];
+            uint4 q111[2];
+            bool f112[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l109 = (int)((unsigned)e / 16384u % 1u);
-                const int l110 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
-                f108[c] = (unsigned)(o106 + l110) < (unsigned)s1;
-                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)args.input_strides[0][0] + (unsigned)(o110 + l114) * (unsigned)args.input_strides[0][1];
+                f112[c] = (unsigned)(o110 + l114) < (unsigned)s1;
+                if (f112[c]) q111[c] = dt_load_once((const uint4*)(in0 + a));
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                if (f108[c]) {
-                    v11.w[c] = q107[c];
+                if (f112[c]) {
+                    v11.w[c] = q111[c];
                 } else {
                     v11.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -12989,7 +13699,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -13003,10 +13713,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l119 = (int)((unsigned)e / 16384u % 1u);
-                const int l120 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
+                const int l125 = (int)((unsigned)e / 16384u % 1u);
+                const int l126 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o110 + l126) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o110 + l126) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
             }
         }
     }
@@ -13052,6 +13762,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -13088,15 +13810,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            dt_f16s<16> v42; /* 16-bit values as loaded */
+            dt_f16s<16> v50; /* 16-bit values as loaded */
             uint4 q11[2];
             bool f12[2];
             #pragma unroll
@@ -13111,80 +13833,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 if (f12[c]) {
-                    v42.w[c] = q11[c];
+                    v50.w[c] = q11[c];
                 } else {
-                    v42.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
-                }
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 8]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
+                    v50.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
                 }
             }
             float v51[16];
@@ -13192,7 +13843,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
+                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -13200,7 +13858,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -13208,7 +13866,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -13216,14 +13874,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 8]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -13445,12 +14167,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -13458,7 +14194,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -13486,9 +14222,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a103 = 0e0f;
-            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a103;
+            float a106 = 0e0f;
+            for (int g = 0; g < 32; g++) a106 = a106 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a106;
         }
         {
             const int r = 0, e = 0;
@@ -13501,34 +14237,48 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+        for (long long o110 = (dt_cdiv(s1, 16384) - 1) * 16384; o110 >= 0; o110 -= 16384) {
             dt_f16s<16> v11; /* 16-bit values as loaded */
-            uint4 q107[2];
-            bool f108[2];
+            uint4 q111[2];
+            bool f112[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l109 = (int)((unsigned)e / 16384u % 1u);
-                const int l110 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l109) * (unsigned)(s1) + (unsigned)(o106 + l110) * (unsigned)1;
-                f108[c] = (unsigned)(o106 + l110) < (unsigned)s1;
-                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)(s1) + (unsigned)(o110 + l114) * (unsigned)1;
+                f112[c] = (unsigned)(o110 + l114) < (unsigned)s1;
+                if (f112[c]) q111[c] = dt_load_once((const uint4*)(in0 + a));
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                if (f108[c]) {
-                    v11.w[c] = q107[c];
+                if (f112[c]) {
+                    v11.w[c] = q111[c];
                 } else {
                     v11.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -13536,7 +14286,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -13550,10 +14300,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l119 = (int)((unsigned)e / 16384u % 1u);
-                const int l120 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l119) * (unsigned)(s1) + (unsigned)(o106 + l120) * (unsigned)1;
-                if ((unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
+                const int l125 = (int)((unsigned)e / 16384u % 1u);
+                const int l126 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l125) * (unsigned)(s1) + (unsigned)(o110 + l126) * (unsigned)1;
+                if ((unsigned)(o110 + l126) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
             }
         }
     }
@@ -13599,6 +14349,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -13635,15 +14397,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            dt_bf16s<16> v42; /* 16-bit values as loaded */
+            dt_bf16s<16> v50; /* 16-bit values as loaded */
             uint4 q11[2];
             bool f12[2];
             #pragma unroll
@@ -13661,84 +14423,13 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
                 const int l15 = (int)((unsigned)e / 16384u % 1u);
                 const int l16 = (int)((unsigned)e / 1u % 16384u);
                 if (f12[c]) {
-                    v42.w[c] = q11[c];
+                    v50.w[c] = q11[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l16) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
-                    v42.w[c] = w;
-                }
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 8]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
+                    v50.w[c] = w;
                 }
             }
             float v51[16];
@@ -13746,7 +14437,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
+                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -13754,7 +14452,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -13762,7 +14460,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -13770,14 +14468,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 8]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -14008,12 +14770,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -14021,7 +14797,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -14049,9 +14825,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a103 = 0e0f;
-            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a103;
+            float a106 = 0e0f;
+            for (int g = 0; g < 32; g++) a106 = a106 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a106;
         }
         {
             const int r = 0, e = 0;
@@ -14064,41 +14840,55 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+        for (long long o110 = (dt_cdiv(s1, 16384) - 1) * 16384; o110 >= 0; o110 -= 16384) {
             dt_bf16s<16> v11; /* 16-bit values as loaded */
-            uint4 q107[2];
-            bool f108[2];
+            uint4 q111[2];
+            bool f112[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l109 = (int)((unsigned)e / 16384u % 1u);
-                const int l110 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
-                f108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o106 + (l110 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)args.input_strides[0][0] + (unsigned)(o110 + l114) * (unsigned)args.input_strides[0][1];
+                f112[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o110 + (l114 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f112[c]) q111[c] = dt_load_once((const uint4*)(in0 + a));
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l111 = (int)((unsigned)e / 16384u % 1u);
-                const int l112 = (int)((unsigned)e / 1u % 16384u);
-                if (f108[c]) {
-                    v11.w[c] = q107[c];
+                const int l115 = (int)((unsigned)e / 16384u % 1u);
+                const int l116 = (int)((unsigned)e / 1u % 16384u);
+                if (f112[c]) {
+                    v11.w[c] = q111[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l111) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l112) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l115) * (unsigned)args.input_strides[0][0] + (unsigned)(o110 + l116) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o106 + (l112 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o110 + (l116 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v11.w[c] = w;
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -14106,7 +14896,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -14120,20 +14910,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l119 = (int)((unsigned)e / 16384u % 1u);
-                const int l120 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o106 + (l120 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l125 = (int)((unsigned)e / 16384u % 1u);
+                const int l126 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o110 + l126) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o110 + (l126 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o106 + l120) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                    if ((unsigned)(o106 + (l120 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                    if ((unsigned)(o106 + (l120 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                    if ((unsigned)(o106 + (l120 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                    if ((unsigned)(o106 + (l120 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                    if ((unsigned)(o106 + (l120 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                    if ((unsigned)(o106 + (l120 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                    if ((unsigned)(o106 + (l120 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                    if ((unsigned)(o110 + l126) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                    if ((unsigned)(o110 + (l126 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                    if ((unsigned)(o110 + (l126 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                    if ((unsigned)(o110 + (l126 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                    if ((unsigned)(o110 + (l126 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                    if ((unsigned)(o110 + (l126 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                    if ((unsigned)(o110 + (l126 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                    if ((unsigned)(o110 + (l126 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -14180,6 +14970,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -14216,15 +15018,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            dt_bf16s<16> v42; /* 16-bit values as loaded */
+            dt_bf16s<16> v50; /* 16-bit values as loaded */
             uint4 q11[2];
             bool f12[2];
             #pragma unroll
@@ -14239,80 +15041,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 if (f12[c]) {
-                    v42.w[c] = q11[c];
+                    v50.w[c] = q11[c];
                 } else {
-                    v42.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
-                }
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 8]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
+                    v50.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
                 }
             }
             float v51[16];
@@ -14320,7 +15051,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
+                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -14328,7 +15066,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -14336,7 +15074,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -14344,14 +15082,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 8]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -14573,12 +15375,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -14586,7 +15402,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -14614,9 +15430,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a103 = 0e0f;
-            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a103;
+            float a106 = 0e0f;
+            for (int g = 0; g < 32; g++) a106 = a106 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a106;
         }
         {
             const int r = 0, e = 0;
@@ -14629,34 +15445,48 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+        for (long long o110 = (dt_cdiv(s1, 16384) - 1) * 16384; o110 >= 0; o110 -= 16384) {
             dt_bf16s<16> v11; /* 16-bit values as loaded */
-            uint4 q107[2];
-            bool f108[2];
+            uint4 q111[2];
+            bool f112[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l109 = (int)((unsigned)e / 16384u % 1u);
-                const int l110 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
-                f108[c] = (unsigned)(o106 + l110) < (unsigned)s1;
-                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)args.input_strides[0][0] + (unsigned)(o110 + l114) * (unsigned)args.input_strides[0][1];
+                f112[c] = (unsigned)(o110 + l114) < (unsigned)s1;
+                if (f112[c]) q111[c] = dt_load_once((const uint4*)(in0 + a));
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                if (f108[c]) {
-                    v11.w[c] = q107[c];
+                if (f112[c]) {
+                    v11.w[c] = q111[c];
                 } else {
                     v11.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -14664,7 +15494,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -14678,10 +15508,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l119 = (int)((unsigned)e / 16384u % 1u);
-                const int l120 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
+                const int l125 = (int)((unsigned)e / 16384u % 1u);
+                const int l126 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o110 + l126) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o110 + l126) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
             }
         }
     }
@@ -14727,6 +15557,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -14763,15 +15605,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            dt_bf16s<16> v42; /* 16-bit values as loaded */
+            dt_bf16s<16> v50; /* 16-bit values as loaded */
             uint4 q11[2];
             bool f12[2];
             #pragma unroll
@@ -14786,80 +15628,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 if (f12[c]) {
-                    v42.w[c] = q11[c];
+                    v50.w[c] = q11[c];
                 } else {
-                    v42.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
-                }
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 8]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
+                    v50.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
                 }
             }
             float v51[16];
@@ -14867,7 +15638,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
+                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -14875,7 +15653,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -14883,7 +15661,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -14891,14 +15669,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 8]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -15120,12 +15962,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -15133,7 +15989,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -15161,9 +16017,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a103 = 0e0f;
-            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a103;
+            float a106 = 0e0f;
+            for (int g = 0; g < 32; g++) a106 = a106 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a106;
         }
         {
             const int r = 0, e = 0;
@@ -15176,34 +16032,48 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+        for (long long o110 = (dt_cdiv(s1, 16384) - 1) * 16384; o110 >= 0; o110 -= 16384) {
             dt_bf16s<16> v11; /* 16-bit values as loaded */
-            uint4 q107[2];
-            bool f108[2];
+            uint4 q111[2];
+            bool f112[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l109 = (int)((unsigned)e / 16384u % 1u);
-                const int l110 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l109) * (unsigned)(s1) + (unsigned)(o106 + l110) * (unsigned)1;
-                f108[c] = (unsigned)(o106 + l110) < (unsigned)s1;
-                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)(s1) + (unsigned)(o110 + l114) * (unsigned)1;
+                f112[c] = (unsigned)(o110 + l114) < (unsigned)s1;
+                if (f112[c]) q111[c] = dt_load_once((const uint4*)(in0 + a));
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                if (f108[c]) {
-                    v11.w[c] = q107[c];
+                if (f112[c]) {
+                    v11.w[c] = q111[c];
                 } else {
                     v11.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -15211,7 +16081,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -15225,10 +16095,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l119 = (int)((unsigned)e / 16384u % 1u);
-                const int l120 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l119) * (unsigned)(s1) + (unsigned)(o106 + l120) * (unsigned)1;
-                if ((unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
+                const int l125 = (int)((unsigned)e / 16384u % 1u);
+                const int l126 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l125) * (unsigned)(s1) + (unsigned)(o110 + l126) * (unsigned)1;
+                if ((unsigned)(o110 + l126) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
             }
         }
     }
@@ -15274,6 +16144,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -15310,15 +16192,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            float v42[16];
+            float v50[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -15327,86 +16209,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
-                    v42[c * 4 + 0] = __uint_as_float(q.x);
-                    v42[c * 4 + 1] = __uint_as_float(q.y);
-                    v42[c * 4 + 2] = __uint_as_float(q.z);
-                    v42[c * 4 + 3] = __uint_as_float(q.w);
+                    v50[c * 4 + 0] = __uint_as_float(q.x);
+                    v50[c * 4 + 1] = __uint_as_float(q.y);
+                    v50[c * 4 + 2] = __uint_as_float(q.z);
+                    v50[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v42[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v42[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v42[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v42[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                }
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf(v42[r * 4 + 0], v42[r * 4 + 1])), (fmaxf(v42[r * 4 + 2], v42[r * 4 + 3])));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 4]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
+                    v50[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v50[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v50[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v50[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             float v51[16];
@@ -15414,7 +16225,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v50[r * 4 + 0] + v50[r * 4 + 1]) + (v50[r * 4 + 2] + v50[r * 4 + 3]);
+                    v51[r] = fmaxf((fmaxf(v50[r * 4 + 0], v50[r * 4 + 1])), (fmaxf(v50[r * 4 + 2], v50[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -15422,7 +16240,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -15430,7 +16248,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -15438,14 +16256,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 4]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v59[r] = (v58[r * 4 + 0] + v58[r * 4 + 1]) + (v58[r * 4 + 2] + v58[r * 4 + 3]);
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -15669,12 +16551,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -15682,7 +16578,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -15710,9 +16606,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a95 = 0e0f;
-            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a95;
+            float a98 = 0e0f;
+            for (int g = 0; g < 32; g++) a98 = a98 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a98;
         }
         {
             const int r = 0, e = 0;
@@ -15725,34 +16621,48 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o98 = (dt_cdiv(s1, 16384) - 1) * 16384; o98 >= 0; o98 -= 16384) {
+        for (long long o102 = (dt_cdiv(s1, 16384) - 1) * 16384; o102 >= 0; o102 -= 16384) {
             float v11[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l99 = (int)((unsigned)e / 16384u % 1u);
-                const int l100 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o98 + l100) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o98 + (l100 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l103 = (int)((unsigned)e / 16384u % 1u);
+                const int l104 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l103) * (unsigned)args.input_strides[0][0] + (unsigned)(o102 + l104) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o102 + (l104 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
                     v11[c * 4 + 2] = __uint_as_float(q.z);
                     v11[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v11[c * 4 + 0] = ((unsigned)(o98 + l100) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 1] = ((unsigned)(o98 + (l100 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 2] = ((unsigned)(o98 + (l100 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 3] = ((unsigned)(o98 + (l100 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 0] = ((unsigned)(o102 + l104) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 1] = ((unsigned)(o102 + (l104 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 2] = ((unsigned)(o102 + (l104 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 3] = ((unsigned)(o102 + (l104 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -15760,7 +16670,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -15774,16 +16684,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l107 = (int)((unsigned)e / 16384u % 1u);
-                const int l108 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l107) * (unsigned)args.output_strides[0] + (unsigned)(o98 + l108) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o98 + (l108 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)args.output_strides[0] + (unsigned)(o102 + l114) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o102 + (l114 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o98 + l108) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                    if ((unsigned)(o98 + (l108 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                    if ((unsigned)(o98 + (l108 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                    if ((unsigned)(o98 + (l108 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                    if ((unsigned)(o102 + l114) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                    if ((unsigned)(o102 + (l114 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                    if ((unsigned)(o102 + (l114 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                    if ((unsigned)(o102 + (l114 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
                 }
             }
         }
@@ -15830,6 +16740,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -15866,15 +16788,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            float v42[16];
+            float v50[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -15882,88 +16804,24 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
                 const int l12 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
                 const uint4 q = *(const uint4*)(in0 + a);
-                v42[c * 4 + 0] = __uint_as_float(q.x);
-                v42[c * 4 + 1] = __uint_as_float(q.y);
-                v42[c * 4 + 2] = __uint_as_float(q.z);
-                v42[c * 4 + 3] = __uint_as_float(q.w);
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf(v42[r * 4 + 0], v42[r * 4 + 1])), (fmaxf(v42[r * 4 + 2], v42[r * 4 + 3])));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 4]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
-                }
+                v50[c * 4 + 0] = __uint_as_float(q.x);
+                v50[c * 4 + 1] = __uint_as_float(q.y);
+                v50[c * 4 + 2] = __uint_as_float(q.z);
+                v50[c * 4 + 3] = __uint_as_float(q.w);
             }
             float v51[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v50[r * 4 + 0] + v50[r * 4 + 1]) + (v50[r * 4 + 2] + v50[r * 4 + 3]);
+                    v51[r] = fmaxf((fmaxf(v50[r * 4 + 0], v50[r * 4 + 1])), (fmaxf(v50[r * 4 + 2], v50[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -15971,7 +16829,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -15979,7 +16837,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -15987,14 +16845,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 4]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v59[r] = (v58[r * 4 + 0] + v58[r * 4 + 1]) + (v58[r * 4 + 2] + v58[r * 4 + 3]);
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -16216,12 +17138,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -16229,7 +17165,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -16257,9 +17193,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a95 = 0e0f;
-            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a95;
+            float a98 = 0e0f;
+            for (int g = 0; g < 32; g++) a98 = a98 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a98;
         }
         {
             const int r = 0, e = 0;
@@ -16272,16 +17208,22 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o98 = (dt_cdiv(s1, 16384) - 1) * 16384; o98 >= 0; o98 -= 16384) {
+        for (long long o102 = (dt_cdiv(s1, 16384) - 1) * 16384; o102 >= 0; o102 -= 16384) {
             float v11[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l99 = (int)((unsigned)e / 16384u % 1u);
-                const int l100 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o98 + l100) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o98 + l100) < (unsigned)s1) {
+                const int l103 = (int)((unsigned)e / 16384u % 1u);
+                const int l104 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l103) * (unsigned)args.input_strides[0][0] + (unsigned)(o102 + l104) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o102 + l104) < (unsigned)s1) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
@@ -16294,12 +17236,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
                     v11[c * 4 + 3] = 0e0f;
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -16307,7 +17257,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -16321,10 +17271,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l107 = (int)((unsigned)e / 16384u % 1u);
-                const int l108 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l107) * (unsigned)args.output_strides[0] + (unsigned)(o98 + l108) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o98 + l108) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)args.output_strides[0] + (unsigned)(o102 + l114) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o102 + l114) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
             }
         }
     }
@@ -16370,6 +17320,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -16406,15 +17368,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            float v42[16];
+            float v50[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -16422,88 +17384,24 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
                 const int l12 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)(s1) + (unsigned)(o8 + l12) * (unsigned)1;
                 const uint4 q = *(const uint4*)(in0 + a);
-                v42[c * 4 + 0] = __uint_as_float(q.x);
-                v42[c * 4 + 1] = __uint_as_float(q.y);
-                v42[c * 4 + 2] = __uint_as_float(q.z);
-                v42[c * 4 + 3] = __uint_as_float(q.w);
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf(v42[r * 4 + 0], v42[r * 4 + 1])), (fmaxf(v42[r * 4 + 2], v42[r * 4 + 3])));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 4]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
-                }
+                v50[c * 4 + 0] = __uint_as_float(q.x);
+                v50[c * 4 + 1] = __uint_as_float(q.y);
+                v50[c * 4 + 2] = __uint_as_float(q.z);
+                v50[c * 4 + 3] = __uint_as_float(q.w);
             }
             float v51[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v50[r * 4 + 0] + v50[r * 4 + 1]) + (v50[r * 4 + 2] + v50[r * 4 + 3]);
+                    v51[r] = fmaxf((fmaxf(v50[r * 4 + 0], v50[r * 4 + 1])), (fmaxf(v50[r * 4 + 2], v50[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -16511,7 +17409,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -16519,7 +17417,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -16527,14 +17425,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 4]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v59[r] = (v58[r * 4 + 0] + v58[r * 4 + 1]) + (v58[r * 4 + 2] + v58[r * 4 + 3]);
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -16756,12 +17718,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -16769,7 +17745,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -16797,9 +17773,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a95 = 0e0f;
-            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a95;
+            float a98 = 0e0f;
+            for (int g = 0; g < 32; g++) a98 = a98 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a98;
         }
         {
             const int r = 0, e = 0;
@@ -16812,16 +17788,22 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o98 = (dt_cdiv(s1, 16384) - 1) * 16384; o98 >= 0; o98 -= 16384) {
+        for (long long o102 = (dt_cdiv(s1, 16384) - 1) * 16384; o102 >= 0; o102 -= 16384) {
             float v11[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l99 = (int)((unsigned)e / 16384u % 1u);
-                const int l100 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l99) * (unsigned)(s1) + (unsigned)(o98 + l100) * (unsigned)1;
-                if ((unsigned)(o98 + l100) < (unsigned)s1) {
+                const int l103 = (int)((unsigned)e / 16384u % 1u);
+                const int l104 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l103) * (unsigned)(s1) + (unsigned)(o102 + l104) * (unsigned)1;
+                if ((unsigned)(o102 + l104) < (unsigned)s1) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
@@ -16834,12 +17816,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
                     v11[c * 4 + 3] = 0e0f;
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -16847,7 +17837,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -16861,10 +17851,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l107 = (int)((unsigned)e / 16384u % 1u);
-                const int l108 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l107) * (unsigned)(s1) + (unsigned)(o98 + l108) * (unsigned)1;
-                if ((unsigned)(o98 + l108) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)(s1) + (unsigned)(o102 + l114) * (unsigned)1;
+                if ((unsigned)(o102 + l114) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
             }
         }
     }

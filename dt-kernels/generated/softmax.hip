@@ -333,17 +333,19 @@ DT_FN float dt_fast_log(float a) { return __logf(a); }
 DT_FN float dt_fast_rsqrt(float a) { return rsqrtf(a); }
 #if defined(__HIPCC__)
 DT_FN float dt_fast_exp(float a) { return __expf(a); }
+DT_FN float dt_fast_exp2(float a) { return exp2f(a); }
 DT_FN float dt_fast_rcp(float b) { return __fdividef(1.0f, b); }
 #else
 /* exp(a) as 2^(a log2 e), and 1/b, with results below 2^-126 flushed to zero (`.ftz`): without
  * it the hardware approximations take a range check and two rescalings each, half of the
  * instructions of a 16-bit softmax step. Such a value rounds to zero in f16, and in bf16 is
  * below 2^-126 of the row's largest term. */
-DT_FN float dt_fast_exp(float a) {
+DT_FN float dt_fast_exp2(float a) {
     float t;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(a * 1.4426950408889634f));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(a));
     return t;
 }
+DT_FN float dt_fast_exp(float a) { return dt_fast_exp2(a * 1.4426950408889634f); }
 DT_FN float dt_fast_rcp(float b) {
     float t;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(b));
@@ -683,6 +685,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(DT_GRID_CONST
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -758,12 +766,26 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(DT_GRID_CONST
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[16];
@@ -771,7 +793,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(DT_GRID_CONST
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[16];
@@ -779,8 +801,8 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(DT_GRID_CONST
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l22 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l22) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -800,9 +822,9 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(DT_GRID_CONST
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a21 = 0e0f;
-            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v9[r] = a21;
+            float a24 = 0e0f;
+            for (int g = 0; g < 2; g++) a24 = a24 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a24;
         }
         {
             const int r = 0, e = 0;
@@ -826,20 +848,20 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(DT_GRID_CONST
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
-            const int l26 = (int)((unsigned)e / 1024u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l29 = (int)((unsigned)e / 1024u % 1u);
+            const int l30 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.output_strides[0] + (unsigned)(0 + l30) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l30 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                if ((unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                if ((unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                if ((unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                if ((unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                if ((unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                if ((unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                if ((unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                if ((unsigned)(0 + l30) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                if ((unsigned)(0 + (l30 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                if ((unsigned)(0 + (l30 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                if ((unsigned)(0 + (l30 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                if ((unsigned)(0 + (l30 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                if ((unsigned)(0 + (l30 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                if ((unsigned)(0 + (l30 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                if ((unsigned)(0 + (l30 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
             }
         }
     }
@@ -861,6 +883,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_whole(DT_GRID
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -929,12 +957,26 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_whole(DT_GRID
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[16];
@@ -942,7 +984,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_whole(DT_GRID
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[16];
@@ -970,9 +1012,9 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_whole(DT_GRID
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a21 = 0e0f;
-            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v9[r] = a21;
+            float a24 = 0e0f;
+            for (int g = 0; g < 2; g++) a24 = a24 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a24;
         }
         {
             const int r = 0, e = 0;
@@ -996,10 +1038,10 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_whole(DT_GRID
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
-            const int l26 = (int)((unsigned)e / 1024u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+            const int l29 = (int)((unsigned)e / 1024u % 1u);
+            const int l30 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.output_strides[0] + (unsigned)(0 + l30) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l30) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
         }
     }
 }
@@ -1020,6 +1062,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_exact(DT_GRID
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -1088,12 +1136,26 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_exact(DT_GRID
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[16];
@@ -1101,7 +1163,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_exact(DT_GRID
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[16];
@@ -1129,9 +1191,9 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_exact(DT_GRID
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a21 = 0e0f;
-            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v9[r] = a21;
+            float a24 = 0e0f;
+            for (int g = 0; g < 2; g++) a24 = a24 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a24;
         }
         {
             const int r = 0, e = 0;
@@ -1155,10 +1217,10 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_exact(DT_GRID
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
-            const int l26 = (int)((unsigned)e / 1024u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l26) * (unsigned)(s1) + (unsigned)(0 + l27) * (unsigned)1;
-            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
+            const int l29 = (int)((unsigned)e / 1024u % 1u);
+            const int l30 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l29) * (unsigned)(s1) + (unsigned)(0 + l30) * (unsigned)1;
+            if ((unsigned)(0 + l30) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7]));
         }
     }
 }
@@ -1179,6 +1241,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(DT_GRID_CONS
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -1254,12 +1322,26 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(DT_GRID_CONS
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[16];
@@ -1267,7 +1349,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(DT_GRID_CONS
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[16];
@@ -1275,8 +1357,8 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(DT_GRID_CONS
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                const int l19 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l19) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l22 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l22) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1296,9 +1378,9 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(DT_GRID_CONS
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a21 = 0e0f;
-            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v9[r] = a21;
+            float a24 = 0e0f;
+            for (int g = 0; g < 2; g++) a24 = a24 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a24;
         }
         {
             const int r = 0, e = 0;
@@ -1322,20 +1404,20 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(DT_GRID_CONS
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
-            const int l26 = (int)((unsigned)e / 1024u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l27 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l29 = (int)((unsigned)e / 1024u % 1u);
+            const int l30 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.output_strides[0] + (unsigned)(0 + l30) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l30 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
             } else {
-                if ((unsigned)(0 + l27) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                if ((unsigned)(0 + (l27 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                if ((unsigned)(0 + (l27 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                if ((unsigned)(0 + (l27 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                if ((unsigned)(0 + (l27 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                if ((unsigned)(0 + (l27 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                if ((unsigned)(0 + (l27 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                if ((unsigned)(0 + (l27 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                if ((unsigned)(0 + l30) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                if ((unsigned)(0 + (l30 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                if ((unsigned)(0 + (l30 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                if ((unsigned)(0 + (l30 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                if ((unsigned)(0 + (l30 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                if ((unsigned)(0 + (l30 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                if ((unsigned)(0 + (l30 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                if ((unsigned)(0 + (l30 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
             }
         }
     }
@@ -1357,6 +1439,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_whole(DT_GRI
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -1425,12 +1513,26 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_whole(DT_GRI
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[16];
@@ -1438,7 +1540,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_whole(DT_GRI
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[16];
@@ -1466,9 +1568,9 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_whole(DT_GRI
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a21 = 0e0f;
-            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v9[r] = a21;
+            float a24 = 0e0f;
+            for (int g = 0; g < 2; g++) a24 = a24 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a24;
         }
         {
             const int r = 0, e = 0;
@@ -1492,10 +1594,10 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_whole(DT_GRI
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
-            const int l26 = (int)((unsigned)e / 1024u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l26) * (unsigned)args.output_strides[0] + (unsigned)(0 + l27) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+            const int l29 = (int)((unsigned)e / 1024u % 1u);
+            const int l30 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l29) * (unsigned)args.output_strides[0] + (unsigned)(0 + l30) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l30) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
         }
     }
 }
@@ -1516,6 +1618,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_exact(DT_GRI
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -1584,12 +1692,26 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_exact(DT_GRI
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[16];
@@ -1597,7 +1719,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_exact(DT_GRI
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 8) * 64 + tid) * 8 + r % 8;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[16];
@@ -1625,9 +1747,9 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_exact(DT_GRI
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a21 = 0e0f;
-            for (int g = 0; g < 2; g++) a21 = a21 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v9[r] = a21;
+            float a24 = 0e0f;
+            for (int g = 0; g < 2; g++) a24 = a24 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a24;
         }
         {
             const int r = 0, e = 0;
@@ -1651,10 +1773,10 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_exact(DT_GRI
         #pragma unroll
         for (int c = 0; c < 2; c++) {
             const int e = (c * 64 + tid) * 8;
-            const int l26 = (int)((unsigned)e / 1024u % 1u);
-            const int l27 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l26) * (unsigned)(s1) + (unsigned)(0 + l27) * (unsigned)1;
-            if ((unsigned)(0 + l27) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
+            const int l29 = (int)((unsigned)e / 1024u % 1u);
+            const int l30 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l29) * (unsigned)(s1) + (unsigned)(0 + l30) * (unsigned)1;
+            if ((unsigned)(0 + l30) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7]));
         }
     }
 }
@@ -1675,6 +1797,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(DT_GRID_CONST
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -1743,12 +1871,26 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(DT_GRID_CONST
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[16];
@@ -1756,7 +1898,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(DT_GRID_CONST
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[16];
@@ -1764,8 +1906,8 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(DT_GRID_CONST
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                const int l15 = (int)((unsigned)e / 1u % 1024u);
-                v8[r] = ((unsigned)(0 + l15) < (unsigned)s1) ? v7[r] : 0e0f;
+                const int l18 = (int)((unsigned)e / 1u % 1024u);
+                v8[r] = ((unsigned)(0 + l18) < (unsigned)s1) ? v7[r] : 0e0f;
             }
         }
         float v9[1];
@@ -1785,9 +1927,9 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(DT_GRID_CONST
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a17 = 0e0f;
-            for (int g = 0; g < 2; g++) a17 = a17 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v9[r] = a17;
+            float a20 = 0e0f;
+            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -1811,16 +1953,16 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(DT_GRID_CONST
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 64 + tid) * 4;
-            const int l22 = (int)((unsigned)e / 1024u % 1u);
-            const int l23 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
-            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l23 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+            const int l25 = (int)((unsigned)e / 1024u % 1u);
+            const int l26 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(0 + l26) * (unsigned)args.output_strides[1];
+            if ((unsigned)args.output_strides[1] == 1 && (unsigned)(0 + (l26 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                 *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
             } else {
-                if ((unsigned)(0 + l23) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                if ((unsigned)(0 + (l23 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                if ((unsigned)(0 + (l23 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                if ((unsigned)(0 + (l23 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                if ((unsigned)(0 + l26) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                if ((unsigned)(0 + (l26 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                if ((unsigned)(0 + (l26 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                if ((unsigned)(0 + (l26 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
             }
         }
     }
@@ -1842,6 +1984,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_whole(DT_GRID
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -1910,12 +2058,26 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_whole(DT_GRID
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[16];
@@ -1923,7 +2085,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_whole(DT_GRID
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[16];
@@ -1951,9 +2113,9 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_whole(DT_GRID
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a17 = 0e0f;
-            for (int g = 0; g < 2; g++) a17 = a17 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v9[r] = a17;
+            float a20 = 0e0f;
+            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -1977,10 +2139,10 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_whole(DT_GRID
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 64 + tid) * 4;
-            const int l22 = (int)((unsigned)e / 1024u % 1u);
-            const int l23 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l22) * (unsigned)args.output_strides[0] + (unsigned)(0 + l23) * (unsigned)args.output_strides[1];
-            if ((unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
+            const int l25 = (int)((unsigned)e / 1024u % 1u);
+            const int l26 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l25) * (unsigned)args.output_strides[0] + (unsigned)(0 + l26) * (unsigned)args.output_strides[1];
+            if ((unsigned)(0 + l26) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }
 }
@@ -2001,6 +2163,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_exact(DT_GRID
     const long long g0 = rest % n0; rest /= n0;
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    float v17[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v17[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax_1k.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -2069,12 +2237,26 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_exact(DT_GRID
             (void)r; (void)e;
             acc2[r] = 0e0f;
         }
-        float v6[16];
+        float v18[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v18[r] = (v3[0] * v17[0]);
+        }
+        float v19[16];
         #pragma unroll
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                v6[r] = (v0[r] - v3[0]);
+                v19[r] = (v0[r] * v17[0]);
+            }
+        }
+        float v20[16];
+        #pragma unroll
+        for (int r = 0; r < 16; r++) {
+            const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
+            (void)e; {
+                v20[r] = (v19[r] - v18[0]);
             }
         }
         float v7[16];
@@ -2082,7 +2264,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_exact(DT_GRID
         for (int r = 0; r < 16; r++) {
             const int e = ((r / 4) * 64 + tid) * 4 + r % 4;
             (void)e; {
-                v7[r] = dt_fast_exp(v6[r]);
+                v7[r] = dt_fast_exp2(v20[r]);
             }
         }
         float v8[16];
@@ -2110,9 +2292,9 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_exact(DT_GRID
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a17 = 0e0f;
-            for (int g = 0; g < 2; g++) a17 = a17 + ((dt_smem + 0) + 2)[g * 1 + e];
-            v9[r] = a17;
+            float a20 = 0e0f;
+            for (int g = 0; g < 2; g++) a20 = a20 + ((dt_smem + 0) + 2)[g * 1 + e];
+            v9[r] = a20;
         }
         {
             const int r = 0, e = 0;
@@ -2136,10 +2318,10 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_exact(DT_GRID
         #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int e = (c * 64 + tid) * 4;
-            const int l22 = (int)((unsigned)e / 1024u % 1u);
-            const int l23 = (int)((unsigned)e / 1u % 1024u);
-            const unsigned a = (unsigned)(o1 + l22) * (unsigned)(s1) + (unsigned)(0 + l23) * (unsigned)1;
-            if ((unsigned)(0 + l23) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
+            const int l25 = (int)((unsigned)e / 1024u % 1u);
+            const int l26 = (int)((unsigned)e / 1u % 1024u);
+            const unsigned a = (unsigned)(o1 + l25) * (unsigned)(s1) + (unsigned)(0 + l26) * (unsigned)1;
+            if ((unsigned)(0 + l26) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3]));
         }
     }
 }
@@ -5138,6 +5320,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -5174,15 +5368,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            dt_f16s<16> v42; /* 16-bit values as loaded */
+            dt_f16s<16> v50; /* 16-bit values as loaded */
             uint4 q11[2];
             bool f12[2];
             #pragma unroll
@@ -5200,84 +5394,13 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
                 const int l15 = (int)((unsigned)e / 16384u % 1u);
                 const int l16 = (int)((unsigned)e / 1u % 16384u);
                 if (f12[c]) {
-                    v42.w[c] = q11[c];
+                    v50.w[c] = q11[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l16) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xfc00u);
-                    v42.w[c] = w;
-                }
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 8]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
+                    v50.w[c] = w;
                 }
             }
             float v51[16];
@@ -5285,7 +5408,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
+                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -5293,7 +5423,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -5301,7 +5431,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -5309,14 +5439,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 8]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -5547,12 +5741,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -5560,7 +5768,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -5588,9 +5796,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a103 = 0e0f;
-            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a103;
+            float a106 = 0e0f;
+            for (int g = 0; g < 32; g++) a106 = a106 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a106;
         }
         {
             const int r = 0, e = 0;
@@ -5603,41 +5811,55 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+        for (long long o110 = (dt_cdiv(s1, 16384) - 1) * 16384; o110 >= 0; o110 -= 16384) {
             dt_f16s<16> v11; /* 16-bit values as loaded */
-            uint4 q107[2];
-            bool f108[2];
+            uint4 q111[2];
+            bool f112[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l109 = (int)((unsigned)e / 16384u % 1u);
-                const int l110 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
-                f108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o106 + (l110 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)args.input_strides[0][0] + (unsigned)(o110 + l114) * (unsigned)args.input_strides[0][1];
+                f112[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o110 + (l114 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f112[c]) q111[c] = dt_load_once((const uint4*)(in0 + a));
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l111 = (int)((unsigned)e / 16384u % 1u);
-                const int l112 = (int)((unsigned)e / 1u % 16384u);
-                if (f108[c]) {
-                    v11.w[c] = q107[c];
+                const int l115 = (int)((unsigned)e / 16384u % 1u);
+                const int l116 = (int)((unsigned)e / 1u % 16384u);
+                if (f112[c]) {
+                    v11.w[c] = q111[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l111) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l112) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l115) * (unsigned)args.input_strides[0][0] + (unsigned)(o110 + l116) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o106 + (l112 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o110 + (l116 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v11.w[c] = w;
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -5645,7 +5867,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -5659,20 +5881,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l119 = (int)((unsigned)e / 16384u % 1u);
-                const int l120 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o106 + (l120 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l125 = (int)((unsigned)e / 16384u % 1u);
+                const int l126 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o110 + l126) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o110 + (l126 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o106 + l120) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
-                    if ((unsigned)(o106 + (l120 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
-                    if ((unsigned)(o106 + (l120 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
-                    if ((unsigned)(o106 + (l120 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
-                    if ((unsigned)(o106 + (l120 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
-                    if ((unsigned)(o106 + (l120 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
-                    if ((unsigned)(o106 + (l120 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
-                    if ((unsigned)(o106 + (l120 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
+                    if ((unsigned)(o110 + l126) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 0]);
+                    if ((unsigned)(o110 + (l126 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 1]);
+                    if ((unsigned)(o110 + (l126 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 2]);
+                    if ((unsigned)(o110 + (l126 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 3]);
+                    if ((unsigned)(o110 + (l126 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 4]);
+                    if ((unsigned)(o110 + (l126 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 5]);
+                    if ((unsigned)(o110 + (l126 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 6]);
+                    if ((unsigned)(o110 + (l126 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_f16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -5719,6 +5941,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -5755,15 +5989,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            dt_f16s<16> v42; /* 16-bit values as loaded */
+            dt_f16s<16> v50; /* 16-bit values as loaded */
             uint4 q11[2];
             bool f12[2];
             #pragma unroll
@@ -5778,80 +6012,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 if (f12[c]) {
-                    v42.w[c] = q11[c];
+                    v50.w[c] = q11[c];
                 } else {
-                    v42.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
-                }
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 8]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
+                    v50.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
                 }
             }
             float v51[16];
@@ -5859,7 +6022,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
+                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -5867,7 +6037,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -5875,7 +6045,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -5883,14 +6053,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 8]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -6112,12 +6346,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -6125,7 +6373,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -6153,9 +6401,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a103 = 0e0f;
-            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a103;
+            float a106 = 0e0f;
+            for (int g = 0; g < 32; g++) a106 = a106 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a106;
         }
         {
             const int r = 0, e = 0;
@@ -6168,34 +6416,48 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+        for (long long o110 = (dt_cdiv(s1, 16384) - 1) * 16384; o110 >= 0; o110 -= 16384) {
             dt_f16s<16> v11; /* 16-bit values as loaded */
-            uint4 q107[2];
-            bool f108[2];
+            uint4 q111[2];
+            bool f112[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l109 = (int)((unsigned)e / 16384u % 1u);
-                const int l110 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
-                f108[c] = (unsigned)(o106 + l110) < (unsigned)s1;
-                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)args.input_strides[0][0] + (unsigned)(o110 + l114) * (unsigned)args.input_strides[0][1];
+                f112[c] = (unsigned)(o110 + l114) < (unsigned)s1;
+                if (f112[c]) q111[c] = dt_load_once((const uint4*)(in0 + a));
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                if (f108[c]) {
-                    v11.w[c] = q107[c];
+                if (f112[c]) {
+                    v11.w[c] = q111[c];
                 } else {
                     v11.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -6203,7 +6465,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -6217,10 +6479,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l119 = (int)((unsigned)e / 16384u % 1u);
-                const int l120 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
+                const int l125 = (int)((unsigned)e / 16384u % 1u);
+                const int l126 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o110 + l126) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o110 + l126) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
             }
         }
     }
@@ -6266,6 +6528,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -6302,15 +6576,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            dt_f16s<16> v42; /* 16-bit values as loaded */
+            dt_f16s<16> v50; /* 16-bit values as loaded */
             uint4 q11[2];
             bool f12[2];
             #pragma unroll
@@ -6325,80 +6599,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 if (f12[c]) {
-                    v42.w[c] = q11[c];
+                    v50.w[c] = q11[c];
                 } else {
-                    v42.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
-                }
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 8]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
+                    v50.w[c] = make_uint4(0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u, 0xfc00fc00u);
                 }
             }
             float v51[16];
@@ -6406,7 +6609,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
+                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -6414,7 +6624,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -6422,7 +6632,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -6430,14 +6640,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 8]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -6659,12 +6933,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -6672,7 +6960,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -6700,9 +6988,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a103 = 0e0f;
-            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a103;
+            float a106 = 0e0f;
+            for (int g = 0; g < 32; g++) a106 = a106 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a106;
         }
         {
             const int r = 0, e = 0;
@@ -6715,34 +7003,48 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+        for (long long o110 = (dt_cdiv(s1, 16384) - 1) * 16384; o110 >= 0; o110 -= 16384) {
             dt_f16s<16> v11; /* 16-bit values as loaded */
-            uint4 q107[2];
-            bool f108[2];
+            uint4 q111[2];
+            bool f112[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l109 = (int)((unsigned)e / 16384u % 1u);
-                const int l110 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l109) * (unsigned)(s1) + (unsigned)(o106 + l110) * (unsigned)1;
-                f108[c] = (unsigned)(o106 + l110) < (unsigned)s1;
-                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)(s1) + (unsigned)(o110 + l114) * (unsigned)1;
+                f112[c] = (unsigned)(o110 + l114) < (unsigned)s1;
+                if (f112[c]) q111[c] = dt_load_once((const uint4*)(in0 + a));
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                if (f108[c]) {
-                    v11.w[c] = q107[c];
+                if (f112[c]) {
+                    v11.w[c] = q111[c];
                 } else {
                     v11.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -6750,7 +7052,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -6764,10 +7066,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l119 = (int)((unsigned)e / 16384u % 1u);
-                const int l120 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l119) * (unsigned)(s1) + (unsigned)(o106 + l120) * (unsigned)1;
-                if ((unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
+                const int l125 = (int)((unsigned)e / 16384u % 1u);
+                const int l126 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l125) * (unsigned)(s1) + (unsigned)(o110 + l126) * (unsigned)1;
+                if ((unsigned)(o110 + l126) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_f16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_f16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_f16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_f16(v16[c * 8 + 6], v16[c * 8 + 7])));
             }
         }
     }
@@ -6813,6 +7115,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -6849,15 +7163,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            dt_bf16s<16> v42; /* 16-bit values as loaded */
+            dt_bf16s<16> v50; /* 16-bit values as loaded */
             uint4 q11[2];
             bool f12[2];
             #pragma unroll
@@ -6875,84 +7189,13 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
                 const int l15 = (int)((unsigned)e / 16384u % 1u);
                 const int l16 = (int)((unsigned)e / 1u % 16384u);
                 if (f12[c]) {
-                    v42.w[c] = q11[c];
+                    v50.w[c] = q11[c];
                 } else {
                     const unsigned a = (unsigned)(o1 + l15) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l16) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
                     for (int j = 0; j < 8; j++) dt_shift_in8(w, (1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0xff80u);
-                    v42.w[c] = w;
-                }
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 8]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
+                    v50.w[c] = w;
                 }
             }
             float v51[16];
@@ -6960,7 +7203,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
+                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -6968,7 +7218,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -6976,7 +7226,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -6984,14 +7234,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 8]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -7222,12 +7536,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -7235,7 +7563,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -7263,9 +7591,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a103 = 0e0f;
-            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a103;
+            float a106 = 0e0f;
+            for (int g = 0; g < 32; g++) a106 = a106 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a106;
         }
         {
             const int r = 0, e = 0;
@@ -7278,41 +7606,55 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+        for (long long o110 = (dt_cdiv(s1, 16384) - 1) * 16384; o110 >= 0; o110 -= 16384) {
             dt_bf16s<16> v11; /* 16-bit values as loaded */
-            uint4 q107[2];
-            bool f108[2];
+            uint4 q111[2];
+            bool f112[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l109 = (int)((unsigned)e / 16384u % 1u);
-                const int l110 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
-                f108[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o106 + (l110 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
-                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)args.input_strides[0][0] + (unsigned)(o110 + l114) * (unsigned)args.input_strides[0][1];
+                f112[c] = (unsigned)args.input_strides[0][1] == 1 && (unsigned)(o110 + (l114 + 7)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0;
+                if (f112[c]) q111[c] = dt_load_once((const uint4*)(in0 + a));
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l111 = (int)((unsigned)e / 16384u % 1u);
-                const int l112 = (int)((unsigned)e / 1u % 16384u);
-                if (f108[c]) {
-                    v11.w[c] = q107[c];
+                const int l115 = (int)((unsigned)e / 16384u % 1u);
+                const int l116 = (int)((unsigned)e / 1u % 16384u);
+                if (f112[c]) {
+                    v11.w[c] = q111[c];
                 } else {
-                    const unsigned a = (unsigned)(o1 + l111) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l112) * (unsigned)args.input_strides[0][1];
+                    const unsigned a = (unsigned)(o1 + l115) * (unsigned)args.input_strides[0][0] + (unsigned)(o110 + l116) * (unsigned)args.input_strides[0][1];
                     uint4 w = make_uint4(0u, 0u, 0u, 0u);
                     #pragma unroll
-                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o106 + (l112 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
+                    for (int j = 0; j < 8; j++) dt_shift_in8(w, ((unsigned)(o110 + (l116 + j)) < (unsigned)s1) ? (unsigned)in0[a + j * (unsigned)args.input_strides[0][1]] : 0x0000u);
                     v11.w[c] = w;
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -7320,7 +7662,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -7334,20 +7676,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l119 = (int)((unsigned)e / 16384u % 1u);
-                const int l120 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o106 + (l120 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l125 = (int)((unsigned)e / 16384u % 1u);
+                const int l126 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o110 + l126) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o110 + (l126 + 7)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
                 } else {
-                    if ((unsigned)(o106 + l120) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
-                    if ((unsigned)(o106 + (l120 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
-                    if ((unsigned)(o106 + (l120 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
-                    if ((unsigned)(o106 + (l120 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
-                    if ((unsigned)(o106 + (l120 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
-                    if ((unsigned)(o106 + (l120 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
-                    if ((unsigned)(o106 + (l120 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
-                    if ((unsigned)(o106 + (l120 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
+                    if ((unsigned)(o110 + l126) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 0]);
+                    if ((unsigned)(o110 + (l126 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 1]);
+                    if ((unsigned)(o110 + (l126 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 2]);
+                    if ((unsigned)(o110 + (l126 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 3]);
+                    if ((unsigned)(o110 + (l126 + 4)) < (unsigned)s1) out[a + 4 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 4]);
+                    if ((unsigned)(o110 + (l126 + 5)) < (unsigned)s1) out[a + 5 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 5]);
+                    if ((unsigned)(o110 + (l126 + 6)) < (unsigned)s1) out[a + 6 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 6]);
+                    if ((unsigned)(o110 + (l126 + 7)) < (unsigned)s1) out[a + 7 * (unsigned)args.output_strides[1]] = dt_store_bf16(v16[c * 8 + 7]);
                 }
             }
         }
@@ -7394,6 +7736,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -7430,15 +7784,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            dt_bf16s<16> v42; /* 16-bit values as loaded */
+            dt_bf16s<16> v50; /* 16-bit values as loaded */
             uint4 q11[2];
             bool f12[2];
             #pragma unroll
@@ -7453,80 +7807,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 if (f12[c]) {
-                    v42.w[c] = q11[c];
+                    v50.w[c] = q11[c];
                 } else {
-                    v42.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
-                }
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 8]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
+                    v50.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
                 }
             }
             float v51[16];
@@ -7534,7 +7817,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
+                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -7542,7 +7832,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -7550,7 +7840,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -7558,14 +7848,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 8]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -7787,12 +8141,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -7800,7 +8168,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -7828,9 +8196,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a103 = 0e0f;
-            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a103;
+            float a106 = 0e0f;
+            for (int g = 0; g < 32; g++) a106 = a106 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a106;
         }
         {
             const int r = 0, e = 0;
@@ -7843,34 +8211,48 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+        for (long long o110 = (dt_cdiv(s1, 16384) - 1) * 16384; o110 >= 0; o110 -= 16384) {
             dt_bf16s<16> v11; /* 16-bit values as loaded */
-            uint4 q107[2];
-            bool f108[2];
+            uint4 q111[2];
+            bool f112[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l109 = (int)((unsigned)e / 16384u % 1u);
-                const int l110 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l109) * (unsigned)args.input_strides[0][0] + (unsigned)(o106 + l110) * (unsigned)args.input_strides[0][1];
-                f108[c] = (unsigned)(o106 + l110) < (unsigned)s1;
-                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)args.input_strides[0][0] + (unsigned)(o110 + l114) * (unsigned)args.input_strides[0][1];
+                f112[c] = (unsigned)(o110 + l114) < (unsigned)s1;
+                if (f112[c]) q111[c] = dt_load_once((const uint4*)(in0 + a));
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                if (f108[c]) {
-                    v11.w[c] = q107[c];
+                if (f112[c]) {
+                    v11.w[c] = q111[c];
                 } else {
                     v11.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -7878,7 +8260,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -7892,10 +8274,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l119 = (int)((unsigned)e / 16384u % 1u);
-                const int l120 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l119) * (unsigned)args.output_strides[0] + (unsigned)(o106 + l120) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
+                const int l125 = (int)((unsigned)e / 16384u % 1u);
+                const int l126 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o110 + l126) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o110 + l126) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
             }
         }
     }
@@ -7941,6 +8323,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -7977,15 +8371,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            dt_bf16s<16> v42; /* 16-bit values as loaded */
+            dt_bf16s<16> v50; /* 16-bit values as loaded */
             uint4 q11[2];
             bool f12[2];
             #pragma unroll
@@ -8000,80 +8394,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 if (f12[c]) {
-                    v42.w[c] = q11[c];
+                    v50.w[c] = q11[c];
                 } else {
-                    v42.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
-                }
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf((fmaxf(v42[r * 8 + 0], v42[r * 8 + 1])), (fmaxf(v42[r * 8 + 2], v42[r * 8 + 3])))), (fmaxf((fmaxf(v42[r * 8 + 4], v42[r * 8 + 5])), (fmaxf(v42[r * 8 + 6], v42[r * 8 + 7])))));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 8]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
+                    v50.w[c] = make_uint4(0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u);
                 }
             }
             float v51[16];
@@ -8081,7 +8404,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v51[r] = ((v50[r * 8 + 0] + v50[r * 8 + 1]) + (v50[r * 8 + 2] + v50[r * 8 + 3])) + ((v50[r * 8 + 4] + v50[r * 8 + 5]) + (v50[r * 8 + 6] + v50[r * 8 + 7]));
+                    v51[r] = fmaxf((fmaxf((fmaxf(v50[r * 8 + 0], v50[r * 8 + 1])), (fmaxf(v50[r * 8 + 2], v50[r * 8 + 3])))), (fmaxf((fmaxf(v50[r * 8 + 4], v50[r * 8 + 5])), (fmaxf(v50[r * 8 + 6], v50[r * 8 + 7])))));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -8089,7 +8419,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -8097,7 +8427,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -8105,14 +8435,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 8]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v59[r] = ((v58[r * 8 + 0] + v58[r * 8 + 1]) + (v58[r * 8 + 2] + v58[r * 8 + 3])) + ((v58[r * 8 + 4] + v58[r * 8 + 5]) + (v58[r * 8 + 6] + v58[r * 8 + 7]));
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -8334,12 +8728,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -8347,7 +8755,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
         for (int r = 0; r < 2; r++) {
             const int e = ((r * 8 / 8) * 1024 + tid) * 8 + r * 8 % 8;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -8375,9 +8783,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a103 = 0e0f;
-            for (int g = 0; g < 32; g++) a103 = a103 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a103;
+            float a106 = 0e0f;
+            for (int g = 0; g < 32; g++) a106 = a106 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a106;
         }
         {
             const int r = 0, e = 0;
@@ -8390,34 +8798,48 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o106 = (dt_cdiv(s1, 16384) - 1) * 16384; o106 >= 0; o106 -= 16384) {
+        for (long long o110 = (dt_cdiv(s1, 16384) - 1) * 16384; o110 >= 0; o110 -= 16384) {
             dt_bf16s<16> v11; /* 16-bit values as loaded */
-            uint4 q107[2];
-            bool f108[2];
+            uint4 q111[2];
+            bool f112[2];
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l109 = (int)((unsigned)e / 16384u % 1u);
-                const int l110 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l109) * (unsigned)(s1) + (unsigned)(o106 + l110) * (unsigned)1;
-                f108[c] = (unsigned)(o106 + l110) < (unsigned)s1;
-                if (f108[c]) q107[c] = dt_load_once((const uint4*)(in0 + a));
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)(s1) + (unsigned)(o110 + l114) * (unsigned)1;
+                f112[c] = (unsigned)(o110 + l114) < (unsigned)s1;
+                if (f112[c]) q111[c] = dt_load_once((const uint4*)(in0 + a));
             }
             #pragma unroll
             for (int c = 0; c < 2; c++) {
-                if (f108[c]) {
-                    v11.w[c] = q107[c];
+                if (f112[c]) {
+                    v11.w[c] = q111[c];
                 } else {
                     v11.w[c] = make_uint4(0x0u, 0x0u, 0x0u, 0x0u);
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -8425,7 +8847,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 8) * 1024 + tid) * 8 + r % 8;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -8439,10 +8861,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
             #pragma unroll
             for (int c = 0; c < 2; c++) {
                 const int e = (c * 1024 + tid) * 8;
-                const int l119 = (int)((unsigned)e / 16384u % 1u);
-                const int l120 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l119) * (unsigned)(s1) + (unsigned)(o106 + l120) * (unsigned)1;
-                if ((unsigned)(o106 + l120) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
+                const int l125 = (int)((unsigned)e / 16384u % 1u);
+                const int l126 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l125) * (unsigned)(s1) + (unsigned)(o110 + l126) * (unsigned)1;
+                if ((unsigned)(o110 + l126) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(dt_pack2_bf16(v16[c * 8 + 0], v16[c * 8 + 1]), dt_pack2_bf16(v16[c * 8 + 2], v16[c * 8 + 3]), dt_pack2_bf16(v16[c * 8 + 4], v16[c * 8 + 5]), dt_pack2_bf16(v16[c * 8 + 6], v16[c * 8 + 7])));
             }
         }
     }
@@ -8488,6 +8910,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -8524,15 +8958,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            float v42[16];
+            float v50[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -8541,86 +8975,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
                 if ((unsigned)args.input_strides[0][1] == 1 && 1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = *(const uint4*)(in0 + a);
-                    v42[c * 4 + 0] = __uint_as_float(q.x);
-                    v42[c * 4 + 1] = __uint_as_float(q.y);
-                    v42[c * 4 + 2] = __uint_as_float(q.z);
-                    v42[c * 4 + 3] = __uint_as_float(q.w);
+                    v50[c * 4 + 0] = __uint_as_float(q.x);
+                    v50[c * 4 + 1] = __uint_as_float(q.y);
+                    v50[c * 4 + 2] = __uint_as_float(q.z);
+                    v50[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v42[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v42[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v42[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                    v42[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
-                }
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf(v42[r * 4 + 0], v42[r * 4 + 1])), (fmaxf(v42[r * 4 + 2], v42[r * 4 + 3])));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 4]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
+                    v50[c * 4 + 0] = (1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v50[c * 4 + 1] = (1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v50[c * 4 + 2] = (1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
+                    v50[c * 4 + 3] = (1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : (-INFINITY);
                 }
             }
             float v51[16];
@@ -8628,7 +8991,14 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v50[r * 4 + 0] + v50[r * 4 + 1]) + (v50[r * 4 + 2] + v50[r * 4 + 3]);
+                    v51[r] = fmaxf((fmaxf(v50[r * 4 + 0], v50[r * 4 + 1])), (fmaxf(v50[r * 4 + 2], v50[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -8636,7 +9006,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -8644,7 +9014,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -8652,14 +9022,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 4]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v59[r] = (v58[r * 4 + 0] + v58[r * 4 + 1]) + (v58[r * 4 + 2] + v58[r * 4 + 3]);
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -8883,12 +9317,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -8896,7 +9344,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -8924,9 +9372,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a95 = 0e0f;
-            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a95;
+            float a98 = 0e0f;
+            for (int g = 0; g < 32; g++) a98 = a98 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a98;
         }
         {
             const int r = 0, e = 0;
@@ -8939,34 +9387,48 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o98 = (dt_cdiv(s1, 16384) - 1) * 16384; o98 >= 0; o98 -= 16384) {
+        for (long long o102 = (dt_cdiv(s1, 16384) - 1) * 16384; o102 >= 0; o102 -= 16384) {
             float v11[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l99 = (int)((unsigned)e / 16384u % 1u);
-                const int l100 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o98 + l100) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o98 + (l100 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                const int l103 = (int)((unsigned)e / 16384u % 1u);
+                const int l104 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l103) * (unsigned)args.input_strides[0][0] + (unsigned)(o102 + l104) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o102 + (l104 + 3)) < (unsigned)s1 && ((unsigned long long)(in0 + a) & 15) == 0) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
                     v11[c * 4 + 2] = __uint_as_float(q.z);
                     v11[c * 4 + 3] = __uint_as_float(q.w);
                 } else {
-                    v11[c * 4 + 0] = ((unsigned)(o98 + l100) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 1] = ((unsigned)(o98 + (l100 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 2] = ((unsigned)(o98 + (l100 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                    v11[c * 4 + 3] = ((unsigned)(o98 + (l100 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 0] = ((unsigned)(o102 + l104) < (unsigned)s1) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 1] = ((unsigned)(o102 + (l104 + 1)) < (unsigned)s1) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 2] = ((unsigned)(o102 + (l104 + 2)) < (unsigned)s1) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    v11[c * 4 + 3] = ((unsigned)(o102 + (l104 + 3)) < (unsigned)s1) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -8974,7 +9436,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -8988,16 +9450,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l107 = (int)((unsigned)e / 16384u % 1u);
-                const int l108 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l107) * (unsigned)args.output_strides[0] + (unsigned)(o98 + l108) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o98 + (l108 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)args.output_strides[0] + (unsigned)(o102 + l114) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o102 + (l114 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
                     dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
                 } else {
-                    if ((unsigned)(o98 + l108) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
-                    if ((unsigned)(o98 + (l108 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
-                    if ((unsigned)(o98 + (l108 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
-                    if ((unsigned)(o98 + (l108 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
+                    if ((unsigned)(o102 + l114) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 0]);
+                    if ((unsigned)(o102 + (l114 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 1]);
+                    if ((unsigned)(o102 + (l114 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 2]);
+                    if ((unsigned)(o102 + (l114 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v16[c * 4 + 3]);
                 }
             }
         }
@@ -9044,6 +9506,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -9080,15 +9554,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            float v42[16];
+            float v50[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -9096,88 +9570,24 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
                 const int l12 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)args.input_strides[0][0] + (unsigned)(o8 + l12) * (unsigned)args.input_strides[0][1];
                 const uint4 q = *(const uint4*)(in0 + a);
-                v42[c * 4 + 0] = __uint_as_float(q.x);
-                v42[c * 4 + 1] = __uint_as_float(q.y);
-                v42[c * 4 + 2] = __uint_as_float(q.z);
-                v42[c * 4 + 3] = __uint_as_float(q.w);
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf(v42[r * 4 + 0], v42[r * 4 + 1])), (fmaxf(v42[r * 4 + 2], v42[r * 4 + 3])));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 4]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
-                }
+                v50[c * 4 + 0] = __uint_as_float(q.x);
+                v50[c * 4 + 1] = __uint_as_float(q.y);
+                v50[c * 4 + 2] = __uint_as_float(q.z);
+                v50[c * 4 + 3] = __uint_as_float(q.w);
             }
             float v51[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v50[r * 4 + 0] + v50[r * 4 + 1]) + (v50[r * 4 + 2] + v50[r * 4 + 3]);
+                    v51[r] = fmaxf((fmaxf(v50[r * 4 + 0], v50[r * 4 + 1])), (fmaxf(v50[r * 4 + 2], v50[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -9185,7 +9595,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -9193,7 +9603,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -9201,14 +9611,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 4]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v59[r] = (v58[r * 4 + 0] + v58[r * 4 + 1]) + (v58[r * 4 + 2] + v58[r * 4 + 3]);
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -9430,12 +9904,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -9443,7 +9931,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -9471,9 +9959,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a95 = 0e0f;
-            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a95;
+            float a98 = 0e0f;
+            for (int g = 0; g < 32; g++) a98 = a98 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a98;
         }
         {
             const int r = 0, e = 0;
@@ -9486,16 +9974,22 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o98 = (dt_cdiv(s1, 16384) - 1) * 16384; o98 >= 0; o98 -= 16384) {
+        for (long long o102 = (dt_cdiv(s1, 16384) - 1) * 16384; o102 >= 0; o102 -= 16384) {
             float v11[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l99 = (int)((unsigned)e / 16384u % 1u);
-                const int l100 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l99) * (unsigned)args.input_strides[0][0] + (unsigned)(o98 + l100) * (unsigned)args.input_strides[0][1];
-                if ((unsigned)(o98 + l100) < (unsigned)s1) {
+                const int l103 = (int)((unsigned)e / 16384u % 1u);
+                const int l104 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l103) * (unsigned)args.input_strides[0][0] + (unsigned)(o102 + l104) * (unsigned)args.input_strides[0][1];
+                if ((unsigned)(o102 + l104) < (unsigned)s1) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
@@ -9508,12 +10002,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
                     v11[c * 4 + 3] = 0e0f;
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -9521,7 +10023,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -9535,10 +10037,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l107 = (int)((unsigned)e / 16384u % 1u);
-                const int l108 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l107) * (unsigned)args.output_strides[0] + (unsigned)(o98 + l108) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o98 + l108) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)args.output_strides[0] + (unsigned)(o102 + l114) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o102 + l114) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
             }
         }
     }
@@ -9584,6 +10086,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
         (void)r; (void)e;
         v35[r] = 0e0f;
     }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = 1.442695e0f;
+    }
+    float v45[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v45[r] = 1.442695e0f;
+    }
     /* block(x:1) softmax.tensorize(x:0) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* rmax identity */
@@ -9620,15 +10134,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
         }
         /* rmax softmax.tensorize(y:16384) + rsum softmax.tensorize(y:16384), in one pass */
         for (long long o8 = 0; o8 < (s1 / 16384) * 16384; o8 += 16384) {
-            float v41[16];
+            float v49[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v41[r] = acc4[r];
+                    v49[r] = acc4[r];
                 }
             }
-            float v42[16];
+            float v50[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
@@ -9636,88 +10150,24 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
                 const int l12 = (int)((unsigned)e / 1u % 16384u);
                 const unsigned a = (unsigned)(o1 + l11) * (unsigned)(s1) + (unsigned)(o8 + l12) * (unsigned)1;
                 const uint4 q = *(const uint4*)(in0 + a);
-                v42[c * 4 + 0] = __uint_as_float(q.x);
-                v42[c * 4 + 1] = __uint_as_float(q.y);
-                v42[c * 4 + 2] = __uint_as_float(q.z);
-                v42[c * 4 + 3] = __uint_as_float(q.w);
-            }
-            float v43[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v43[r] = fmaxf((fmaxf(v42[r * 4 + 0], v42[r * 4 + 1])), (fmaxf(v42[r * 4 + 2], v42[r * 4 + 3])));
-                }
-            }
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    acc4[r] = fmaxf(acc4[r], v43[r]);
-                }
-            }
-            float v44[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v44[r] = acc4[r];
-                }
-            }
-            float v45[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v45[r] = ((v44[r]) == (v22[0]) ? 1.0f : 0.0f);
-                }
-            }
-            float v46[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v46[r] = v45[r] != 0.0f ? v23[0] : v44[r];
-                }
-            }
-            float v47[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v47[r] = (v41[r] - v46[r]);
-                }
-            }
-            float v48[16];
-            #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
-                (void)e; {
-                    v48[r] = dt_fast_exp(v47[r]);
-                }
-            }
-            float v49[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v49[r] = (v42[r] - v46[r / 4]);
-                }
-            }
-            float v50[16];
-            #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
-                (void)e; {
-                    v50[r] = dt_fast_exp(v49[r]);
-                }
+                v50[c * 4 + 0] = __uint_as_float(q.x);
+                v50[c * 4 + 1] = __uint_as_float(q.y);
+                v50[c * 4 + 2] = __uint_as_float(q.z);
+                v50[c * 4 + 3] = __uint_as_float(q.w);
             }
             float v51[16];
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v51[r] = (v50[r * 4 + 0] + v50[r * 4 + 1]) + (v50[r * 4 + 2] + v50[r * 4 + 3]);
+                    v51[r] = fmaxf((fmaxf(v50[r * 4 + 0], v50[r * 4 + 1])), (fmaxf(v50[r * 4 + 2], v50[r * 4 + 3])));
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    acc4[r] = fmaxf(acc4[r], v51[r]);
                 }
             }
             float v52[16];
@@ -9725,7 +10175,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v52[r] = acc5[r];
+                    v52[r] = acc4[r];
                 }
             }
             float v53[16];
@@ -9733,7 +10183,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v53[r] = (v52[r] * v48[r]);
+                    v53[r] = ((v52[r]) == (v22[0]) ? 1.0f : 0.0f);
                 }
             }
             float v54[16];
@@ -9741,14 +10191,78 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    v54[r] = (v53[r] + v51[r]);
+                    v54[r] = v53[r] != 0.0f ? v23[0] : v52[r];
+                }
+            }
+            float v55[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v55[r] = (v49[r] - v54[r]);
+                }
+            }
+            float v56[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v56[r] = dt_fast_exp(v55[r]);
+                }
+            }
+            float v57[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v57[r] = (v50[r] - v54[r / 4]);
+                }
+            }
+            float v58[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v58[r] = dt_fast_exp(v57[r]);
+                }
+            }
+            float v59[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v59[r] = (v58[r * 4 + 0] + v58[r * 4 + 1]) + (v58[r * 4 + 2] + v58[r * 4 + 3]);
+                }
+            }
+            float v60[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v60[r] = acc5[r];
+                }
+            }
+            float v61[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v61[r] = (v60[r] * v56[r]);
+                }
+            }
+            float v62[16];
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+                (void)e; {
+                    v62[r] = (v61[r] + v59[r]);
                 }
             }
             #pragma unroll
             for (int r = 0; r < 4; r++) {
                 const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
                 (void)e; {
-                    acc5[r] = v54[r];
+                    acc5[r] = v62[r];
                 }
             }
         }
@@ -9970,12 +10484,26 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
             (void)r; (void)e;
             v37[r] = v36[0] != 0.0f ? v35[0] : v3[0];
         }
-        float v38[16];
+        float v42[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v42[r] = (v37[0] * v41[0]);
+        }
+        float v43[16];
         #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v38[r] = (v17[r] - v37[0]);
+                v43[r] = (v17[r] * v41[0]);
+            }
+        }
+        float v44[16];
+        #pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
+            (void)e; {
+                v44[r] = (v43[r] - v42[0]);
             }
         }
         float v39[16];
@@ -9983,7 +10511,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
         for (int r = 0; r < 4; r++) {
             const int e = ((r * 4 / 4) * 1024 + tid) * 4 + r * 4 % 4;
             (void)e; {
-                v39[r] = dt_fast_exp(v38[r]);
+                v39[r] = dt_fast_exp2(v44[r]);
             }
         }
         float v40[16];
@@ -10011,9 +10539,9 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
         {
             const int r = 0, e = 0;
             (void)r; (void)e;
-            float a95 = 0e0f;
-            for (int g = 0; g < 32; g++) a95 = a95 + ((dt_smem + 0) + 32)[g * 1 + e];
-            v9[r] = a95;
+            float a98 = 0e0f;
+            for (int g = 0; g < 32; g++) a98 = a98 + ((dt_smem + 0) + 32)[g * 1 + e];
+            v9[r] = a98;
         }
         {
             const int r = 0, e = 0;
@@ -10026,16 +10554,22 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
             (void)r; (void)e;
             v10[r] = acc2[r];
         }
+        float v46[1];
+        {
+            const int r = 0, e = 0;
+            (void)r; (void)e;
+            v46[r] = (v3[0] * v45[0]);
+        }
         /* softmax.tensorize(y:16384) */
-        for (long long o98 = (dt_cdiv(s1, 16384) - 1) * 16384; o98 >= 0; o98 -= 16384) {
+        for (long long o102 = (dt_cdiv(s1, 16384) - 1) * 16384; o102 >= 0; o102 -= 16384) {
             float v11[16];
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l99 = (int)((unsigned)e / 16384u % 1u);
-                const int l100 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l99) * (unsigned)(s1) + (unsigned)(o98 + l100) * (unsigned)1;
-                if ((unsigned)(o98 + l100) < (unsigned)s1) {
+                const int l103 = (int)((unsigned)e / 16384u % 1u);
+                const int l104 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l103) * (unsigned)(s1) + (unsigned)(o102 + l104) * (unsigned)1;
+                if ((unsigned)(o102 + l104) < (unsigned)s1) {
                     const uint4 q = dt_load_once((const uint4*)(in0 + a));
                     v11[c * 4 + 0] = __uint_as_float(q.x);
                     v11[c * 4 + 1] = __uint_as_float(q.y);
@@ -10048,12 +10582,20 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
                     v11[c * 4 + 3] = 0e0f;
                 }
             }
-            float v13[16];
+            float v47[16];
             #pragma unroll
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v13[r] = (v11[r] - v3[0]);
+                    v47[r] = (v11[r] * v45[0]);
+                }
+            }
+            float v48[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
+                (void)e; {
+                    v48[r] = (v47[r] - v46[0]);
                 }
             }
             float v14[16];
@@ -10061,7 +10603,7 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
             for (int r = 0; r < 16; r++) {
                 const int e = ((r / 4) * 1024 + tid) * 4 + r % 4;
                 (void)e; {
-                    v14[r] = dt_fast_exp(v13[r]);
+                    v14[r] = dt_fast_exp2(v48[r]);
                 }
             }
             float v16[16];
@@ -10075,10 +10617,10 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
             #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int e = (c * 1024 + tid) * 4;
-                const int l107 = (int)((unsigned)e / 16384u % 1u);
-                const int l108 = (int)((unsigned)e / 1u % 16384u);
-                const unsigned a = (unsigned)(o1 + l107) * (unsigned)(s1) + (unsigned)(o98 + l108) * (unsigned)1;
-                if ((unsigned)(o98 + l108) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
+                const int l113 = (int)((unsigned)e / 16384u % 1u);
+                const int l114 = (int)((unsigned)e / 1u % 16384u);
+                const unsigned a = (unsigned)(o1 + l113) * (unsigned)(s1) + (unsigned)(o102 + l114) * (unsigned)1;
+                if ((unsigned)(o102 + l114) < (unsigned)s1) dt_store_once((uint4*)(out + a), make_uint4(__float_as_uint(v16[c * 4 + 0]), __float_as_uint(v16[c * 4 + 1]), __float_as_uint(v16[c * 4 + 2]), __float_as_uint(v16[c * 4 + 3])));
             }
         }
     }

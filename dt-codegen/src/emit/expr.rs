@@ -45,6 +45,7 @@ impl Math {
 pub fn unary_in(math: Math, op: UnOp, a: &str) -> String {
     match (math, op) {
         (Math::Fast, UnOp::Exp) => format!("dt_fast_exp({a})"),
+        (Math::Fast, UnOp::Exp2) => format!("dt_fast_exp2({a})"),
         (Math::Fast, UnOp::Log) => format!("dt_fast_log({a})"),
         (Math::Fast, UnOp::Tanh) => format!("dt_fast_tanh({a})"),
         (Math::Fast, UnOp::Sigmoid) => format!("dt_fast_sigmoid({a})"),

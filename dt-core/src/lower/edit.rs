@@ -54,6 +54,33 @@ pub(super) fn defs(stmts: &[Stmt]) -> HashMap<ValueId, &Op> {
         .collect()
 }
 
+/// The definition of every value of `stmts`, nested loops included.
+pub(super) fn all_defs(stmts: &[Stmt]) -> HashMap<ValueId, Op> {
+    let mut out = HashMap::new();
+    fn walk(stmts: &[Stmt], out: &mut HashMap<ValueId, Op>) {
+        for s in stmts {
+            match s {
+                Stmt::Let { value, op } => {
+                    out.insert(*value, op.clone());
+                }
+                Stmt::Loop(l) => walk(&l.body, out),
+                _ => {}
+            }
+        }
+    }
+    walk(stmts, &mut out);
+    out
+}
+
+/// Whether `v` is `-inf` (a constant, or `-` applied to `inf` as a spec writes it).
+pub(super) fn is_neg_inf(defs: &HashMap<ValueId, Op>, v: ValueId) -> bool {
+    match defs.get(&v) {
+        Some(Op::Const(c)) => *c == f32::NEG_INFINITY,
+        Some(Op::Unary(UnOp::Neg, x)) => matches!(defs.get(x), Some(Op::Const(c)) if *c == f32::INFINITY),
+        _ => false,
+    }
+}
+
 /// Appends `let v = op` to `out` and returns `v`.
 pub(super) fn push(k: &mut Kernel, out: &mut Vec<Stmt>, shape: Shape, op: Op) -> ValueId {
     let value = k.push_value(Value { shape, layout: Layout::Blocked });

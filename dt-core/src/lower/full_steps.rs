@@ -1,4 +1,4 @@
-//! Pass 13: a looped dimension's full steps run without masks.
+//! Pass 15: a looped dimension's full steps run without masks.
 //!
 //! A `whole` or `reduce` loop over a dimension longer than its step masks, at every step, the
 //! lanes past the end of the dimension: softmax's exponentials, filled with the sum's 0, cost an

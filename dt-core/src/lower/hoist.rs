@@ -1,4 +1,4 @@
-//! Pass 12: what does not change from one step of a loop to the next is computed before it.
+//! Pass 14: what does not change from one step of a loop to the next is computed before it.
 //!
 //! The output loop of a looped or held row reads the row's statistics, computed after the loop
 //! before it, through element-wise operations that do not depend on the step: layernorm's

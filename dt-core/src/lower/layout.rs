@@ -1,4 +1,4 @@
-//! Pass 10: layouts. Element-wise tiles stay [`Layout::Blocked`]; the operands and results of a
+//! Pass 12: layouts. Element-wise tiles stay [`Layout::Blocked`]; the operands and results of a
 //! `dot` get tensor-core layouts, so the GPU emitters know where conversions are needed.
 
 use crate::kir::{Kernel, Layout, Op, Stmt};

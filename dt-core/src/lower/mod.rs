@@ -21,12 +21,17 @@
 //!    where the reads after the loop allow, and a row split over a cluster combines both over the
 //!    cluster at one meeting ([`cluster_pair::meet_once`]); [`cse`] and [`dead`] then run again
 //!    over the merged loops.
-//! 10. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
-//! 11. [`reverse::reverse_second_passes`]: a `whole` loop that reads again what a `reduce` loop
+//! 10. [`max_before_scale::take_max_before_scale`]: the maximum of a tile scaled by a positive
+//!     factor (attention's scores) is taken before the scaling, once per row.
+//! 11. [`exp2::exp_as_exp2`]: where every build approximates `exp`, `exp(x - m)` with `m` per
+//!     row becomes `exp2(x·log2 e - m·log2 e)`, a multiply-add per element; [`cse`] and [`dead`]
+//!     then run again.
+//! 12. [`layout::assign_layouts`]: tensor-core layouts for `rdot` operands and accumulators.
+//! 13. [`reverse::reverse_second_passes`]: a `whole` loop that reads again what a `reduce` loop
 //!     before it read runs backward, starting with the chunks still in the L2 cache.
-//! 12. [`hoist::hoist_loop_invariants`]: what does not change from one step of a loop to the
+//! 14. [`hoist::hoist_loop_invariants`]: what does not change from one step of a loop to the
 //!     next (layernorm's `rsqrt(variance + eps)` in its output loop) is computed before it.
-//! 13. [`full_steps::split_full_steps`]: a `whole` or `reduce` loop runs its full steps without
+//! 15. [`full_steps::split_full_steps`]: a `whole` or `reduce` loop runs its full steps without
 //!     masks or lane tests, and its partial last step, if any, with them; [`dead`] then runs
 //!     again.
 //!
@@ -39,12 +44,14 @@ mod cse;
 mod dead;
 mod defer;
 mod edit;
+mod exp2;
 mod flash;
 mod full_steps;
 mod grid;
 mod hoist;
 mod layout;
 mod masks;
+mod max_before_scale;
 mod nest;
 mod online;
 mod reverse;
@@ -121,6 +128,12 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
     cse::merge_common_subexpressions(&mut kernel);
     dead::drop_dead_code(&mut kernel);
     after_pass("online", &kernel)?;
+    max_before_scale::take_max_before_scale(&mut kernel);
+    after_pass("max_before_scale", &kernel)?;
+    exp2::exp_as_exp2(&mut kernel);
+    cse::merge_common_subexpressions(&mut kernel);
+    dead::drop_dead_code(&mut kernel);
+    after_pass("exp2", &kernel)?;
     layout::assign_layouts(&mut kernel);
     after_pass("layout", &kernel)?;
     reverse::reverse_second_passes(&mut kernel);

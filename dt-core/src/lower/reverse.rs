@@ -1,4 +1,4 @@
-//! Pass 11: a row's second pass reads the chunks its first pass read last, first.
+//! Pass 13: a row's second pass reads the chunks its first pass read last, first.
 //!
 //! A looped row kernel (softmax or layernorm over rows longer than a tile) reads each row twice:
 //! a `reduce` loop for its statistics, then a `whole` loop for the output. Run in the same

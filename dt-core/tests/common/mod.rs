@@ -5,6 +5,7 @@
 use dt_core::kir::{Kernel, Loop, Stmt};
 use dt_core::tensor::{bind, Args, Tensor};
 use dt_core::DType;
+use proptest::prelude::*;
 
 pub const SOFTMAX: &str = "Func m, s, out; In A; Var x; RVar y;
     m[x] = rmax(A[x, y], y);
@@ -70,4 +71,37 @@ pub fn interpreter_matches_evaluator(src: &str, rows: usize, cols: usize) {
     for (i, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
         assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{rows}x{cols}, element {i}: got {g}, want {w}");
     }
+}
+
+/// Attention with the output written as `out`, under `schedule`.
+pub fn attention_scheduled(causal: bool, out: &str, schedule: &str) -> String {
+    let s = if causal {
+        "s[i, j] = where(j <= i, rdot(Q[i, d], K[j, d], d) * rsqrt(len(d)), -inf);"
+    } else {
+        "s[i, j] = rdot(Q[i, d], K[j, d], d) * rsqrt(len(d));"
+    };
+    format!(
+        "Func s, m, l, out; In Q, K, V; Var i, j, e; RVar d;
+        {s}
+        m[i] = rmax(s[i, j], j);
+        l[i] = rsum(exp(s[i, j] - m[i]), j);
+        out[i, e] = {out};
+        {schedule}
+        m.fuse_at(out, i); l.fuse_at(out, i);
+        out.compile();"
+    )
+}
+
+/// Interpreter and evaluator agree on `src` at sizes (i, j, d, e), values spread by `scale`.
+pub fn agrees(src: &str, (i, j, d, e): (usize, usize, usize, usize), scale: f32) -> Result<(), TestCaseError> {
+    let (p, k) = lowered(src);
+    let args = Args::default()
+        .input("Q", Tensor::new(vec![i, d], centered(i * d, 1, scale)))
+        .input("K", Tensor::new(vec![j, d], centered(j * d, 2, scale)))
+        .input("V", Tensor::new(vec![j, e], centered(j * e, 3, 2.0)));
+    let (got, want) = interpreted_and_evaluated(&p, &k, &args);
+    for (n, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
+        prop_assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "element {}: got {}, want {}\n{}", n, g, w, src);
+    }
+    Ok(())
 }
