@@ -275,9 +275,22 @@ pub struct Loop {
     /// emitter's older path stop there; a warp-specialized loop (whose producer and consumers
     /// agree on their own bounds) runs every step.
     pub until: Option<DimId>,
+    /// With `until`: the causal mask that stops the loop, which holds in every lane of the
+    /// steps below the diagonal (see [`Diagonal`]); a target may run those without it.
+    pub diagonal: Option<Diagonal>,
     /// The schedule primitives that made this loop.
     pub origin: String,
     pub body: Vec<Stmt>,
+}
+
+/// The condition `j <= i` (or `j < i`, `strict`) of a causal mask, `j` the dimension of a loop
+/// that stops at the end of this program's block of `i` ([`Loop::until`]): it holds in every
+/// lane of a step whose last lane `o + step - 1` lies at or before (before, where strict) the
+/// block's first lane along `i`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Diagonal {
+    pub cond: ValueId,
+    pub strict: bool,
 }
 
 impl Loop {
@@ -677,6 +690,10 @@ fn print_stmts(k: &Kernel, stmts: &[Stmt], depth: usize, out: &mut String) {
                     Steps::Partial => ", partial step",
                 };
                 let until = l.until.map_or(String::new(), |d| format!(", until the end of the block of {}", k.dim_name(d)));
+                let until = match l.diagonal {
+                    Some(g) => format!("{until}, %{} true below the diagonal", g.cond.0),
+                    None => until,
+                };
                 let _ = writeln!(
                     out,
                     "{pad}for {} step {} ({kind}{stages}{backward}{steps}{until}):{}",

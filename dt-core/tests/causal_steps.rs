@@ -36,6 +36,25 @@ fn a_causal_mask_stops_the_key_loop_at_the_blocks_last_query() {
     assert_eq!(stop(&spec("i >= j", "-inf")).as_deref(), Some("i"));
 }
 
+/// The loop that stops carries its mask's condition (`Loop::diagonal`), a comparison of the
+/// key index with the query index defined in its body, strict where the mask is.
+#[test]
+fn a_causal_loop_knows_the_condition_that_holds_below_the_diagonal() {
+    use dt_core::algo::BinOp;
+    use dt_core::kir::{Op, Stmt};
+    for (cond, strict) in [("j <= i", false), ("j < i", true), ("i >= j", false)] {
+        let (_, k) = lowered(&spec(cond, "-inf"));
+        let keys = all_loops(&k.body).into_iter().find(|l| l.origin.contains("online")).expect("the merged loop");
+        let g = keys.diagonal.expect("a diagonal");
+        assert_eq!(g.strict, strict, "{cond}");
+        let def = keys.body.iter().find_map(|s| match s {
+            Stmt::Let { value, op } if *value == g.cond => Some(op.clone()),
+            _ => None,
+        });
+        assert!(matches!(def, Some(Op::Binary(BinOp::Le | BinOp::Lt | BinOp::Ge | BinOp::Gt, ..))), "{cond}: {def:?}");
+    }
+}
+
 #[test]
 fn other_masks_run_every_key_step() {
     // Keys after the query are the ones kept: the loop cannot stop early.

@@ -3184,8 +3184,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 64 <= s3) {
-                                /* a full step: every lane valid */
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
                                 float v2[32];
@@ -3226,7 +3226,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
                                 }
                                 float v70[32];
                                 #pragma unroll
@@ -3391,212 +3391,420 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                /* v0: the index along j, computed where it is read */
-                                /* v1: the index along i, computed where it is read */
-                                float v2[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
-                                }
-                                /* rdot accumulator */
-                                float acc1[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    acc1[r] = 0e0f;
-                                }
-                                /* v3: loaded by the dot that reads it (staged in shared memory) */
-                                /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
-                                {
-                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                if (o15 + 64 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
-                                }
-                                /* acc1 += v5: accumulated by the dot above */
-                                float v6[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v6[r] = acc1[r];
-                                }
-                                float v69[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
-                                }
-                                float v70[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l122 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v70[r] = ((unsigned)(o15 + l122) < (unsigned)s3) ? v69[r] : (-INFINITY);
-                                }
-                                float v71[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                     }
+                                    /* rdot accumulator */
+                                    float acc1[32];
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
-                                }
-                                float v14[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v14[r] = (v71[r] * v8[0]);
-                                }
-                                float v57[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v57[r] = acc0[r];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc0[r] = fmaxf(acc0[r], v14[r]);
-                                }
-                                float v58[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v58[r] = acc0[r];
-                                }
-                                float v61[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                                }
-                                float v62[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                                }
-                                float v63[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v63[r] = (v57[r] - v62[r]);
-                                }
-                                float v64[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v64[r] = dt_fast_exp(v63[r]);
-                                }
-                                float v65[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v65[r] = acc3[r];
-                                }
-                                float v66[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v66[r] = (v65[r] * v64[r]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = v66[r];
-                                }
-                                float v73[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v73[r] = (v62[r] * v72[0]);
-                                }
-                                float v76[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v76[r] = (v69[r] * v75[0]);
-                                }
-                                float v77[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                float v31[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp2(v77[r]);
-                                }
-                                float v32[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l174 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l174) < (unsigned)s3) ? v31[r] : 0e0f;
-                                }
-                                float v33[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
                                     }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v33[s] = p[s];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = acc3[r] + v33[r];
-                                }
-                                float v67[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v67[r] = acc6[r];
-                                }
-                                float v68[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    acc6[r] = v68[r];
-                                }
-                                /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
-                                {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
-                                    unsigned fas[4][4];
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
-                                        unsigned fa[1][4];
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
-                                            fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
-                                            fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
-                                            fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                         }
                                         #pragma unroll
-                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
                                     }
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
-                                    dt_wgmma_fence();
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
                                 }
-                                /* acc6 += v53: accumulated by the dot above */
                             }
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
@@ -3622,11 +3830,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l201 = 0;
-                        const int l202 = 0;
-                        const int l203 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l204 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l203) < (unsigned)s2 && (unsigned)(o4 + l204) < (unsigned)s4) out[(unsigned)(o1 + l201) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l202) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l203) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l204) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l286 = 0;
+                        const int l287 = 0;
+                        const int l288 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l289 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l288) < (unsigned)s2 && (unsigned)(o4 + l289) < (unsigned)s4) out[(unsigned)(o1 + l286) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l287) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l288) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l289) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -3809,8 +4017,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 64 <= s3) {
-                                /* a full step: every lane valid */
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
                                 float v2[32];
@@ -3851,7 +4059,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
                                 }
                                 float v70[32];
                                 #pragma unroll
@@ -4016,212 +4224,420 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                /* v0: the index along j, computed where it is read */
-                                /* v1: the index along i, computed where it is read */
-                                float v2[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
-                                }
-                                /* rdot accumulator */
-                                float acc1[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    acc1[r] = 0e0f;
-                                }
-                                /* v3: loaded by the dot that reads it (staged in shared memory) */
-                                /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
-                                {
-                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                if (o15 + 64 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
-                                }
-                                /* acc1 += v5: accumulated by the dot above */
-                                float v6[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v6[r] = acc1[r];
-                                }
-                                float v69[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
-                                }
-                                float v70[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l122 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v70[r] = ((unsigned)(o15 + l122) < (unsigned)s3) ? v69[r] : (-INFINITY);
-                                }
-                                float v71[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                     }
+                                    /* rdot accumulator */
+                                    float acc1[32];
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
-                                }
-                                float v14[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v14[r] = (v71[r] * v8[0]);
-                                }
-                                float v57[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v57[r] = acc0[r];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc0[r] = fmaxf(acc0[r], v14[r]);
-                                }
-                                float v58[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v58[r] = acc0[r];
-                                }
-                                float v61[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                                }
-                                float v62[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                                }
-                                float v63[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v63[r] = (v57[r] - v62[r]);
-                                }
-                                float v64[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v64[r] = dt_fast_exp(v63[r]);
-                                }
-                                float v65[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v65[r] = acc3[r];
-                                }
-                                float v66[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v66[r] = (v65[r] * v64[r]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = v66[r];
-                                }
-                                float v73[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v73[r] = (v62[r] * v72[0]);
-                                }
-                                float v76[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v76[r] = (v69[r] * v75[0]);
-                                }
-                                float v77[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                float v31[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp2(v77[r]);
-                                }
-                                float v32[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l174 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l174) < (unsigned)s3) ? v31[r] : 0e0f;
-                                }
-                                float v33[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
                                     }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v33[s] = p[s];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = acc3[r] + v33[r];
-                                }
-                                float v67[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v67[r] = acc6[r];
-                                }
-                                float v68[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    acc6[r] = v68[r];
-                                }
-                                /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
-                                {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
-                                    unsigned fas[4][4];
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
-                                        unsigned fa[1][4];
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
-                                            fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
-                                            fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
-                                            fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                         }
                                         #pragma unroll
-                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
                                     }
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
-                                    dt_wgmma_fence();
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
                                 }
-                                /* acc6 += v53: accumulated by the dot above */
                             }
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
@@ -4434,8 +4850,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 64 <= s3) {
-                                /* a full step: every lane valid */
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
                                 float v2[32];
@@ -4476,7 +4892,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
                                 }
                                 float v70[32];
                                 #pragma unroll
@@ -4641,212 +5057,420 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                /* v0: the index along j, computed where it is read */
-                                /* v1: the index along i, computed where it is read */
-                                float v2[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
-                                }
-                                /* rdot accumulator */
-                                float acc1[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    acc1[r] = 0e0f;
-                                }
-                                /* v3: loaded by the dot that reads it (staged in shared memory) */
-                                /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
-                                {
-                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                if (o15 + 64 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
-                                }
-                                /* acc1 += v5: accumulated by the dot above */
-                                float v6[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v6[r] = acc1[r];
-                                }
-                                float v69[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
-                                }
-                                float v70[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l122 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v70[r] = ((unsigned)(o15 + l122) < (unsigned)s3) ? v69[r] : (-INFINITY);
-                                }
-                                float v71[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                     }
+                                    /* rdot accumulator */
+                                    float acc1[32];
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
-                                }
-                                float v14[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v14[r] = (v71[r] * v8[0]);
-                                }
-                                float v57[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v57[r] = acc0[r];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc0[r] = fmaxf(acc0[r], v14[r]);
-                                }
-                                float v58[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v58[r] = acc0[r];
-                                }
-                                float v61[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                                }
-                                float v62[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                                }
-                                float v63[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v63[r] = (v57[r] - v62[r]);
-                                }
-                                float v64[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v64[r] = dt_fast_exp(v63[r]);
-                                }
-                                float v65[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v65[r] = acc3[r];
-                                }
-                                float v66[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v66[r] = (v65[r] * v64[r]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = v66[r];
-                                }
-                                float v73[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v73[r] = (v62[r] * v72[0]);
-                                }
-                                float v76[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v76[r] = (v69[r] * v75[0]);
-                                }
-                                float v77[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                float v31[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp2(v77[r]);
-                                }
-                                float v32[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l174 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l174) < (unsigned)s3) ? v31[r] : 0e0f;
-                                }
-                                float v33[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
                                     }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v33[s] = p[s];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = acc3[r] + v33[r];
-                                }
-                                float v67[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v67[r] = acc6[r];
-                                }
-                                float v68[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    acc6[r] = v68[r];
-                                }
-                                /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
-                                {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
-                                    unsigned fas[4][4];
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
-                                        unsigned fa[1][4];
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
-                                            fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
-                                            fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
-                                            fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                         }
                                         #pragma unroll
-                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
                                     }
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
-                                    dt_wgmma_fence();
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
                                 }
-                                /* acc6 += v53: accumulated by the dot above */
                             }
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
@@ -4872,11 +5496,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l201 = 0;
-                        const int l202 = 0;
-                        const int l203 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l204 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l203) < (unsigned)s2 && (unsigned)(o4 + l204) < (unsigned)s4) out[(unsigned)(o1 + l201) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l202) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l203) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l204) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l286 = 0;
+                        const int l287 = 0;
+                        const int l288 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l289 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l288) < (unsigned)s2 && (unsigned)(o4 + l289) < (unsigned)s4) out[(unsigned)(o1 + l286) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l287) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l288) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l289) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -5059,8 +5683,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 64 <= s3) {
-                                /* a full step: every lane valid */
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
                                 float v2[32];
@@ -5101,7 +5725,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
                                 }
                                 float v70[32];
                                 #pragma unroll
@@ -5266,212 +5890,420 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                /* v0: the index along j, computed where it is read */
-                                /* v1: the index along i, computed where it is read */
-                                float v2[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
-                                }
-                                /* rdot accumulator */
-                                float acc1[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    acc1[r] = 0e0f;
-                                }
-                                /* v3: loaded by the dot that reads it (staged in shared memory) */
-                                /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
-                                {
-                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                if (o15 + 64 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
-                                }
-                                /* acc1 += v5: accumulated by the dot above */
-                                float v6[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v6[r] = acc1[r];
-                                }
-                                float v69[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
-                                }
-                                float v70[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l122 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v70[r] = ((unsigned)(o15 + l122) < (unsigned)s3) ? v69[r] : (-INFINITY);
-                                }
-                                float v71[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                     }
+                                    /* rdot accumulator */
+                                    float acc1[32];
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
-                                }
-                                float v14[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v14[r] = (v71[r] * v8[0]);
-                                }
-                                float v57[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v57[r] = acc0[r];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc0[r] = fmaxf(acc0[r], v14[r]);
-                                }
-                                float v58[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v58[r] = acc0[r];
-                                }
-                                float v61[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                                }
-                                float v62[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                                }
-                                float v63[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v63[r] = (v57[r] - v62[r]);
-                                }
-                                float v64[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v64[r] = dt_fast_exp(v63[r]);
-                                }
-                                float v65[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v65[r] = acc3[r];
-                                }
-                                float v66[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v66[r] = (v65[r] * v64[r]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = v66[r];
-                                }
-                                float v73[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v73[r] = (v62[r] * v72[0]);
-                                }
-                                float v76[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v76[r] = (v69[r] * v75[0]);
-                                }
-                                float v77[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                float v31[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp2(v77[r]);
-                                }
-                                float v32[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l174 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l174) < (unsigned)s3) ? v31[r] : 0e0f;
-                                }
-                                float v33[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
                                     }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v33[s] = p[s];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = acc3[r] + v33[r];
-                                }
-                                float v67[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v67[r] = acc6[r];
-                                }
-                                float v68[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    acc6[r] = v68[r];
-                                }
-                                /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
-                                {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
-                                    unsigned fas[4][4];
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
-                                        unsigned fa[1][4];
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
-                                            fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
-                                            fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
-                                            fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                         }
                                         #pragma unroll
-                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
                                     }
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
-                                    dt_wgmma_fence();
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
                                 }
-                                /* acc6 += v53: accumulated by the dot above */
                             }
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
@@ -8024,8 +8856,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 64 <= s3) {
-                                /* a full step: every lane valid */
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
                                 float v2[32];
@@ -8066,7 +8898,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
                                 }
                                 float v70[32];
                                 #pragma unroll
@@ -8231,212 +9063,420 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                /* v0: the index along j, computed where it is read */
-                                /* v1: the index along i, computed where it is read */
-                                float v2[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
-                                }
-                                /* rdot accumulator */
-                                float acc1[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    acc1[r] = 0e0f;
-                                }
-                                /* v3: loaded by the dot that reads it (staged in shared memory) */
-                                /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
-                                {
-                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                if (o15 + 64 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
-                                }
-                                /* acc1 += v5: accumulated by the dot above */
-                                float v6[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v6[r] = acc1[r];
-                                }
-                                float v69[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
-                                }
-                                float v70[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l122 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v70[r] = ((unsigned)(o15 + l122) < (unsigned)s3) ? v69[r] : (-INFINITY);
-                                }
-                                float v71[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                     }
+                                    /* rdot accumulator */
+                                    float acc1[32];
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
-                                }
-                                float v14[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v14[r] = (v71[r] * v8[0]);
-                                }
-                                float v57[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v57[r] = acc0[r];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc0[r] = fmaxf(acc0[r], v14[r]);
-                                }
-                                float v58[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v58[r] = acc0[r];
-                                }
-                                float v61[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                                }
-                                float v62[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                                }
-                                float v63[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v63[r] = (v57[r] - v62[r]);
-                                }
-                                float v64[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v64[r] = dt_fast_exp(v63[r]);
-                                }
-                                float v65[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v65[r] = acc3[r];
-                                }
-                                float v66[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v66[r] = (v65[r] * v64[r]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = v66[r];
-                                }
-                                float v73[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v73[r] = (v62[r] * v72[0]);
-                                }
-                                float v76[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v76[r] = (v69[r] * v75[0]);
-                                }
-                                float v77[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                float v31[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp2(v77[r]);
-                                }
-                                float v32[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l174 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l174) < (unsigned)s3) ? v31[r] : 0e0f;
-                                }
-                                float v33[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
                                     }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v33[s] = p[s];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = acc3[r] + v33[r];
-                                }
-                                float v67[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v67[r] = acc6[r];
-                                }
-                                float v68[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc6[r] = v68[r];
-                                }
-                                /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                    unsigned fas[4][4];
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
-                                        unsigned fa[1][4];
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
-                                            fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
-                                            fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
-                                            fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                         }
                                         #pragma unroll
-                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
                                     }
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
-                                    dt_wgmma_fence();
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
                                 }
-                                /* acc6 += v53: accumulated by the dot above */
                             }
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
@@ -8462,11 +9502,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l201 = 0;
-                        const int l202 = 0;
-                        const int l203 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l204 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l203) < (unsigned)s2 && (unsigned)(o4 + l204) < (unsigned)s4) out[(unsigned)(o1 + l201) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l202) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l203) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l204) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l286 = 0;
+                        const int l287 = 0;
+                        const int l288 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l289 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l288) < (unsigned)s2 && (unsigned)(o4 + l289) < (unsigned)s4) out[(unsigned)(o1 + l286) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l287) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l288) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l289) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -8649,8 +9689,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 64 <= s3) {
-                                /* a full step: every lane valid */
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
                                 float v2[32];
@@ -8691,7 +9731,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
                                 }
                                 float v70[32];
                                 #pragma unroll
@@ -8856,212 +9896,420 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                /* v0: the index along j, computed where it is read */
-                                /* v1: the index along i, computed where it is read */
-                                float v2[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
-                                }
-                                /* rdot accumulator */
-                                float acc1[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    acc1[r] = 0e0f;
-                                }
-                                /* v3: loaded by the dot that reads it (staged in shared memory) */
-                                /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
-                                {
-                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                if (o15 + 64 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
-                                }
-                                /* acc1 += v5: accumulated by the dot above */
-                                float v6[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v6[r] = acc1[r];
-                                }
-                                float v69[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
-                                }
-                                float v70[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l122 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v70[r] = ((unsigned)(o15 + l122) < (unsigned)s3) ? v69[r] : (-INFINITY);
-                                }
-                                float v71[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                     }
+                                    /* rdot accumulator */
+                                    float acc1[32];
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
-                                }
-                                float v14[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v14[r] = (v71[r] * v8[0]);
-                                }
-                                float v57[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v57[r] = acc0[r];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc0[r] = fmaxf(acc0[r], v14[r]);
-                                }
-                                float v58[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v58[r] = acc0[r];
-                                }
-                                float v61[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                                }
-                                float v62[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                                }
-                                float v63[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v63[r] = (v57[r] - v62[r]);
-                                }
-                                float v64[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v64[r] = dt_fast_exp(v63[r]);
-                                }
-                                float v65[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v65[r] = acc3[r];
-                                }
-                                float v66[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v66[r] = (v65[r] * v64[r]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = v66[r];
-                                }
-                                float v73[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v73[r] = (v62[r] * v72[0]);
-                                }
-                                float v76[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v76[r] = (v69[r] * v75[0]);
-                                }
-                                float v77[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                float v31[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp2(v77[r]);
-                                }
-                                float v32[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l174 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l174) < (unsigned)s3) ? v31[r] : 0e0f;
-                                }
-                                float v33[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
                                     }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v33[s] = p[s];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = acc3[r] + v33[r];
-                                }
-                                float v67[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v67[r] = acc6[r];
-                                }
-                                float v68[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc6[r] = v68[r];
-                                }
-                                /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                    unsigned fas[4][4];
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
-                                        unsigned fa[1][4];
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
-                                            fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
-                                            fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
-                                            fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                         }
                                         #pragma unroll
-                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
                                     }
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
-                                    dt_wgmma_fence();
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
                                 }
-                                /* acc6 += v53: accumulated by the dot above */
                             }
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
@@ -9274,8 +10522,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 64 <= s3) {
-                                /* a full step: every lane valid */
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
                                 float v2[32];
@@ -9316,7 +10564,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
                                 }
                                 float v70[32];
                                 #pragma unroll
@@ -9481,212 +10729,420 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                /* v0: the index along j, computed where it is read */
-                                /* v1: the index along i, computed where it is read */
-                                float v2[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
-                                }
-                                /* rdot accumulator */
-                                float acc1[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    acc1[r] = 0e0f;
-                                }
-                                /* v3: loaded by the dot that reads it (staged in shared memory) */
-                                /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
-                                {
-                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                if (o15 + 64 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
-                                }
-                                /* acc1 += v5: accumulated by the dot above */
-                                float v6[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v6[r] = acc1[r];
-                                }
-                                float v69[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
-                                }
-                                float v70[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l122 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v70[r] = ((unsigned)(o15 + l122) < (unsigned)s3) ? v69[r] : (-INFINITY);
-                                }
-                                float v71[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                     }
+                                    /* rdot accumulator */
+                                    float acc1[32];
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
-                                }
-                                float v14[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v14[r] = (v71[r] * v8[0]);
-                                }
-                                float v57[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v57[r] = acc0[r];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc0[r] = fmaxf(acc0[r], v14[r]);
-                                }
-                                float v58[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v58[r] = acc0[r];
-                                }
-                                float v61[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                                }
-                                float v62[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                                }
-                                float v63[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v63[r] = (v57[r] - v62[r]);
-                                }
-                                float v64[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v64[r] = dt_fast_exp(v63[r]);
-                                }
-                                float v65[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v65[r] = acc3[r];
-                                }
-                                float v66[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v66[r] = (v65[r] * v64[r]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = v66[r];
-                                }
-                                float v73[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v73[r] = (v62[r] * v72[0]);
-                                }
-                                float v76[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v76[r] = (v69[r] * v75[0]);
-                                }
-                                float v77[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                float v31[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp2(v77[r]);
-                                }
-                                float v32[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l174 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l174) < (unsigned)s3) ? v31[r] : 0e0f;
-                                }
-                                float v33[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
                                     }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v33[s] = p[s];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = acc3[r] + v33[r];
-                                }
-                                float v67[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v67[r] = acc6[r];
-                                }
-                                float v68[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc6[r] = v68[r];
-                                }
-                                /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                    unsigned fas[4][4];
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
-                                        unsigned fa[1][4];
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
-                                            fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
-                                            fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
-                                            fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                         }
                                         #pragma unroll
-                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
                                     }
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
-                                    dt_wgmma_fence();
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
                                 }
-                                /* acc6 += v53: accumulated by the dot above */
                             }
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
@@ -9712,11 +11168,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l201 = 0;
-                        const int l202 = 0;
-                        const int l203 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l204 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l203) < (unsigned)s2 && (unsigned)(o4 + l204) < (unsigned)s4) out[(unsigned)(o1 + l201) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l202) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l203) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l204) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l286 = 0;
+                        const int l287 = 0;
+                        const int l288 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l289 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l288) < (unsigned)s2 && (unsigned)(o4 + l289) < (unsigned)s4) out[(unsigned)(o1 + l286) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l287) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l288) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l289) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -9899,8 +11355,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 64 <= s3) {
-                                /* a full step: every lane valid */
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
                                 float v2[32];
@@ -9941,7 +11397,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
                                 }
                                 float v70[32];
                                 #pragma unroll
@@ -10106,212 +11562,420 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                /* v0: the index along j, computed where it is read */
-                                /* v1: the index along i, computed where it is read */
-                                float v2[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
-                                }
-                                /* rdot accumulator */
-                                float acc1[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    acc1[r] = 0e0f;
-                                }
-                                /* v3: loaded by the dot that reads it (staged in shared memory) */
-                                /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
-                                {
-                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                if (o15 + 64 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
-                                }
-                                /* acc1 += v5: accumulated by the dot above */
-                                float v6[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v6[r] = acc1[r];
-                                }
-                                float v69[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
-                                }
-                                float v70[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l122 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v70[r] = ((unsigned)(o15 + l122) < (unsigned)s3) ? v69[r] : (-INFINITY);
-                                }
-                                float v71[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                     }
+                                    /* rdot accumulator */
+                                    float acc1[32];
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
-                                }
-                                float v14[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v14[r] = (v71[r] * v8[0]);
-                                }
-                                float v57[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v57[r] = acc0[r];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc0[r] = fmaxf(acc0[r], v14[r]);
-                                }
-                                float v58[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v58[r] = acc0[r];
-                                }
-                                float v61[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                                }
-                                float v62[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                                }
-                                float v63[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v63[r] = (v57[r] - v62[r]);
-                                }
-                                float v64[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v64[r] = dt_fast_exp(v63[r]);
-                                }
-                                float v65[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v65[r] = acc3[r];
-                                }
-                                float v66[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v66[r] = (v65[r] * v64[r]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = v66[r];
-                                }
-                                float v73[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v73[r] = (v62[r] * v72[0]);
-                                }
-                                float v76[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v76[r] = (v69[r] * v75[0]);
-                                }
-                                float v77[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                float v31[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v31[r] = dt_fast_exp2(v77[r]);
-                                }
-                                float v32[32];
-                                #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l174 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l174) < (unsigned)s3) ? v31[r] : 0e0f;
-                                }
-                                float v33[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
-                                    #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
                                     }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
                                     #pragma unroll
-                                    for (int s = 0; s < 2; s++) v33[s] = p[s];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = acc3[r] + v33[r];
-                                }
-                                float v67[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v67[r] = acc6[r];
-                                }
-                                float v68[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc6[r] = v68[r];
-                                }
-                                /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                    unsigned fas[4][4];
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
-                                        unsigned fa[1][4];
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
-                                            fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
-                                            fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
-                                            fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
                                         }
                                         #pragma unroll
-                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
                                     }
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
-                                    dt_wgmma_fence();
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
                                 }
-                                /* acc6 += v53: accumulated by the dot above */
                             }
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
@@ -13236,8 +14900,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                 }
                             }
                             dt_cp_async_commit();
-                            if (o15 + 64 <= s3) {
-                                /* a full step: every lane valid */
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
                                 float v2[64];
@@ -13283,7 +14947,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                 float v69[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
                                 }
                                 float v70[64];
                                 #pragma unroll
@@ -13445,214 +15109,424 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                /* v0: the index along j, computed where it is read */
-                                /* v1: the index along i, computed where it is read */
-                                float v2[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l130 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l131 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
-                                }
-                                /* rdot accumulator */
-                                float acc1[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc1[r] = 0e0f;
-                                }
-                                /* v3: loaded by the dot that reads it (staged in shared memory) */
-                                /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
-                                {
-                                    const int lane = tid & 31;
-                                    const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
-                                    const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
+                                if (o15 + 64 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[64];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
-                                        unsigned fa[2][4], fb[8][2];
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l130 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l131 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                         #pragma unroll
-                                        for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
-                                        #pragma unroll
-                                        for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
-                                        #pragma unroll
-                                        for (int i = 0; i < 2; i++) {
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[2][4], fb[8][2];
                                             #pragma unroll
-                                            for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
-                                        }
-                                    }
-                                }
-                                /* acc1 += v5: accumulated by the dot above */
-                                float v6[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v6[r] = acc1[r];
-                                }
-                                float v69[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
-                                }
-                                float v70[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l147 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v70[r] = ((unsigned)(o15 + l147) < (unsigned)s3) ? v69[r] : (-INFINITY);
-                                }
-                                float v71[4];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[4];
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
-                                    }
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) v71[s] = p[s];
-                                }
-                                float v14[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v14[r] = (v71[r] * v8[0]);
-                                }
-                                float v57[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v57[r] = acc0[r];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    acc0[r] = fmaxf(acc0[r], v14[r]);
-                                }
-                                float v58[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v58[r] = acc0[r];
-                                }
-                                float v61[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                                }
-                                float v62[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                                }
-                                float v63[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v63[r] = (v57[r] - v62[r]);
-                                }
-                                float v64[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v64[r] = dt_fast_exp(v63[r]);
-                                }
-                                float v65[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v65[r] = acc3[r];
-                                }
-                                float v66[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v66[r] = (v65[r] * v64[r]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    acc3[r] = v66[r];
-                                }
-                                float v73[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v73[r] = (v62[r] * v72[0]);
-                                }
-                                float v76[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v76[r] = (v69[r] * v75[0]);
-                                }
-                                float v77[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                float v31[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v31[r] = dt_fast_exp2(v77[r]);
-                                }
-                                float v32[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l199 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l199) < (unsigned)s3) ? v31[r] : 0e0f;
-                                }
-                                float v33[4];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[4];
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) p[s] = 0e0f;
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
-                                    }
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) v33[s] = p[s];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    acc3[r] = acc3[r] + v33[r];
-                                }
-                                float v67[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v67[r] = acc6[r];
-                                }
-                                float v68[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc6[r] = v68[r];
-                                }
-                                /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
-                                {
-                                    const int lane = tid & 31;
-                                    const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
-                                        unsigned fa[2][4], fb[8][2];
-                                        #pragma unroll
-                                        for (int i = 0; i < 2; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
-                                            fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
-                                            fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
-                                            fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
-                                        }
-                                        #pragma unroll
-                                        for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
-                                        #pragma unroll
-                                        for (int i = 0; i < 2; i++) {
+                                            for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                             #pragma unroll
-                                            for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            }
                                         }
                                     }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[4];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[4];
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) v71[s] = p[s];
+                                    }
+                                    float v14[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[4];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[4];
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[2][4], fb[8][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l215 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l216 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l216)) <= ((float)(o3 + l215)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[2][4], fb[8][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l232 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l232) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[4];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[4];
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) v71[s] = p[s];
+                                    }
+                                    float v14[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l284 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l284) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[4];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[4];
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[2][4], fb[8][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
                                 }
-                                /* acc6 += v53: accumulated by the dot above */
                             }
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
@@ -13677,11 +15551,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l226 = 0;
-                        const int l227 = 0;
-                        const int l228 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l229 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l228) < (unsigned)s2 && (unsigned)(o4 + l229) < (unsigned)s4) out[(unsigned)(o1 + l226) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l227) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l228) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l229) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l311 = 0;
+                        const int l312 = 0;
+                        const int l313 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l314 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l313) < (unsigned)s2 && (unsigned)(o4 + l314) < (unsigned)s4) out[(unsigned)(o1 + l311) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l312) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l313) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l314) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -13936,8 +15810,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                 }
                             }
                             dt_cp_async_commit();
-                            if (o15 + 64 <= s3) {
-                                /* a full step: every lane valid */
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
                                 float v2[64];
@@ -13983,7 +15857,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                 float v69[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
                                 }
                                 float v70[64];
                                 #pragma unroll
@@ -14145,214 +16019,424 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                /* v0: the index along j, computed where it is read */
-                                /* v1: the index along i, computed where it is read */
-                                float v2[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l130 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l131 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
-                                }
-                                /* rdot accumulator */
-                                float acc1[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc1[r] = 0e0f;
-                                }
-                                /* v3: loaded by the dot that reads it (staged in shared memory) */
-                                /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
-                                {
-                                    const int lane = tid & 31;
-                                    const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
-                                    const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
+                                if (o15 + 64 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[64];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
-                                        unsigned fa[2][4], fb[8][2];
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l130 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l131 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                         #pragma unroll
-                                        for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
-                                        #pragma unroll
-                                        for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
-                                        #pragma unroll
-                                        for (int i = 0; i < 2; i++) {
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[2][4], fb[8][2];
                                             #pragma unroll
-                                            for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
-                                        }
-                                    }
-                                }
-                                /* acc1 += v5: accumulated by the dot above */
-                                float v6[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v6[r] = acc1[r];
-                                }
-                                float v69[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
-                                }
-                                float v70[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l147 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v70[r] = ((unsigned)(o15 + l147) < (unsigned)s3) ? v69[r] : (-INFINITY);
-                                }
-                                float v71[4];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[4];
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
-                                    }
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) v71[s] = p[s];
-                                }
-                                float v14[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v14[r] = (v71[r] * v8[0]);
-                                }
-                                float v57[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v57[r] = acc0[r];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    acc0[r] = fmaxf(acc0[r], v14[r]);
-                                }
-                                float v58[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v58[r] = acc0[r];
-                                }
-                                float v61[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                                }
-                                float v62[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                                }
-                                float v63[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v63[r] = (v57[r] - v62[r]);
-                                }
-                                float v64[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v64[r] = dt_fast_exp(v63[r]);
-                                }
-                                float v65[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v65[r] = acc3[r];
-                                }
-                                float v66[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v66[r] = (v65[r] * v64[r]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    acc3[r] = v66[r];
-                                }
-                                float v73[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v73[r] = (v62[r] * v72[0]);
-                                }
-                                float v76[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v76[r] = (v69[r] * v75[0]);
-                                }
-                                float v77[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                float v31[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v31[r] = dt_fast_exp2(v77[r]);
-                                }
-                                float v32[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l199 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l199) < (unsigned)s3) ? v31[r] : 0e0f;
-                                }
-                                float v33[4];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[4];
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) p[s] = 0e0f;
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
-                                    }
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) v33[s] = p[s];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    acc3[r] = acc3[r] + v33[r];
-                                }
-                                float v67[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v67[r] = acc6[r];
-                                }
-                                float v68[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc6[r] = v68[r];
-                                }
-                                /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
-                                {
-                                    const int lane = tid & 31;
-                                    const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
-                                        unsigned fa[2][4], fb[8][2];
-                                        #pragma unroll
-                                        for (int i = 0; i < 2; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
-                                            fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
-                                            fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
-                                            fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
-                                        }
-                                        #pragma unroll
-                                        for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
-                                        #pragma unroll
-                                        for (int i = 0; i < 2; i++) {
+                                            for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                             #pragma unroll
-                                            for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            }
                                         }
                                     }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[4];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[4];
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) v71[s] = p[s];
+                                    }
+                                    float v14[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[4];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[4];
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[2][4], fb[8][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l215 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l216 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l216)) <= ((float)(o3 + l215)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[2][4], fb[8][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l232 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l232) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[4];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[4];
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) v71[s] = p[s];
+                                    }
+                                    float v14[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l284 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l284) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[4];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[4];
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[2][4], fb[8][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_f16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
                                 }
-                                /* acc6 += v53: accumulated by the dot above */
                             }
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
@@ -14636,8 +16720,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                 }
                             }
                             dt_cp_async_commit();
-                            if (o15 + 64 <= s3) {
-                                /* a full step: every lane valid */
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
                                 float v2[64];
@@ -14683,7 +16767,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                 float v69[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
                                 }
                                 float v70[64];
                                 #pragma unroll
@@ -14845,214 +16929,424 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                /* v0: the index along j, computed where it is read */
-                                /* v1: the index along i, computed where it is read */
-                                float v2[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l130 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l131 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
-                                }
-                                /* rdot accumulator */
-                                float acc1[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc1[r] = 0e0f;
-                                }
-                                /* v3: loaded by the dot that reads it (staged in shared memory) */
-                                /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
-                                {
-                                    const int lane = tid & 31;
-                                    const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
-                                    const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
+                                if (o15 + 64 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[64];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
-                                        unsigned fa[2][4], fb[8][2];
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l130 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l131 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                         #pragma unroll
-                                        for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
-                                        #pragma unroll
-                                        for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
-                                        #pragma unroll
-                                        for (int i = 0; i < 2; i++) {
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[2][4], fb[8][2];
                                             #pragma unroll
-                                            for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
-                                        }
-                                    }
-                                }
-                                /* acc1 += v5: accumulated by the dot above */
-                                float v6[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v6[r] = acc1[r];
-                                }
-                                float v69[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
-                                }
-                                float v70[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l147 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v70[r] = ((unsigned)(o15 + l147) < (unsigned)s3) ? v69[r] : (-INFINITY);
-                                }
-                                float v71[4];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[4];
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
-                                    }
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) v71[s] = p[s];
-                                }
-                                float v14[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v14[r] = (v71[r] * v8[0]);
-                                }
-                                float v57[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v57[r] = acc0[r];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    acc0[r] = fmaxf(acc0[r], v14[r]);
-                                }
-                                float v58[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v58[r] = acc0[r];
-                                }
-                                float v61[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                                }
-                                float v62[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                                }
-                                float v63[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v63[r] = (v57[r] - v62[r]);
-                                }
-                                float v64[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v64[r] = dt_fast_exp(v63[r]);
-                                }
-                                float v65[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v65[r] = acc3[r];
-                                }
-                                float v66[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v66[r] = (v65[r] * v64[r]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    acc3[r] = v66[r];
-                                }
-                                float v73[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v73[r] = (v62[r] * v72[0]);
-                                }
-                                float v76[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v76[r] = (v69[r] * v75[0]);
-                                }
-                                float v77[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                float v31[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v31[r] = dt_fast_exp2(v77[r]);
-                                }
-                                float v32[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l199 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l199) < (unsigned)s3) ? v31[r] : 0e0f;
-                                }
-                                float v33[4];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[4];
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) p[s] = 0e0f;
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
-                                    }
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) v33[s] = p[s];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    acc3[r] = acc3[r] + v33[r];
-                                }
-                                float v67[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v67[r] = acc6[r];
-                                }
-                                float v68[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc6[r] = v68[r];
-                                }
-                                /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
-                                {
-                                    const int lane = tid & 31;
-                                    const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
-                                        unsigned fa[2][4], fb[8][2];
-                                        #pragma unroll
-                                        for (int i = 0; i < 2; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
-                                            fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
-                                            fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
-                                            fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
-                                        }
-                                        #pragma unroll
-                                        for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
-                                        #pragma unroll
-                                        for (int i = 0; i < 2; i++) {
+                                            for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                             #pragma unroll
-                                            for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            }
                                         }
                                     }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[4];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[4];
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) v71[s] = p[s];
+                                    }
+                                    float v14[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[4];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[4];
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[2][4], fb[8][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l215 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l216 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l216)) <= ((float)(o3 + l215)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[2][4], fb[8][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l232 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l232) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[4];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[4];
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) v71[s] = p[s];
+                                    }
+                                    float v14[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l284 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l284) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[4];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[4];
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[2][4], fb[8][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
                                 }
-                                /* acc6 += v53: accumulated by the dot above */
                             }
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
@@ -15077,11 +17371,11 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l226 = 0;
-                        const int l227 = 0;
-                        const int l228 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l229 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l228) < (unsigned)s2 && (unsigned)(o4 + l229) < (unsigned)s4) out[(unsigned)(o1 + l226) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l227) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l228) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l229) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l311 = 0;
+                        const int l312 = 0;
+                        const int l313 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l314 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l313) < (unsigned)s2 && (unsigned)(o4 + l314) < (unsigned)s4) out[(unsigned)(o1 + l311) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l312) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l313) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l314) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -15336,8 +17630,8 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                 }
                             }
                             dt_cp_async_commit();
-                            if (o15 + 64 <= s3) {
-                                /* a full step: every lane valid */
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
                                 float v2[64];
@@ -15383,7 +17677,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                 float v69[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
                                 }
                                 float v70[64];
                                 #pragma unroll
@@ -15545,214 +17839,424 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                /* v0: the index along j, computed where it is read */
-                                /* v1: the index along i, computed where it is read */
-                                float v2[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l130 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l131 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
-                                }
-                                /* rdot accumulator */
-                                float acc1[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc1[r] = 0e0f;
-                                }
-                                /* v3: loaded by the dot that reads it (staged in shared memory) */
-                                /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
-                                {
-                                    const int lane = tid & 31;
-                                    const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
-                                    const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
+                                if (o15 + 64 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[64];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
-                                        unsigned fa[2][4], fb[8][2];
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l130 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l131 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
                                         #pragma unroll
-                                        for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
-                                        #pragma unroll
-                                        for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
-                                        #pragma unroll
-                                        for (int i = 0; i < 2; i++) {
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[2][4], fb[8][2];
                                             #pragma unroll
-                                            for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
-                                        }
-                                    }
-                                }
-                                /* acc1 += v5: accumulated by the dot above */
-                                float v6[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v6[r] = acc1[r];
-                                }
-                                float v69[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
-                                }
-                                float v70[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l147 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v70[r] = ((unsigned)(o15 + l147) < (unsigned)s3) ? v69[r] : (-INFINITY);
-                                }
-                                float v71[4];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[4];
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
-                                    }
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) v71[s] = p[s];
-                                }
-                                float v14[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v14[r] = (v71[r] * v8[0]);
-                                }
-                                float v57[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v57[r] = acc0[r];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    acc0[r] = fmaxf(acc0[r], v14[r]);
-                                }
-                                float v58[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v58[r] = acc0[r];
-                                }
-                                float v61[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                                }
-                                float v62[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                                }
-                                float v63[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v63[r] = (v57[r] - v62[r]);
-                                }
-                                float v64[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v64[r] = dt_fast_exp(v63[r]);
-                                }
-                                float v65[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v65[r] = acc3[r];
-                                }
-                                float v66[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v66[r] = (v65[r] * v64[r]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    acc3[r] = v66[r];
-                                }
-                                float v73[4];
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    v73[r] = (v62[r] * v72[0]);
-                                }
-                                float v76[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v76[r] = (v69[r] * v75[0]);
-                                }
-                                float v77[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                float v31[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v31[r] = dt_fast_exp2(v77[r]);
-                                }
-                                float v32[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l199 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l199) < (unsigned)s3) ? v31[r] : 0e0f;
-                                }
-                                float v33[4];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[4];
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) p[s] = 0e0f;
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
-                                    }
-                                    #pragma unroll
-                                    for (int s = 0; s < 4; s++) v33[s] = p[s];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 4; r++) {
-                                    acc3[r] = acc3[r] + v33[r];
-                                }
-                                float v67[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v67[r] = acc6[r];
-                                }
-                                float v68[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc6[r] = v68[r];
-                                }
-                                /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
-                                {
-                                    const int lane = tid & 31;
-                                    const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
-                                        unsigned fa[2][4], fb[8][2];
-                                        #pragma unroll
-                                        for (int i = 0; i < 2; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
-                                            fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
-                                            fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
-                                            fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
-                                        }
-                                        #pragma unroll
-                                        for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
-                                        #pragma unroll
-                                        for (int i = 0; i < 2; i++) {
+                                            for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
                                             #pragma unroll
-                                            for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            }
                                         }
                                     }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[4];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[4];
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) v71[s] = p[s];
+                                    }
+                                    float v14[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[4];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[4];
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[2][4], fb[8][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l215 = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l216 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l216)) <= ((float)(o3 + l215)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 32 + (lane & 15)) * 72 + ((lane >> 4)) * 8) * 2;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 4608 + rd16 * 2304)) + (((tid >> 5) % 1 * 64 + (lane & 7) + (lane >> 4) * 8) * 72 + (((lane >> 3) & 1)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[2][4], fb[8][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 72 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 72 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l232 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l232) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[4];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[4];
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) v71[s] = p[s];
+                                    }
+                                    float v14[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[4];
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l284 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l284) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[4];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[4];
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 4; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 4; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 4 x 1 warps of 2 x 8 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 11520 + rd16 * 2304)) + (((lane & 15)) * 72 + ((tid >> 5) % 1 * 8 + (lane >> 4)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[2][4], fb[8][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 8; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 72 + (j) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 2; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 8; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 8 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
                                 }
-                                /* acc6 += v53: accumulated by the dot above */
                             }
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
@@ -18700,8 +21204,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                                 }
                             }
                             dt_cp_async_commit();
-                            if (o15 + 32 <= s3) {
-                                /* a full step: every lane valid */
+                            if (o15 + 32 <= s3 && o15 + 31 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
                                 float v2[16];
@@ -18747,7 +21251,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                                 float v69[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
                                 }
                                 float v70[16];
                                 #pragma unroll
@@ -18909,214 +21413,424 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                /* v0: the index along j, computed where it is read */
-                                /* v1: the index along i, computed where it is read */
-                                float v2[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l131 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
-                                }
-                                /* rdot accumulator */
-                                float acc1[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    acc1[r] = 0e0f;
-                                }
-                                /* v3: loaded by the dot that reads it (staged in shared memory) */
-                                /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
-                                {
-                                    const int lane = tid & 31;
-                                    const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + ((lane >> 4)) * 8) * 2;
-                                    const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + (((lane >> 3) & 1)) * 8) * 2;
+                                if (o15 + 32 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[16];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
-                                        unsigned fa[1][4], fb[4][2];
+                                    for (int r = 0; r < 16; r++) {
+                                        const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l131 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + ((lane >> 4)) * 8) * 2;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + (((lane >> 3) & 1)) * 8) * 2;
                                         #pragma unroll
-                                        for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 136 + ((kk / 16) * 2) * 8) * 2);
-                                        #pragma unroll
-                                        for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 136 + ((kk / 16) * 2) * 8) * 2);
-                                        #pragma unroll
-                                        for (int i = 0; i < 1; i++) {
+                                        for (int kk = 0; kk < 128; kk += 16) {
+                                            unsigned fa[1][4], fb[4][2];
                                             #pragma unroll
-                                            for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
-                                        }
-                                    }
-                                }
-                                /* acc1 += v5: accumulated by the dot above */
-                                float v6[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v6[r] = acc1[r];
-                                }
-                                float v69[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
-                                }
-                                float v70[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    const int l147 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v70[r] = ((unsigned)(o15 + l147) < (unsigned)s3) ? v69[r] : (-INFINITY);
-                                }
-                                float v71[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
-                                    #pragma unroll
-                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
-                                    }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
-                                }
-                                float v14[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v14[r] = (v71[r] * v8[0]);
-                                }
-                                float v57[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v57[r] = acc0[r];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc0[r] = fmaxf(acc0[r], v14[r]);
-                                }
-                                float v58[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v58[r] = acc0[r];
-                                }
-                                float v61[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                                }
-                                float v62[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                                }
-                                float v63[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v63[r] = (v57[r] - v62[r]);
-                                }
-                                float v64[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v64[r] = dt_fast_exp(v63[r]);
-                                }
-                                float v65[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v65[r] = acc3[r];
-                                }
-                                float v66[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v66[r] = (v65[r] * v64[r]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = v66[r];
-                                }
-                                float v73[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v73[r] = (v62[r] * v72[0]);
-                                }
-                                float v76[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v76[r] = (v69[r] * v75[0]);
-                                }
-                                float v77[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
-                                }
-                                float v31[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v31[r] = dt_fast_exp2(v77[r]);
-                                }
-                                float v32[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    const int l199 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l199) < (unsigned)s3) ? v31[r] : 0e0f;
-                                }
-                                float v33[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
-                                    #pragma unroll
-                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
-                                    }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) v33[s] = p[s];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = acc3[r] + v33[r];
-                                }
-                                float v67[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v67[r] = acc6[r];
-                                }
-                                float v68[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc6[r] = v68[r];
-                                }
-                                /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const int lane = tid & 31;
-                                    const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 32; kk += 16) {
-                                        unsigned fa[1][4], fb[16][2];
-                                        #pragma unroll
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 4 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
-                                            fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
-                                            fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
-                                            fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
-                                        }
-                                        #pragma unroll
-                                        for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
-                                        #pragma unroll
-                                        for (int i = 0; i < 1; i++) {
+                                            for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 136 + ((kk / 16) * 2) * 8) * 2);
                                             #pragma unroll
-                                            for (int j = 0; j < 16; j++) dt_mma_m16n8k16_f16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                            for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 136 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                            }
                                         }
                                     }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 32; kk += 16) {
+                                            unsigned fa[1][4], fb[16][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 4 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 16; j++) dt_mma_m16n8k16_f16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        const int l215 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l216 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l216)) <= ((float)(o3 + l215)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + ((lane >> 4)) * 8) * 2;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + (((lane >> 3) & 1)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 128; kk += 16) {
+                                            unsigned fa[1][4], fb[4][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 136 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 136 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        const int l232 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l232) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        const int l284 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l284) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 32; kk += 16) {
+                                            unsigned fa[1][4], fb[16][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 4 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 16; j++) dt_mma_m16n8k16_f16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
                                 }
-                                /* acc6 += v53: accumulated by the dot above */
                             }
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
@@ -19141,11 +21855,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l226 = 0;
-                        const int l227 = 0;
-                        const int l228 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l229 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l228) < (unsigned)s2 && (unsigned)(o4 + l229) < (unsigned)s4) out[(unsigned)(o1 + l226) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l227) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l228) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l229) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l311 = 0;
+                        const int l312 = 0;
+                        const int l313 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l314 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l313) < (unsigned)s2 && (unsigned)(o4 + l314) < (unsigned)s4) out[(unsigned)(o1 + l311) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l312) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l313) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l314) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -19400,8 +22114,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                                 }
                             }
                             dt_cp_async_commit();
-                            if (o15 + 32 <= s3) {
-                                /* a full step: every lane valid */
+                            if (o15 + 32 <= s3 && o15 + 31 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
                                 float v2[16];
@@ -19447,7 +22161,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                                 float v69[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
                                 }
                                 float v70[16];
                                 #pragma unroll
@@ -19609,214 +22323,424 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                /* v0: the index along j, computed where it is read */
-                                /* v1: the index along i, computed where it is read */
-                                float v2[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l131 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
-                                }
-                                /* rdot accumulator */
-                                float acc1[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    acc1[r] = 0e0f;
-                                }
-                                /* v3: loaded by the dot that reads it (staged in shared memory) */
-                                /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
-                                {
-                                    const int lane = tid & 31;
-                                    const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + ((lane >> 4)) * 8) * 2;
-                                    const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + (((lane >> 3) & 1)) * 8) * 2;
+                                if (o15 + 32 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[16];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
-                                        unsigned fa[1][4], fb[4][2];
+                                    for (int r = 0; r < 16; r++) {
+                                        const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l131 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + ((lane >> 4)) * 8) * 2;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + (((lane >> 3) & 1)) * 8) * 2;
                                         #pragma unroll
-                                        for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 136 + ((kk / 16) * 2) * 8) * 2);
-                                        #pragma unroll
-                                        for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 136 + ((kk / 16) * 2) * 8) * 2);
-                                        #pragma unroll
-                                        for (int i = 0; i < 1; i++) {
+                                        for (int kk = 0; kk < 128; kk += 16) {
+                                            unsigned fa[1][4], fb[4][2];
                                             #pragma unroll
-                                            for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
-                                        }
-                                    }
-                                }
-                                /* acc1 += v5: accumulated by the dot above */
-                                float v6[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v6[r] = acc1[r];
-                                }
-                                float v69[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
-                                }
-                                float v70[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    const int l147 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v70[r] = ((unsigned)(o15 + l147) < (unsigned)s3) ? v69[r] : (-INFINITY);
-                                }
-                                float v71[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
-                                    #pragma unroll
-                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
-                                    }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
-                                }
-                                float v14[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v14[r] = (v71[r] * v8[0]);
-                                }
-                                float v57[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v57[r] = acc0[r];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc0[r] = fmaxf(acc0[r], v14[r]);
-                                }
-                                float v58[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v58[r] = acc0[r];
-                                }
-                                float v61[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                                }
-                                float v62[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                                }
-                                float v63[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v63[r] = (v57[r] - v62[r]);
-                                }
-                                float v64[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v64[r] = dt_fast_exp(v63[r]);
-                                }
-                                float v65[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v65[r] = acc3[r];
-                                }
-                                float v66[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v66[r] = (v65[r] * v64[r]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = v66[r];
-                                }
-                                float v73[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v73[r] = (v62[r] * v72[0]);
-                                }
-                                float v76[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v76[r] = (v69[r] * v75[0]);
-                                }
-                                float v77[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
-                                }
-                                float v31[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v31[r] = dt_fast_exp2(v77[r]);
-                                }
-                                float v32[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    const int l199 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l199) < (unsigned)s3) ? v31[r] : 0e0f;
-                                }
-                                float v33[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
-                                    #pragma unroll
-                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
-                                    }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) v33[s] = p[s];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = acc3[r] + v33[r];
-                                }
-                                float v67[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v67[r] = acc6[r];
-                                }
-                                float v68[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc6[r] = v68[r];
-                                }
-                                /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const int lane = tid & 31;
-                                    const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 32; kk += 16) {
-                                        unsigned fa[1][4], fb[16][2];
-                                        #pragma unroll
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 4 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
-                                            fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
-                                            fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
-                                            fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
-                                        }
-                                        #pragma unroll
-                                        for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
-                                        #pragma unroll
-                                        for (int i = 0; i < 1; i++) {
+                                            for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 136 + ((kk / 16) * 2) * 8) * 2);
                                             #pragma unroll
-                                            for (int j = 0; j < 16; j++) dt_mma_m16n8k16_f16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                            for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 136 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                            }
                                         }
                                     }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 32; kk += 16) {
+                                            unsigned fa[1][4], fb[16][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 4 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 16; j++) dt_mma_m16n8k16_f16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        const int l215 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l216 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l216)) <= ((float)(o3 + l215)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + ((lane >> 4)) * 8) * 2;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + (((lane >> 3) & 1)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 128; kk += 16) {
+                                            unsigned fa[1][4], fb[4][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 136 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 136 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 4; j++) dt_mma_m16n8k16_f16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        const int l232 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l232) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        const int l284 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l284) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 32; kk += 16) {
+                                            unsigned fa[1][4], fb[16][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 4 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 16; j++) dt_mma_m16n8k16_f16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
                                 }
-                                /* acc6 += v53: accumulated by the dot above */
                             }
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
@@ -20100,8 +23024,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                                 }
                             }
                             dt_cp_async_commit();
-                            if (o15 + 32 <= s3) {
-                                /* a full step: every lane valid */
+                            if (o15 + 32 <= s3 && o15 + 31 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
                                 float v2[16];
@@ -20147,7 +23071,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                                 float v69[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
                                 }
                                 float v70[16];
                                 #pragma unroll
@@ -20309,214 +23233,424 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                /* v0: the index along j, computed where it is read */
-                                /* v1: the index along i, computed where it is read */
-                                float v2[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l131 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
-                                }
-                                /* rdot accumulator */
-                                float acc1[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    acc1[r] = 0e0f;
-                                }
-                                /* v3: loaded by the dot that reads it (staged in shared memory) */
-                                /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
-                                {
-                                    const int lane = tid & 31;
-                                    const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + ((lane >> 4)) * 8) * 2;
-                                    const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + (((lane >> 3) & 1)) * 8) * 2;
+                                if (o15 + 32 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[16];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
-                                        unsigned fa[1][4], fb[4][2];
+                                    for (int r = 0; r < 16; r++) {
+                                        const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l131 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + ((lane >> 4)) * 8) * 2;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + (((lane >> 3) & 1)) * 8) * 2;
                                         #pragma unroll
-                                        for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 136 + ((kk / 16) * 2) * 8) * 2);
-                                        #pragma unroll
-                                        for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 136 + ((kk / 16) * 2) * 8) * 2);
-                                        #pragma unroll
-                                        for (int i = 0; i < 1; i++) {
+                                        for (int kk = 0; kk < 128; kk += 16) {
+                                            unsigned fa[1][4], fb[4][2];
                                             #pragma unroll
-                                            for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
-                                        }
-                                    }
-                                }
-                                /* acc1 += v5: accumulated by the dot above */
-                                float v6[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v6[r] = acc1[r];
-                                }
-                                float v69[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
-                                }
-                                float v70[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    const int l147 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v70[r] = ((unsigned)(o15 + l147) < (unsigned)s3) ? v69[r] : (-INFINITY);
-                                }
-                                float v71[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
-                                    #pragma unroll
-                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
-                                    }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
-                                }
-                                float v14[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v14[r] = (v71[r] * v8[0]);
-                                }
-                                float v57[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v57[r] = acc0[r];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc0[r] = fmaxf(acc0[r], v14[r]);
-                                }
-                                float v58[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v58[r] = acc0[r];
-                                }
-                                float v61[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                                }
-                                float v62[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                                }
-                                float v63[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v63[r] = (v57[r] - v62[r]);
-                                }
-                                float v64[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v64[r] = dt_fast_exp(v63[r]);
-                                }
-                                float v65[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v65[r] = acc3[r];
-                                }
-                                float v66[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v66[r] = (v65[r] * v64[r]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = v66[r];
-                                }
-                                float v73[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v73[r] = (v62[r] * v72[0]);
-                                }
-                                float v76[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v76[r] = (v69[r] * v75[0]);
-                                }
-                                float v77[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
-                                }
-                                float v31[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v31[r] = dt_fast_exp2(v77[r]);
-                                }
-                                float v32[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    const int l199 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l199) < (unsigned)s3) ? v31[r] : 0e0f;
-                                }
-                                float v33[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
-                                    #pragma unroll
-                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
-                                    }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) v33[s] = p[s];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = acc3[r] + v33[r];
-                                }
-                                float v67[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v67[r] = acc6[r];
-                                }
-                                float v68[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc6[r] = v68[r];
-                                }
-                                /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const int lane = tid & 31;
-                                    const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 32; kk += 16) {
-                                        unsigned fa[1][4], fb[16][2];
-                                        #pragma unroll
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 4 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
-                                            fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
-                                            fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
-                                            fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
-                                        }
-                                        #pragma unroll
-                                        for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
-                                        #pragma unroll
-                                        for (int i = 0; i < 1; i++) {
+                                            for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 136 + ((kk / 16) * 2) * 8) * 2);
                                             #pragma unroll
-                                            for (int j = 0; j < 16; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                            for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 136 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                            }
                                         }
                                     }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 32; kk += 16) {
+                                            unsigned fa[1][4], fb[16][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 4 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 16; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        const int l215 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l216 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l216)) <= ((float)(o3 + l215)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + ((lane >> 4)) * 8) * 2;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + (((lane >> 3) & 1)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 128; kk += 16) {
+                                            unsigned fa[1][4], fb[4][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 136 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 136 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        const int l232 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l232) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        const int l284 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l284) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 32; kk += 16) {
+                                            unsigned fa[1][4], fb[16][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 4 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 16; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
                                 }
-                                /* acc6 += v53: accumulated by the dot above */
                             }
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
@@ -20541,11 +23675,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
-                        const int l226 = 0;
-                        const int l227 = 0;
-                        const int l228 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l229 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l228) < (unsigned)s2 && (unsigned)(o4 + l229) < (unsigned)s4) out[(unsigned)(o1 + l226) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l227) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l228) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l229) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l311 = 0;
+                        const int l312 = 0;
+                        const int l313 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l314 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l313) < (unsigned)s2 && (unsigned)(o4 + l314) < (unsigned)s4) out[(unsigned)(o1 + l311) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l312) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l313) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l314) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -20800,8 +23934,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                                 }
                             }
                             dt_cp_async_commit();
-                            if (o15 + 32 <= s3) {
-                                /* a full step: every lane valid */
+                            if (o15 + 32 <= s3 && o15 + 31 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
                                 float v2[16];
@@ -20847,7 +23981,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                                 float v69[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
                                 }
                                 float v70[16];
                                 #pragma unroll
@@ -21009,214 +24143,424 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                /* v0: the index along j, computed where it is read */
-                                /* v1: the index along i, computed where it is read */
-                                float v2[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l131 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
-                                }
-                                /* rdot accumulator */
-                                float acc1[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    acc1[r] = 0e0f;
-                                }
-                                /* v3: loaded by the dot that reads it (staged in shared memory) */
-                                /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
-                                {
-                                    const int lane = tid & 31;
-                                    const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + ((lane >> 4)) * 8) * 2;
-                                    const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + (((lane >> 3) & 1)) * 8) * 2;
+                                if (o15 + 32 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[16];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
-                                        unsigned fa[1][4], fb[4][2];
+                                    for (int r = 0; r < 16; r++) {
+                                        const int l130 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l131 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l131)) <= ((float)(o3 + l130)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + ((lane >> 4)) * 8) * 2;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + (((lane >> 3) & 1)) * 8) * 2;
                                         #pragma unroll
-                                        for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 136 + ((kk / 16) * 2) * 8) * 2);
-                                        #pragma unroll
-                                        for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 136 + ((kk / 16) * 2) * 8) * 2);
-                                        #pragma unroll
-                                        for (int i = 0; i < 1; i++) {
+                                        for (int kk = 0; kk < 128; kk += 16) {
+                                            unsigned fa[1][4], fb[4][2];
                                             #pragma unroll
-                                            for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
-                                        }
-                                    }
-                                }
-                                /* acc1 += v5: accumulated by the dot above */
-                                float v6[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v6[r] = acc1[r];
-                                }
-                                float v69[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
-                                }
-                                float v70[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    const int l147 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v70[r] = ((unsigned)(o15 + l147) < (unsigned)s3) ? v69[r] : (-INFINITY);
-                                }
-                                float v71[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
-                                    #pragma unroll
-                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
-                                    }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
-                                }
-                                float v14[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v14[r] = (v71[r] * v8[0]);
-                                }
-                                float v57[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v57[r] = acc0[r];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc0[r] = fmaxf(acc0[r], v14[r]);
-                                }
-                                float v58[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v58[r] = acc0[r];
-                                }
-                                float v61[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
-                                }
-                                float v62[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                                }
-                                float v63[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v63[r] = (v57[r] - v62[r]);
-                                }
-                                float v64[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v64[r] = dt_fast_exp(v63[r]);
-                                }
-                                float v65[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v65[r] = acc3[r];
-                                }
-                                float v66[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v66[r] = (v65[r] * v64[r]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = v66[r];
-                                }
-                                float v73[2];
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    v73[r] = (v62[r] * v72[0]);
-                                }
-                                float v76[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v76[r] = (v69[r] * v75[0]);
-                                }
-                                float v77[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
-                                }
-                                float v31[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    v31[r] = dt_fast_exp2(v77[r]);
-                                }
-                                float v32[16];
-                                #pragma unroll
-                                for (int r = 0; r < 16; r++) {
-                                    const int l199 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v32[r] = ((unsigned)(o15 + l199) < (unsigned)s3) ? v31[r] : 0e0f;
-                                }
-                                float v33[2];
-                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
-                                {
-                                    float p[2];
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
-                                    #pragma unroll
-                                    for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) {
-                                        #pragma unroll
-                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
-                                    }
-                                    #pragma unroll
-                                    for (int s = 0; s < 2; s++) v33[s] = p[s];
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 2; r++) {
-                                    acc3[r] = acc3[r] + v33[r];
-                                }
-                                float v67[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v67[r] = acc6[r];
-                                }
-                                float v68[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
-                                }
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc6[r] = v68[r];
-                                }
-                                /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const int lane = tid & 31;
-                                    const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 32; kk += 16) {
-                                        unsigned fa[1][4], fb[16][2];
-                                        #pragma unroll
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 4 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
-                                            fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
-                                            fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
-                                            fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
-                                        }
-                                        #pragma unroll
-                                        for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
-                                        #pragma unroll
-                                        for (int i = 0; i < 1; i++) {
+                                            for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 136 + ((kk / 16) * 2) * 8) * 2);
                                             #pragma unroll
-                                            for (int j = 0; j < 16; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                            for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 136 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                            }
                                         }
                                     }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 32; kk += 16) {
+                                            unsigned fa[1][4], fb[16][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 4 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 16; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        const int l215 = (tid >> 5) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l216 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l216)) <= ((float)(o3 + l215)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:32] over d:128 by 8 x 1 warps of 1 x 4 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fa0 = dt_smem_u32((dt_smem + 0)) + (((tid >> 5) / 1 * 16 + (lane & 15)) * 136 + ((lane >> 4)) * 8) * 2;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 8704 + rd16 * 2176)) + (((tid >> 5) % 1 * 32 + (lane & 7) + (lane >> 4) * 8) * 136 + (((lane >> 3) & 1)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 128; kk += 16) {
+                                            unsigned fa[1][4], fb[4][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) dt_ldmatrix_x4(fa[i][0], fa[i][1], fa[i][2], fa[i][3], fa0 + ((i * 16) * 136 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 4; j += 2) dt_ldmatrix_x4(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + ((j * 8) * 136 + ((kk / 16) * 2) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 4; j++) dt_mma_m16n8k16_bf16(&acc1[(i * 4 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        const int l232 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l232) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 4 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[16];
+                                    #pragma unroll
+                                    for (int r = 0; r < 16; r++) {
+                                        const int l284 = (tid >> 5) % 1 * 32 + (r >> 2) % 4 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l284) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[64];
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 64; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:32 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    {
+                                        const int lane = tid & 31;
+                                        const unsigned fb0 = dt_smem_u32((dt_smem + 15232 + rd16 * 2176)) + (((lane & 15)) * 136 + ((tid >> 5) % 1 * 16 + (lane >> 4)) * 8) * 2;
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 32; kk += 16) {
+                                            unsigned fa[1][4], fb[16][2];
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 4 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int j = 0; j + 1 < 16; j += 2) dt_ldmatrix_x4_trans(fb[j][0], fb[j][1], fb[j + 1][0], fb[j + 1][1], fb0 + (((kk / 16) * 16) * 136 + (j) * 8) * 2);
+                                            #pragma unroll
+                                            for (int i = 0; i < 1; i++) {
+                                                #pragma unroll
+                                                for (int j = 0; j < 16; j++) dt_mma_m16n8k16_bf16(&acc6[(i * 16 + j) * 4], fa[i], fb[j]);
+                                            }
+                                        }
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
                                 }
-                                /* acc6 += v53: accumulated by the dot above */
                             }
                             rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;

@@ -264,6 +264,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         prefetched: Vec::new(),
         once: false,
         full: Vec::new(),
+        holds: Vec::new(),
         cluster_arrived: false,
         pairs: Vec::new(),
         dialect,
@@ -402,6 +403,9 @@ struct Emitter<'a> {
     /// The dimensions whose full steps ([`Steps::Full`]), or steps of one, the printed code is
     /// in: every lane along them is valid.
     full: Vec<DimId>,
+    /// Conditions that hold in every lane of the code being printed: a causal mask's below
+    /// the diagonal (`Loop::diagonal`).
+    holds: Vec<ValueId>,
     /// Whether the printed code has arrived at a cluster barrier it has not yet waited on (see
     /// [`Emitter::cluster_reduce`]).
     cluster_arrived: bool,
@@ -1018,7 +1022,8 @@ impl Emitter<'_> {
                 let src = self.sources(Reader::Let(id), &[*c, *x, *y]);
                 self.declare_in(&dst, &shape, layout);
                 self.for_owned(&shape, layout, |e, l| {
-                    let (vc, vx, vy) = (e.read(&src[0], l), e.read(&src[1], l), e.read(&src[2], l));
+                    let vc = if e.holds.contains(c) { "1.0f".to_string() } else { e.read(&src[0], l) };
+                    let (vx, vy) = (e.read(&src[1], l), e.read(&src[2], l));
                     e.line(&format!("{dst}[r] = {vc} != 0.0f ? {vx} : {vy};"));
                 });
             }
@@ -1069,7 +1074,7 @@ impl Emitter<'_> {
                 match layout {
                     RegLayout::Runs(n) => self.for_owned(&shape, layout, |e, _| {
                         let lanes: Vec<String> = (0..n).map(|j| format!("{src}[r * {n} + {j}]")).collect();
-                        e.line(&format!("{dst}[r] = {};", combine_tree(*op, &lanes)));
+                        e.line(&format!("{dst}[r] = {};", reduce::combine_tree(*op, &lanes)));
                     }),
                     _ => self.for_owned(&shape, layout, |e, _| e.line(&format!("{dst}[r] = {src}[r];"))),
                 }
@@ -1081,7 +1086,7 @@ impl Emitter<'_> {
                 self.declare_in(&dst, &shape, layout);
                 let (n, st) = (sv.extent(*dim).unwrap_or(1) as usize, sv.stride(*dim));
                 let ident = float_lit(op.identity());
-                let group = reduce_group(self.threads as usize, shape.elements(), n);
+                let group = reduce::reduce_group(self.threads as usize, shape.elements(), n);
                 if group == 1 {
                     // One thread per result element, serially over the reduced lanes.
                     self.for_owned(&shape, layout, |e, l| {
@@ -1147,19 +1152,6 @@ fn statements_after<'a>(stmts: &'a [Stmt], l: &Loop) -> Option<&'a [Stmt]> {
     })
 }
 
-/// `values` combined by `op` pairwise, as a balanced tree (independent operations first).
-fn combine_tree(op: dt_core::algo::RedOp, values: &[String]) -> String {
-    match values {
-        [] => float_lit(op.identity()),
-        [one] => one.clone(),
-        _ => {
-            let (a, b) = values.split_at(values.len() / 2);
-            let side = |half: &[String]| if half.len() > 1 { format!("({})", combine_tree(op, half)) } else { combine_tree(op, half) };
-            combine(op, &side(a), &side(b))
-        }
-    }
-}
-
 /// Whether `text` uses the identifier `name` (not merely a longer identifier that starts with it).
 fn mentions(text: &str, name: &str) -> bool {
     let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
@@ -1183,16 +1175,4 @@ fn unroll(regs: usize) -> &'static str {
     } else {
         "#pragma unroll 1"
     }
-}
-
-/// Threads per result element of a reduction: a power of two, at most 32 (so the group lies in
-/// one warp on NVIDIA and in one half-wavefront on AMD), no more than the threads allow per
-/// result, and no more than the reduced lanes; 1 means one thread per result.
-fn reduce_group(threads: usize, results: usize, lanes: usize) -> usize {
-    let per_result = threads / results.max(1);
-    let mut g = 1;
-    while g * 2 <= per_result.min(32) && g * 2 <= lanes {
-        g *= 2;
-    }
-    g
 }

@@ -145,7 +145,24 @@ impl Emitter<'_> {
         // steps that lie wholly inside it (all but the last), as a loop split by pass
         // `full_steps` would, which this loop is not: its rings run across all its steps.
         let masks = l.body.iter().any(|s| matches!(s, Stmt::Let { op: Op::MaskFill { dim, .. }, .. } if *dim == l.dim));
-        if masks && !self.full.contains(&l.dim) {
+        let full = masks && !self.full.contains(&l.dim);
+        // A causal loop's steps below the diagonal (`Loop::diagonal`) run with its mask's
+        // condition taken as true, and unmasked: every lane of theirs is valid.
+        if let (Some(g), Some(i)) = (l.diagonal, l.until) {
+            let cmp = if g.strict { "<" } else { "<=" };
+            self.line(&format!("if ({o} + {step} <= {} && {o} + {} {cmp} {}) {{", self.size(l.dim), step - 1, self.offset(i)));
+            self.depth += 1;
+            self.line(&format!("/* a step below the diagonal: v{} holds in every lane */", g.cond.0));
+            self.full.push(l.dim);
+            self.holds.push(g.cond);
+            self.ring_body(l, dots, &rd)?;
+            self.holds.pop();
+            self.full.pop();
+            self.depth -= 1;
+            self.line("} else {");
+            self.depth += 1;
+        }
+        if full {
             self.line(&format!("if ({o} + {step} <= {}) {{", self.size(l.dim)));
             self.depth += 1;
             self.line("/* a full step: every lane valid */");
@@ -160,6 +177,10 @@ impl Emitter<'_> {
             self.line("}");
         } else {
             self.ring_body(l, dots, &rd)?;
+        }
+        if l.diagonal.is_some() && l.until.is_some() {
+            self.depth -= 1;
+            self.line("}");
         }
         self.line(&format!("{rd} = {rd} + 1 == {s} ? 0 : {rd} + 1;"));
         self.line(&format!("{wr} = {wr} + 1 == {s} ? 0 : {wr} + 1;"));

@@ -120,3 +120,28 @@ impl Emitter<'_> {
         });
     }
 }
+
+/// `values` combined by `op` pairwise, as a balanced tree (independent operations first).
+pub(super) fn combine_tree(op: dt_core::algo::RedOp, values: &[String]) -> String {
+    match values {
+        [] => float_lit(op.identity()),
+        [one] => one.clone(),
+        _ => {
+            let (a, b) = values.split_at(values.len() / 2);
+            let side = |half: &[String]| if half.len() > 1 { format!("({})", combine_tree(op, half)) } else { combine_tree(op, half) };
+            combine(op, &side(a), &side(b))
+        }
+    }
+}
+
+/// Threads per result element of a reduction: a power of two, at most 32 (so the group lies in
+/// one warp on NVIDIA and in one half-wavefront on AMD), no more than the threads allow per
+/// result, and no more than the reduced lanes; 1 means one thread per result.
+pub(super) fn reduce_group(threads: usize, results: usize, lanes: usize) -> usize {
+    let per_result = threads / results.max(1);
+    let mut g = 1;
+    while g * 2 <= per_result.min(32) && g * 2 <= lanes {
+        g *= 2;
+    }
+    g
+}

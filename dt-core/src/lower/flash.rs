@@ -43,7 +43,7 @@
 
 use super::edit::{defs, exp_scaled, finite_or_zero, merge_loops, push, renamed, Scaled};
 use crate::algo::{BinOp, DimId, RedOp, UnOp};
-use crate::kir::{reads_var, written_vars, Combine, Kernel, Loop, LoopKind, Op, Stmt, ValueId, VarId};
+use crate::kir::{reads_var, written_vars, Combine, Diagonal, Kernel, Loop, LoopKind, Op, Stmt, ValueId, VarId};
 use std::collections::{HashMap, HashSet};
 
 /// Runs pass `flash` over kernel `k` (see the module docs).
@@ -330,14 +330,15 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
         rename.insert(m.stat, new0);
         body.extend(stmts.into_iter().map(|s| renamed(s, &rename)));
     }
-    let until = causal_end(k, &body, m.max_acc, dim);
+    let causal = causal_end(k, &body, m.max_acc, dim);
     let merged = Stmt::Loop(Loop {
         dim,
         kind: l1.kind,
         step: l1.step,
         stages: l1.stages,
         backward: false,
-        until,
+        until: causal.map(|(i, _)| i),
+        diagonal: causal.map(|(_, g)| g),
         steps: l1.steps,
         origin: format!("{origin}, online"),
         body,
@@ -367,8 +368,9 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
 /// and the unmasked scores read only through such masks. A step whose keys all lie past the block's
 /// last query then has scores of `-inf` only: the maximum keeps its value, the rescale is 1
 /// (or 0 on accumulators that are still 0), and every sum and dot, scaled by `exp(s - max)`,
-/// adds 0. The causal half of attention's key steps is skipped so.
-fn causal_end(k: &Kernel, body: &[Stmt], max_acc: VarId, dim: DimId) -> Option<DimId> {
+/// adds 0. The causal half of attention's key steps is skipped so. Also returns the mask's
+/// condition, which holds in every lane of the steps below the diagonal ([`Diagonal`]).
+fn causal_end(k: &Kernel, body: &[Stmt], max_acc: VarId, dim: DimId) -> Option<(DimId, Diagonal)> {
     let defs = defs(body);
     let update = body.iter().find_map(|s| match s {
         Stmt::Update { var, combine: Combine::Reduce(RedOp::Max), value } if *var == max_acc => Some(*value),
@@ -387,7 +389,7 @@ fn causal_end(k: &Kernel, body: &[Stmt], max_acc: VarId, dim: DimId) -> Option<D
     };
     // The query dimension `i` of a select that keeps a score where `dim`'s index is at most
     // `i`'s and makes it -inf elsewhere, with the scores it masks.
-    let causal = |v: ValueId| -> Option<(DimId, ValueId)> {
+    let causal = |v: ValueId| -> Option<(DimId, ValueId, Diagonal)> {
         let Some(Op::Select(cond, scores, fill)) = defs.get(&v) else { return None };
         if constant(&def, *fill) != Some(f32::NEG_INFINITY) {
             return None;
@@ -398,17 +400,18 @@ fn causal_end(k: &Kernel, body: &[Stmt], max_acc: VarId, dim: DimId) -> Option<D
             (BinOp::Ge | BinOp::Gt, Some(i), Some(x)) if x == dim => i,
             _ => return None,
         };
-        (i != dim && k.grid.block_extent(i).is_some()).then_some((i, *scores))
+        let diagonal = Diagonal { cond: *cond, strict: matches!(op, BinOp::Lt | BinOp::Gt) };
+        (i != dim && k.grid.block_extent(i).is_some()).then_some((i, *scores, diagonal))
     };
-    let (i, scores) = causal(masked)?;
+    let (i, scores, diagonal) = causal(masked)?;
     // Everything else that reads the scores masks them alike (the copies the other loops made
     // before they merged), so nothing in the loop sees a score past the query.
     let masked_alike = body.iter().all(|s| match s {
-        Stmt::Let { value, op } if op.operands().contains(&scores) => causal(*value) == Some((i, scores)),
+        Stmt::Let { value, op } if op.operands().contains(&scores) => causal(*value).is_some_and(|(x, s, _)| (x, s) == (i, scores)),
         Stmt::Update { value, .. } | Stmt::Store { value, .. } => *value != scores,
         _ => true,
     });
-    masked_alike.then_some(i)
+    masked_alike.then_some((i, diagonal))
 }
 
 /// The value of `v` when it is a constant (or its negation), with `def` the definitions.

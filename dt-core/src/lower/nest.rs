@@ -130,6 +130,7 @@ impl Builder<'_> {
             backward: false,
             steps: crate::kir::Steps::All,
             until: None,
+            diagonal: None,
             origin,
             body,
         }));

@@ -404,6 +404,7 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
         stages: l1.stages,
         backward: false,
         until: None,
+        diagonal: None,
         steps: crate::kir::Steps::All,
         origin,
         body,

@@ -88,6 +88,16 @@ fn check_stmt(k: &Kernel, s: &Stmt, scope: &mut Scope) -> Result<(), String> {
                     return Err(format!("the loop over {} cannot stop at the end of a block of {}", k.dim_name(l.dim), k.dim_name(d)));
                 }
             }
+            if let Some(g) = l.diagonal {
+                let defined = l.body.iter().any(|s| matches!(s, Stmt::Let { value, .. } if *value == g.cond));
+                if l.until.is_none() || !defined {
+                    return Err(format!(
+                        "the loop over {} has a diagonal condition %{} it does not define or stop at",
+                        k.dim_name(l.dim),
+                        g.cond.0
+                    ));
+                }
+            }
             check_list(k, &l.body, scope)?;
         }
     }
