@@ -845,12 +845,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                 /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -999,6 +1001,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                 /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -1017,7 +1020,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -1036,12 +1039,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                 /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -1192,6 +1197,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                 /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -1210,7 +1216,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -1430,12 +1436,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                 /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -1584,6 +1592,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                 /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -1602,7 +1611,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -1621,12 +1630,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                 /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -1777,6 +1788,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                 /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -1795,7 +1807,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -2015,12 +2027,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                 /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -2169,6 +2183,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                 /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -2187,7 +2202,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -2206,12 +2221,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                 /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -2362,6 +2379,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                 /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -2380,7 +2398,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -2600,12 +2618,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                 /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -2754,6 +2774,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                 /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -2772,7 +2793,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -2791,12 +2812,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                 /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -2947,6 +2970,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                 /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -2965,7 +2989,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -3206,12 +3230,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -3365,6 +3391,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -3383,7 +3410,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -3413,12 +3440,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                         const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -3572,6 +3601,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
                                         for (int kk = 0; kk < 64; kk += 16) {
@@ -3590,7 +3620,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -3618,12 +3648,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                         const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -3779,6 +3811,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
                                         for (int kk = 0; kk < 64; kk += 16) {
@@ -3797,7 +3830,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -4039,12 +4072,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -4198,6 +4233,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -4216,7 +4252,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -4246,12 +4282,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                         const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -4405,6 +4443,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
                                         for (int kk = 0; kk < 64; kk += 16) {
@@ -4423,7 +4462,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -4451,12 +4490,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                         const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -4612,6 +4653,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
                                         for (int kk = 0; kk < 64; kk += 16) {
@@ -4630,7 +4672,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -4872,12 +4914,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -5031,6 +5075,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -5049,7 +5094,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -5079,12 +5124,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                         const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -5238,6 +5285,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
                                         for (int kk = 0; kk < 64; kk += 16) {
@@ -5256,7 +5304,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -5284,12 +5332,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                         const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -5445,6 +5495,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
                                         for (int kk = 0; kk < 64; kk += 16) {
@@ -5463,7 +5514,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -5705,12 +5756,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -5864,6 +5917,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -5882,7 +5936,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -5912,12 +5966,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                         const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -6071,6 +6127,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
                                         for (int kk = 0; kk < 64; kk += 16) {
@@ -6089,7 +6146,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -6117,12 +6174,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                         const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -6278,6 +6337,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
                                         for (int kk = 0; kk < 64; kk += 16) {
@@ -6296,7 +6356,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -6517,12 +6577,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -6671,6 +6733,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -6689,7 +6752,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -6708,12 +6771,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -6864,6 +6929,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -6882,7 +6948,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -7102,12 +7168,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -7256,6 +7324,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -7274,7 +7343,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -7293,12 +7362,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -7449,6 +7520,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -7467,7 +7539,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -7687,12 +7759,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -7841,6 +7915,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -7859,7 +7934,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -7878,12 +7953,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -8034,6 +8111,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -8052,7 +8130,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -8272,12 +8350,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -8426,6 +8506,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -8444,7 +8525,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -8463,12 +8544,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -8619,6 +8702,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -8637,7 +8721,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -8878,12 +8962,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -9037,6 +9123,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -9055,7 +9142,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -9085,12 +9172,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                         const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -9244,6 +9333,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
                                         const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
                                         for (int kk = 0; kk < 64; kk += 16) {
@@ -9262,7 +9352,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -9290,12 +9380,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                         const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -9451,6 +9543,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
                                         const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
                                         for (int kk = 0; kk < 64; kk += 16) {
@@ -9469,7 +9562,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -9711,12 +9804,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -9870,6 +9965,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -9888,7 +9984,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -9918,12 +10014,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                         const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -10077,6 +10175,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
                                         const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
                                         for (int kk = 0; kk < 64; kk += 16) {
@@ -10095,7 +10194,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -10123,12 +10222,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                         const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -10284,6 +10385,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
                                         const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
                                         for (int kk = 0; kk < 64; kk += 16) {
@@ -10302,7 +10404,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -10544,12 +10646,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -10703,6 +10807,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -10721,7 +10826,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -10751,12 +10856,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                         const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -10910,6 +11017,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
                                         const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
                                         for (int kk = 0; kk < 64; kk += 16) {
@@ -10928,7 +11036,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -10956,12 +11064,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                         const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -11117,6 +11227,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
                                         const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
                                         for (int kk = 0; kk < 64; kk += 16) {
@@ -11135,7 +11246,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -11377,12 +11488,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                     const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -11536,6 +11649,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
                                     for (int kk = 0; kk < 64; kk += 16) {
@@ -11554,7 +11668,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -11584,12 +11698,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                         const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -11743,6 +11859,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
                                         const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
                                         for (int kk = 0; kk < 64; kk += 16) {
@@ -11761,7 +11878,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -11789,12 +11906,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
                                         const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, dt_wgmma_desc(fa + (kk >> 6) * 16384 + (kk & 63) * 2, 16, 1024), dt_wgmma_desc(fb + (kk >> 6) * 8192 + (kk & 63) * 2, 16, 1024));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -11950,6 +12069,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
                                         const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
                                         for (int kk = 0; kk < 64; kk += 16) {
@@ -11968,7 +12088,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], dt_wgmma_desc(fb + kk * 128, 8192, 1024));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll

@@ -479,11 +479,13 @@ impl Emitter<'_> {
                 _ => String::new(),
             };
             self.line(&format!("const unsigned {name} = dt_smem_u32({}){rows};", self.buffer(d, i, buf)));
-            descs.push(if d.trans(i) {
-                format!("dt_wgmma_desc({name} + kk * 128, {piece}, 1024)")
-            } else {
-                format!("dt_wgmma_desc({name} + (kk >> 6) * {piece} + (kk & 63) * 2, 16, 1024)")
-            });
+            // The descriptor of the first step, and each step's by adding its byte offset / 16 to
+            // the address field (which the offsets, inside shared memory, never carry out of):
+            // one add per product instead of the descriptor's masks, shifts and ors.
+            let (lbo, offset) =
+                if d.trans(i) { (piece, "kk * 128".to_string()) } else { (16, format!("(kk >> 6) * {piece} + (kk & 63) * 2")) };
+            self.line(&format!("const unsigned long long {name}_desc = dt_wgmma_desc({name}, {lbo}, 1024);"));
+            descs.push(format!("{name}_desc + (unsigned long long)(({offset}) >> 4)"));
         }
         let steps = d.depth / 16;
         let regs = t.cols / 2;
