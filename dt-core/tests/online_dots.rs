@@ -85,13 +85,8 @@ fn online_attention_preserves_semantics() {
     }
 }
 
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(64);
-    ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(common::proptest_config(64))]
 
     /// Under random blocks and tiles of the queries, keys, head dimensions and outputs, the
     /// online form computes what the algorithm says, causal or not.

@@ -95,13 +95,8 @@ fn exact_builds_keep_exp() {
     assert!(!text.contains("exp2"), "{text}");
 }
 
-fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(48);
-    ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(common::proptest_config(48))]
 
     /// Under random tiles and sizes, causal or not, the rewritten kernel computes what the
     /// algorithm says (the interpreter evaluates `exp2` in f32, within the tests' 1e-4).

@@ -3252,7 +3252,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
                                 float v70[32];
                                 #pragma unroll
@@ -4094,7 +4094,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
                                 float v70[32];
                                 #pragma unroll
@@ -4936,7 +4936,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
                                 float v70[32];
                                 #pragma unroll
@@ -5778,7 +5778,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
                                 float v70[32];
                                 #pragma unroll
@@ -8984,7 +8984,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
                                 float v70[32];
                                 #pragma unroll
@@ -9826,7 +9826,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
                                 float v70[32];
                                 #pragma unroll
@@ -10668,7 +10668,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
                                 float v70[32];
                                 #pragma unroll
@@ -11510,7 +11510,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 float v69[32];
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
                                 float v70[32];
                                 #pragma unroll
@@ -15067,7 +15067,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                 float v69[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
                                 float v70[64];
                                 #pragma unroll
@@ -15977,7 +15977,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                 float v69[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
                                 float v70[64];
                                 #pragma unroll
@@ -16887,7 +16887,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                 float v69[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
                                 float v70[64];
                                 #pragma unroll
@@ -17797,7 +17797,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                 float v69[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
                                 float v70[64];
                                 #pragma unroll
@@ -21371,7 +21371,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                                 float v69[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
                                 float v70[16];
                                 #pragma unroll
@@ -22281,7 +22281,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                                 float v69[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
                                 float v70[16];
                                 #pragma unroll
@@ -23191,7 +23191,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                                 float v69[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
                                 float v70[16];
                                 #pragma unroll
@@ -24101,7 +24101,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                                 float v69[16];
                                 #pragma unroll
                                 for (int r = 0; r < 16; r++) {
-                                    v69[r] = 1.0f != 0.0f ? v6[r] : v11[0];
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
                                 float v70[16];
                                 #pragma unroll

@@ -1022,9 +1022,10 @@ impl Emitter<'_> {
                 let src = self.sources(Reader::Let(id), &[*c, *x, *y]);
                 self.declare_in(&dst, &shape, layout);
                 self.for_owned(&shape, layout, |e, l| {
-                    let vc = if e.holds.contains(c) { "1.0f".to_string() } else { e.read(&src[0], l) };
-                    let (vx, vy) = (e.read(&src[1], l), e.read(&src[2], l));
-                    e.line(&format!("{dst}[r] = {vc} != 0.0f ? {vx} : {vy};"));
+                    let (vc, vx, vy) = (e.read(&src[0], l), e.read(&src[1], l), e.read(&src[2], l));
+                    // A condition that holds here is read (as C asks of what is set) and folded.
+                    let vc = if e.holds.contains(c) { format!("({vc} != 0.0f || true)") } else { format!("{vc} != 0.0f") };
+                    e.line(&format!("{dst}[r] = {vc} ? {vx} : {vy};"));
                 });
             }
             Op::MaskFill { value, dim, fill } => {

@@ -72,6 +72,34 @@ pub(super) fn all_defs(stmts: &[Stmt]) -> HashMap<ValueId, Op> {
     out
 }
 
+/// Rewrites every `Let` of kernel `k`'s body, nested loops included: `rewrite(k, defs, value, op,
+/// out)` appends what replaces `let value = op` to `out` (new statements, then the `Let` itself,
+/// changed or not), `defs` being the definitions before any rewrite ([`all_defs`]).
+pub(super) fn rewrite_lets(k: &mut Kernel, rewrite: &impl Fn(&mut Kernel, &HashMap<ValueId, Op>, ValueId, Op, &mut Vec<Stmt>)) {
+    fn walk(
+        k: &mut Kernel,
+        defs: &HashMap<ValueId, Op>,
+        stmts: Vec<Stmt>,
+        rewrite: &impl Fn(&mut Kernel, &HashMap<ValueId, Op>, ValueId, Op, &mut Vec<Stmt>),
+    ) -> Vec<Stmt> {
+        let mut out = Vec::with_capacity(stmts.len());
+        for s in stmts {
+            match s {
+                Stmt::Loop(mut l) => {
+                    l.body = walk(k, defs, std::mem::take(&mut l.body), rewrite);
+                    out.push(Stmt::Loop(l));
+                }
+                Stmt::Let { value, op } => rewrite(k, defs, value, op, &mut out),
+                s => out.push(s),
+            }
+        }
+        out
+    }
+    let defs = all_defs(&k.body);
+    let body = std::mem::take(&mut k.body);
+    k.body = walk(k, &defs, body, rewrite);
+}
+
 /// Whether `v` is `-inf` (a constant, or `-` applied to `inf` as a spec writes it).
 pub(super) fn is_neg_inf(defs: &HashMap<ValueId, Op>, v: ValueId) -> bool {
     match defs.get(&v) {

@@ -34,34 +34,15 @@ pub fn exp_as_exp2(k: &mut Kernel) {
     if !approximates {
         return;
     }
-    let defs = edit::all_defs(&k.body);
-    let body = std::mem::take(&mut k.body);
-    k.body = rewrite(k, &defs, body);
-}
-
-fn rewrite(k: &mut Kernel, defs: &HashMap<ValueId, Op>, stmts: Vec<Stmt>) -> Vec<Stmt> {
-    let mut out = Vec::with_capacity(stmts.len());
-    for s in stmts {
-        match s {
-            Stmt::Loop(mut l) => {
-                l.body = rewrite(k, defs, std::mem::take(&mut l.body));
-                out.push(Stmt::Loop(l));
-            }
-            Stmt::Let { value, op: Op::Unary(UnOp::Exp, t) } => {
-                let Some((x, m)) = row_difference(k, defs, t) else {
-                    out.push(Stmt::Let { value, op: Op::Unary(UnOp::Exp, t) });
-                    continue;
-                };
-                let log2e = edit::push(k, &mut out, Shape::default(), Op::Const(std::f32::consts::LOG2_E));
-                let m_shape = k.value(m).shape.clone();
-                let ml = edit::push(k, &mut out, m_shape, Op::Binary(BinOp::Mul, m, log2e));
-                let d = shifted(k, defs, &mut out, x, log2e, ml);
-                out.push(Stmt::Let { value, op: Op::Unary(UnOp::Exp2, d) });
-            }
-            s => out.push(s),
-        }
-    }
-    out
+    edit::rewrite_lets(k, &|k, defs, value, op, out| {
+        let Op::Unary(UnOp::Exp, t) = op else { return out.push(Stmt::Let { value, op }) };
+        let Some((x, m)) = row_difference(k, defs, t) else { return out.push(Stmt::Let { value, op }) };
+        let log2e = edit::push(k, out, Shape::default(), Op::Const(std::f32::consts::LOG2_E));
+        let m_shape = k.value(m).shape.clone();
+        let ml = edit::push(k, out, m_shape, Op::Binary(BinOp::Mul, m, log2e));
+        let d = shifted(k, defs, out, x, log2e, ml);
+        out.push(Stmt::Let { value, op: Op::Unary(UnOp::Exp2, d) });
+    });
 }
 
 /// Where `t` is `x - m` with `m` of fewer elements than `x`: `x` and `m`.

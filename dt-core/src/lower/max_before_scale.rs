@@ -25,37 +25,18 @@ use crate::kir::{Kernel, Op, Shape, Stmt, ValueId};
 use std::collections::HashMap;
 
 pub fn take_max_before_scale(k: &mut Kernel) {
-    let defs = edit::all_defs(&k.body);
-    let body = std::mem::take(&mut k.body);
-    k.body = rewrite(k, &defs, body);
-}
-
-fn rewrite(k: &mut Kernel, defs: &HashMap<ValueId, Op>, stmts: Vec<Stmt>) -> Vec<Stmt> {
-    let mut out = Vec::with_capacity(stmts.len());
-    for s in stmts {
-        match s {
-            Stmt::Loop(mut l) => {
-                l.body = rewrite(k, defs, std::mem::take(&mut l.body));
-                out.push(Stmt::Loop(l));
-            }
-            Stmt::Let { value, op: Op::Reduce { op: RedOp::Max, value: tile, dim, run } } => {
-                let scaled = scale_of(k, defs, tile, Some(dim)).filter(|(_, c)| {
-                    let (cs, rs) = (&k.value(*c).shape, &k.value(value).shape);
-                    cs.0.iter().all(|(d, n)| *n == 1 || rs.extent(*d).is_some())
-                });
-                let Some((chain, factor)) = scaled else {
-                    out.push(Stmt::Let { value, op: Op::Reduce { op: RedOp::Max, value: tile, dim, run } });
-                    continue;
-                };
-                let unscaled = rebuild(k, &mut out, chain);
-                let shape = k.value(value).shape.clone();
-                let max = edit::push(k, &mut out, shape, Op::Reduce { op: RedOp::Max, value: unscaled, dim, run });
-                out.push(Stmt::Let { value, op: Op::Binary(crate::algo::BinOp::Mul, max, factor) });
-            }
-            s => out.push(s),
-        }
-    }
-    out
+    edit::rewrite_lets(k, &|k, defs, value, op, out| {
+        let Op::Reduce { op: RedOp::Max, value: tile, dim, run } = op else { return out.push(Stmt::Let { value, op }) };
+        let scaled = scale_of(k, defs, tile, Some(dim)).filter(|(_, c)| {
+            let (cs, rs) = (&k.value(*c).shape, &k.value(value).shape);
+            cs.0.iter().all(|(d, n)| *n == 1 || rs.extent(*d).is_some())
+        });
+        let Some((chain, factor)) = scaled else { return out.push(Stmt::Let { value, op }) };
+        let unscaled = rebuild(k, out, chain);
+        let shape = k.value(value).shape.clone();
+        let max = edit::push(k, out, shape, Op::Reduce { op: RedOp::Max, value: unscaled, dim, run });
+        out.push(Stmt::Let { value, op: Op::Binary(crate::algo::BinOp::Mul, max, factor) });
+    });
 }
 
 /// One link between a product and the maximum (or the exponential): a mask or a select whose other value is `-inf`.

@@ -105,3 +105,9 @@ pub fn agrees(src: &str, (i, j, d, e): (usize, usize, usize, usize), scale: f32)
     }
     Ok(())
 }
+
+/// Proptest's configuration: `cases` cases (or `PROPTEST_CASES`), no failure files.
+pub fn proptest_config(cases: u32) -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(cases);
+    ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
+}
