@@ -100,13 +100,18 @@ pub(super) fn rewrite_lets(k: &mut Kernel, rewrite: &impl Fn(&mut Kernel, &HashM
     k.body = walk(k, &defs, body, rewrite);
 }
 
+/// The value of `v` when it is a constant (or its negation), with `def` the definitions.
+pub(super) fn constant<'a>(def: &impl Fn(ValueId) -> Option<&'a Op>, v: ValueId) -> Option<f32> {
+    match def(v)? {
+        Op::Const(c) => Some(*c),
+        Op::Unary(UnOp::Neg, x) => constant(def, *x).map(|c| -c),
+        _ => None,
+    }
+}
+
 /// Whether `v` is `-inf` (a constant, or `-` applied to `inf` as a spec writes it).
 pub(super) fn is_neg_inf(defs: &HashMap<ValueId, Op>, v: ValueId) -> bool {
-    match defs.get(&v) {
-        Some(Op::Const(c)) => *c == f32::NEG_INFINITY,
-        Some(Op::Unary(UnOp::Neg, x)) => matches!(defs.get(x), Some(Op::Const(c)) if *c == f32::INFINITY),
-        _ => false,
-    }
+    constant(&|x| defs.get(&x), v) == Some(f32::NEG_INFINITY)
 }
 
 /// Appends `let v = op` to `out` and returns `v`.

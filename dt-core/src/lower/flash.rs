@@ -41,7 +41,7 @@
 //! causal attention) and the queries are blocked, the merged loop stops at the end of the
 //! program's block of queries (`Loop::until`, see `causal_end`).
 
-use super::edit::{defs, exp_scaled, finite_or_zero, merge_loops, push, renamed, Scaled};
+use super::edit::{constant, defs, exp_scaled, finite_or_zero, merge_loops, push, renamed, Scaled};
 use crate::algo::{BinOp, DimId, RedOp, UnOp};
 use crate::kir::{reads_var, written_vars, Combine, Diagonal, Kernel, Loop, LoopKind, Op, Stmt, ValueId, VarId};
 use std::collections::{HashMap, HashSet};
@@ -412,15 +412,6 @@ fn causal_end(k: &Kernel, body: &[Stmt], max_acc: VarId, dim: DimId) -> Option<(
         _ => true,
     });
     masked_alike.then_some((i, diagonal))
-}
-
-/// The value of `v` when it is a constant (or its negation), with `def` the definitions.
-fn constant<'a>(def: &impl Fn(ValueId) -> Option<&'a Op>, v: ValueId) -> Option<f32> {
-    match def(v)? {
-        Op::Const(c) => Some(*c),
-        Op::Unary(UnOp::Neg, x) => constant(def, *x).map(|c| -c),
-        _ => None,
-    }
 }
 
 /// `body` without the computations it repeats from `first` (an accumulator initialized, what

@@ -20,7 +20,7 @@
 //! maximum may lie masks and selects whose other value is `-inf`, which scaling keeps.
 
 use super::edit;
-use crate::algo::{RedOp, UnOp};
+use crate::algo::{BinOp, DimId, RedOp, UnOp};
 use crate::kir::{Kernel, Op, Shape, Stmt, ValueId};
 use std::collections::HashMap;
 
@@ -35,13 +35,13 @@ pub fn take_max_before_scale(k: &mut Kernel) {
         let unscaled = rebuild(k, out, chain);
         let shape = k.value(value).shape.clone();
         let max = edit::push(k, out, shape, Op::Reduce { op: RedOp::Max, value: unscaled, dim, run });
-        out.push(Stmt::Let { value, op: Op::Binary(crate::algo::BinOp::Mul, max, factor) });
+        out.push(Stmt::Let { value, op: Op::Binary(BinOp::Mul, max, factor) });
     });
 }
 
 /// One link between a product and the maximum (or the exponential): a mask or a select whose other value is `-inf`.
 pub(super) enum Link {
-    Mask { dim: crate::algo::DimId, shape: Shape },
+    Mask { dim: DimId, shape: Shape },
     Select { cond: ValueId, other: ValueId, first: bool, shape: Shape },
 }
 
@@ -51,12 +51,7 @@ pub(super) type Chain = (ValueId, Vec<Link>);
 /// Where `tile` is a product `a * c` (through masks and selects with `-inf`) with `c` positive,
 /// finite, of fewer elements than the product and without dimension `dim` (when given): the
 /// chain (`a`, then the links outward) and `c`.
-pub(super) fn scale_of(
-    k: &Kernel,
-    defs: &HashMap<ValueId, Op>,
-    tile: ValueId,
-    dim: Option<crate::algo::DimId>,
-) -> Option<(Chain, ValueId)> {
+pub(super) fn scale_of(k: &Kernel, defs: &HashMap<ValueId, Op>, tile: ValueId, dim: Option<DimId>) -> Option<(Chain, ValueId)> {
     let mut links = Vec::new();
     let mut v = tile;
     loop {
@@ -74,7 +69,7 @@ pub(super) fn scale_of(
                 links.push(Link::Select { cond: *cond, other: *x, first: false, shape });
                 v = *y;
             }
-            Op::Binary(crate::algo::BinOp::Mul, a, b) => {
+            Op::Binary(BinOp::Mul, a, b) => {
                 let fits = |c: ValueId, t: ValueId| {
                     positive(defs, c)
                         && dim.is_none_or(|d| k.value(c).shape.extent(d).is_none_or(|n| n == 1))
