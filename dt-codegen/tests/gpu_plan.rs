@@ -114,6 +114,33 @@ fn the_verifier_catches_a_broken_plan() {
     assert!(dt_codegen::plan::verify::verify(&k, &small).unwrap_err().contains("bytes of shared memory"));
 }
 
+/// A bound on A's rows below the tile's shortens the copies of A: a stage copies the bounded
+/// rows (rounded up to 8) and B's tile follows them, which `wgmma` reads as A's remaining rows;
+/// two warpgroups' 128 rows would read past the stage, so there the copies shorten only as far
+/// as B's lines reach. The verifier refuses rows that run past the stage.
+#[test]
+fn a_bound_on_the_rows_shortens_the_copies_of_a() {
+    let planned = |schedule: &str| {
+        let p = dt_core::compile_spec(&matmul(schedule, "f16")).expect("checks");
+        let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+        let gp = plan(&k, DType::F16, &Target::SM90A).expect("plans");
+        (k, gp)
+    };
+    let (k, short) = planned("mm.bound(x:13); mm.block(x:64, y:64); mm.tensorize(x:64, y:64, k:64); mm.num_warps(4); mm.num_stages(16);");
+    let w = short.warp_specialized.as_ref().expect("warp-specialized");
+    let [a, b] = &w.operands;
+    assert_eq!((a.copied_rows, a.boxes.clone(), a.copy_bytes), (16, vec![16, 64], 2048));
+    assert_eq!((b.offset, w.stage_bytes, w.stages), (2048, 10240, 16));
+    let (_, two) = planned("mm.bound(x:16); mm.block(x:128, y:64); mm.tensorize(x:128, y:64, k:64); mm.num_warps(8); mm.num_stages(4);");
+    let a2 = &two.warp_specialized.as_ref().expect("warp-specialized").operands[0];
+    assert_eq!(a2.copied_rows, 64, "128 rows read from 64 copied and B's 64 lines");
+    let mut past = short.clone();
+    let ws = past.warp_specialized.as_mut().expect("warp-specialized");
+    ws.operands[1].offset = 0;
+    ws.operands[0].offset = 8192;
+    assert!(dt_codegen::plan::verify::verify(&k, &past).unwrap_err().contains("past its stage"));
+}
+
 /// The epilogue stores through shared memory where the ring leaves room for the staging buffers
 /// (a 128 x 256 tile in 4 stages), and from the fragments where it does not (128 x 128 in 7
 /// stages); the verifier refuses staging buffers that overlap the barriers or a box that is not

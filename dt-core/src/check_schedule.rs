@@ -131,8 +131,8 @@ impl<'a, 'd> Checker<'a, 'd> {
                 }
             }
             "num_stages" => {
-                let ok = |n: u64| (1..=8).contains(&n);
-                if let Some(n) = self.number_within(f, prim, args, span, ok, "the pipeline depth is 1 (no pipelining) to 8") {
+                let ok = |n: u64| (1..=16).contains(&n);
+                if let Some(n) = self.number_within(f, prim, args, span, ok, "the pipeline depth is 1 (no pipelining) to 16") {
                     self.prog.funcs[f.index()].schedule.num_stages = n;
                     self.prog.funcs[f.index()].schedule.num_stages_span = Some(span);
                 }

@@ -491,11 +491,14 @@ fn hopper_setup(test: &str, rank: usize) -> Option<(&'static Gpu, bool, [Placeme
 #[test]
 fn hopper_matmul_matches_reference() {
     let Some((gpu, hopper, [contiguous, padded, transposed])) = hopper_setup("hopper_matmul_matches_reference", 2) else { return };
-    // Classes by size: up to 64 rows (`mm_90a_m64`), outputs up to 512 x 512 (`mm_90a_512`) and
-    // 1024 x 1024 (`mm_90a_1k`), any.
+    // Classes by size: up to 16 rows (`mm_90a_m16`, which copies 16 rows of A's 64-row tile), up
+    // to 64 (`mm_90a_m64`), outputs up to 512 x 512 (`mm_90a_512`) and 1024 x 1024 (`mm_90a_1k`),
+    // any.
     let sizes = [
         (1, 8, 8),
+        (9, 200, 1000),
         (16, 2056, 264),
+        (17, 136, 520),
         (64, 1032, 72),
         (129, 264, 72),
         (300, 136, 8),

@@ -40,8 +40,12 @@ fn warp_specialized(k: &Kernel, p: &GpuPlan, w: &WarpSpecialized) -> Result<(), 
             Major::K => 1,
             Major::Mn => o.rows / 64,
         };
-        if o.copies != expected_copies || o.copies * o.copy_bytes != o.rows * w.step * 2 {
+        if o.copies != expected_copies || o.copies * o.copy_bytes != o.copied_rows * w.step * 2 {
             return Err(format!("the copies of input {} do not fill its tile", o.input));
+        }
+        // Rows copied short of the tile are read from what follows them in the stage.
+        if o.copied_rows > o.rows || (o.copied_rows < o.rows && o.offset + o.rows * ROW_BYTES > w.stage_bytes) {
+            return Err(format!("the rows of input {} that wgmma reads run past its stage", o.input));
         }
         if !matches!(k.inputs.get(o.input), Some(t) if t.dims == o.axes) {
             return Err(format!("operand {} does not read input {} along its axes", o.map, o.input));

@@ -76,6 +76,9 @@ pub struct StagedOperand {
     /// The dimension of the tile's rows (`m` for A, `n` for B) and their number.
     pub rows_dim: DimId,
     pub rows: u32,
+    /// The rows a stage copies: `rows`, or fewer for a first operand whose dimension is bounded
+    /// below them (see [`copied_rows`]); `wgmma` reads `rows` lines from `offset` all the same.
+    pub copied_rows: u32,
     pub major: Major,
     /// Its tensor map among the kernel's (`dt_tma_args_t::maps`).
     pub map: usize,
@@ -296,7 +299,9 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
     let mut operands = Vec::new();
     let mut offset = 0;
     for (map, ((value, input, axes), rows_dim, rows)) in [(la, m, rows), (lb, n, cols)].into_iter().enumerate() {
-        let op = stage_operand(k, value, input, axes, rows_dim, rows, l.dim, map, offset).map_err(&fail)?;
+        // Each operand's tile takes a 128-byte line per row and step; B's come after A's.
+        let lines_after = if map == 0 { cols } else { 0 };
+        let op = stage_operand(k, value, input, axes, rows_dim, rows, l.dim, map, offset, lines_after).map_err(&fail)?;
         offset += op.bytes();
         operands.push(op);
     }
@@ -393,6 +398,7 @@ fn stage_operand(
     kdim: DimId,
     map: usize,
     offset: u32,
+    lines_after: u32,
 ) -> Result<StagedOperand, String> {
     let name = &k.inputs[input].name;
     if axes.len() > 5 {
@@ -406,6 +412,7 @@ fn stage_operand(
     } else {
         return Err(format!("input `{name}`'s contiguous axis is neither `{}` nor `{}`", k.dim_name(kdim), k.dim_name(rows_dim)));
     };
+    let copied = if map == 0 { copied_rows(k, rows_dim, rows, lines_after) } else { rows };
     let mut boxes = Vec::new();
     for (i, d) in axes.iter().enumerate() {
         if axes[..i].contains(d) {
@@ -415,7 +422,7 @@ fn stage_operand(
             STEP
         } else if *d == rows_dim {
             match major {
-                Major::K => rows,
+                Major::K => copied,
                 Major::Mn => 64,
             }
         } else if k.grid.block_extent(*d) == Some(1) {
@@ -427,7 +434,7 @@ fn stage_operand(
     }
     let (copies, copy_bytes, desc) = match major {
         // One box of [rows, 64 k]: a 128-byte line per row, groups of 8 lines 1024 bytes apart.
-        Major::K => (1, rows * ROW_BYTES, Descriptor { lbo: 16, sbo: 1024, k_step: 32, slice_step: 64 * ROW_BYTES, transposed: false }),
+        Major::K => (1, copied * ROW_BYTES, Descriptor { lbo: 16, sbo: 1024, k_step: 32, slice_step: 64 * ROW_BYTES, transposed: false }),
         // Boxes of [64 k, 64 rows], one per 64 rows: a 128-byte line of rows per k.
         Major::Mn => {
             let box_bytes = STEP * ROW_BYTES;
@@ -438,7 +445,18 @@ fn stage_operand(
             )
         }
     };
-    Ok(StagedOperand { value, input, axes, rows_dim, rows, major, map, boxes, copies, copy_bytes, offset, desc })
+    let copied_rows = if major == Major::K { copied } else { rows };
+    Ok(StagedOperand { value, input, axes, rows_dim, rows, copied_rows, major, map, boxes, copies, copy_bytes, offset, desc })
+}
+
+/// The rows of the first operand's tile (K-major, at the start of its stage) that a stage
+/// copies: all `rows`, or fewer where the kernel's `bound` on their dimension admits fewer
+/// (rounded up to whole groups of 8 lines), but no fewer than the stage's `lines_after` them
+/// leave room for. `wgmma` still reads `rows` lines; those past the copied ones are the next
+/// operand's, and the products of those rows lie past the bound, where nothing stores them.
+fn copied_rows(k: &Kernel, rows_dim: DimId, rows: u32, lines_after: u32) -> u32 {
+    let admitted = k.bound(rows_dim).map_or(rows, |b| (b.min(rows as u64) as u32).next_multiple_of(8));
+    admitted.max(rows.saturating_sub(lines_after))
 }
 
 /// Registers per role: the producer keeps 40, the consumers share the rest of the
