@@ -197,7 +197,9 @@ impl<'a, 'd> Checker<'a, 'd> {
                     };
                     let Some(d) = self.dim(id, &fdims) else { continue };
                     let Some(n) = self.int_arg(*v, *s, "an extent") else { continue };
-                    if is_block && !fdims.contains(&d) {
+                    // A dimension that `f`'s own `rdot` contracts may be blocked to split the
+                    // contraction over a cluster (`cluster(k:N)`, checked once the schedule is read).
+                    if is_block && !fdims.contains(&d) && !self.contracts(f, d) {
                         if self.computed_dims(f).contains(&d) {
                             self.err(
                                 id.span,
@@ -379,6 +381,13 @@ impl<'a, 'd> Checker<'a, 'd> {
     /// `cluster(y:N)`: `y` must be the kernel's blocked dimension that varies fastest with the
     /// program id (the last blocked one, no `map`), so that the `N` blocks of a row are
     /// consecutive programs, which is how a launch groups programs into clusters.
+    /// Whether `f`'s own definition contracts `d` with an `rdot`.
+    fn contracts(&self, f: FuncId, d: DimId) -> bool {
+        let mut found = false;
+        self.prog.func(f).body.walk(&mut |e| found |= matches!(e, Expr::Dot { dim, .. } if *dim == d));
+        found
+    }
+
     fn cluster(&mut self, f: FuncId, args: &[SchedArg], span: Span) {
         let fname = self.prog.func(f).name.clone();
         self.sched_spans[f.index()].placement.push(span);
@@ -398,7 +407,9 @@ impl<'a, 'd> Checker<'a, 'd> {
             return;
         }
         let sched = &self.prog.func(f).schedule;
-        let last_blocked = fdims.iter().rev().find(|x| sched.block_extent(**x).is_some()).copied();
+        // A blocked contraction comes after the result's dimensions (see `lower::grid`).
+        let contraction = sched.block.iter().find(|(x, _)| !fdims.contains(x)).map(|(x, _)| *x);
+        let last_blocked = contraction.or_else(|| fdims.iter().rev().find(|x| sched.block_extent(**x).is_some()).copied());
         if sched.block_extent(d).is_none() {
             let label = format!("a cluster groups blocks: add `{}` to `{fname}.block(...)`", id.name);
             self.err(id.span, format!("`{}` is not a blocked dimension of `{fname}`", id.name), label);
@@ -536,6 +547,17 @@ impl<'a, 'd> Checker<'a, 'd> {
                         };
                         self.err(s, msg, label);
                     }
+                }
+            }
+            let blocked_contraction = sched.block.iter().find(|(d, _)| !self.prog.funcs[i].dims.contains(d)).map(|(d, _)| *d);
+            if let (Some(d), Some(s)) = (blocked_contraction, spans.block) {
+                if sched.cluster.is_none_or(|(c, _)| c != d) {
+                    let dn = self.prog.dim_name(d).to_string();
+                    self.err(
+                        s,
+                        format!("`{name}` blocks `{dn}`, which it reduces over, without a cluster"),
+                        format!("a contraction is blocked to split it over the programs of a cluster: add `{name}.cluster({dn}:2)` or leave `{dn}` out of `block`"),
+                    );
                 }
             }
             if let (Some(_), Some(m)) = (sched.cluster, spans.map) {

@@ -176,3 +176,29 @@ fn clusters_of_16_match_reference() {
         }
     }
 }
+
+/// `cluster(k:N)` on a contraction blocked by `block(k:B)`: each program of a cluster sums its
+/// block of `k` into its accumulator tile, the cluster adds the tiles, and every program holds
+/// the sum (the kernel IR says `rsum ... over the cluster along k`). The product is the matmul's
+/// for contractions that fill the cluster, leave its last programs nothing or end inside a block,
+/// and the implied bound is N blocks.
+#[test]
+fn a_contraction_split_over_a_cluster_matches_reference() {
+    let src = "Func mm; In A, B; Var x, y; RVar k;
+        mm[x, y] = rdot(A[x, k], B[k, y], k);
+        mm.block(x:4, y:8, k:16); mm.tensorize(x:4, y:8, k:8); mm.cluster(k:4); mm.compile();";
+    let (p, k) = lowered(src);
+    let text = dt_core::kir::print(&k);
+    assert!(text.contains("rsum %3 over the cluster along k") && text.contains("(in block)"), "{text}");
+    assert_eq!(k.bound(k.grid.cluster.expect("clustered").0), Some(64), "{text}");
+    for (m, n, kk) in [(1, 1, 1), (5, 9, 7), (4, 8, 16), (3, 17, 33), (6, 5, 64), (2, 3, 50)] {
+        let a = Tensor::new(vec![m, kk], values(m, kk, 3.0, 1));
+        let b = Tensor::new(vec![kk, n], values(kk, n, 2.0, 2));
+        let args = Args::default().input("A", a).input("B", b);
+        let want = dt_core::eval::evaluate(&p, p.kernels[0], &args, DType::F32).expect("evaluates");
+        let got = dt_core::interp::run(&k, &bind(&p, p.kernels[0], &args).expect("binds"), DType::F32);
+        for (i, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
+            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{m}x{n}x{kk}, element {i}: got {g}, want {w}\n{text}");
+        }
+    }
+}

@@ -9,8 +9,10 @@ use crate::schedule::MapEntry;
 pub fn build_grid(p: &Program, k: FuncId) -> Grid {
     let f = p.func(k);
     let s = &f.schedule;
-    // Blocked dimensions in the Func's own order, so that printing is stable.
-    let blocked: Vec<_> = f.dims.iter().filter_map(|d| s.block_extent(*d).map(|b| (*d, b))).collect();
+    // Blocked dimensions in the Func's own order, so that printing is stable, then a contraction
+    // blocked to split it over a cluster (`cluster(k:N)`), which varies fastest.
+    let contraction = s.block.iter().filter(|(d, _)| !f.dims.contains(d)).copied();
+    let blocked: Vec<_> = f.dims.iter().filter_map(|d| s.block_extent(*d).map(|b| (*d, b))).chain(contraction).collect();
     let order = match &s.map {
         Some(m) => m.clone(),
         None => blocked.iter().map(|(d, _)| MapEntry::Whole(*d)).collect(),
