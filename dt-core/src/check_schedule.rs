@@ -381,10 +381,13 @@ impl<'a, 'd> Checker<'a, 'd> {
     /// `cluster(y:N)`: `y` must be the kernel's blocked dimension that varies fastest with the
     /// program id (the last blocked one, no `map`), so that the `N` blocks of a row are
     /// consecutive programs, which is how a launch groups programs into clusters.
-    /// Whether `f`'s own definition contracts `d` with an `rdot`.
+    /// Whether the computation of `f` (its definition, or a producer fused into it) contracts
+    /// `d` with an `rdot`.
     fn contracts(&self, f: FuncId, d: DimId) -> bool {
         let mut found = false;
-        self.prog.func(f).body.walk(&mut |e| found |= matches!(e, Expr::Dot { dim, .. } if *dim == d));
+        for body in self.prog.kernel_bodies(f) {
+            body.walk(&mut |e| found |= matches!(e, Expr::Dot { dim, .. } if *dim == d));
+        }
         found
     }
 

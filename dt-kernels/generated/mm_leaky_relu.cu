@@ -382,7 +382,8 @@ DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
  * so a program may exit then (a relaxed arrive let a program leave while a read of its shared
  * memory was still in flight, and the GPU failed the launch).
  * dt_cluster_load: the float at `p` (in this program's shared memory) in program `rank` of the
- * cluster's shared memory. */
+ * cluster's shared memory; dt_cluster_load2 / dt_cluster_load4: the 2 or 4 floats from `p`
+ * (8- or 16-byte aligned), in one access. */
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 #define DT_CLUSTER(n) __cluster_dims__(n, 1, 1)
 #else
@@ -421,6 +422,34 @@ DT_FN float dt_cluster_load(const float* p, unsigned rank) {
     (void)rank;
     __trap();
     return 0.0f;
+#endif
+}
+DT_FN float2 dt_cluster_load2(const float* p, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned remote;
+    float2 v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(dt_smem_u32(p)), "r"(rank));
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+    return v;
+#else
+    (void)p;
+    (void)rank;
+    __trap();
+    return make_float2(0.0f, 0.0f);
+#endif
+}
+DT_FN float4 dt_cluster_load4(const float* p, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned remote;
+    float4 v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(dt_smem_u32(p)), "r"(rank));
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
+    return v;
+#else
+    (void)p;
+    (void)rank;
+    __trap();
+    return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #endif
 }
 #endif
@@ -668,6 +697,414 @@ struct dt_args_t {
     long long sizes[S];
     float scalars[C];
 };
+
+#ifndef DT_WGMMA_M64N64K16_F16
+#define DT_WGMMA_M64N64K16_F16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel out_90a_m16_split for f16: grid block(x:64, y:64, k:2048); 256 threads, warp-specialized for sm_90a */
+extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m16_split_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
+#if defined(__CUDA_ARCH__) && !DT_SM90A
+    __trap(); /* built for sm_90a, where the library runs it */
+#else
+    const dt_args_t<2, 2, 3, 1>& args = targs.args;
+    extern __shared__ float dt_smem[];
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    /* 16 stages of 10240 bytes from dt_ring (1024-aligned), then barriers full[16] at +163840 and empty[16] at +163968 */
+    const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
+    if (tid == 0) {
+        for (int st = 0; st < 16; st++) {
+            dt_mbar_init(dt_ring + 163840 + 8 * st, 1);
+            dt_mbar_init(dt_ring + 163968 + 8 * st, 1);
+        }
+        dt_mbar_fence_init();
+    }
+    __syncthreads();
+    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64)) * (2);
+    /* warp_specialize(): threads 128.. copy (one thread), threads 0..128 compute */
+    if (tid >= 128) {
+        dt_setmaxnreg_dec<40>();
+        if (tid == 128) {
+            unsigned dt_step = 0;
+            /* this program's block */
+            for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                unsigned rest = (unsigned)pid;
+                (void)rest;
+                const unsigned n2 = (unsigned)(2);
+                const long long g2 = rest % n2; rest /= n2;
+                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+                const long long g1 = rest % n1; rest /= n1;
+                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                const long long g0 = rest % n0; rest /= n0;
+                const long long b0 = g0; /* block index along x */
+                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                const long long b1 = g1; /* block index along y */
+                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+                const long long b2 = g2; /* block index along k */
+                for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
+                    const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
+                    dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                    dt_mbar_expect_tx(dt_ring + 163840 + 8 * st, 10240);
+                    const unsigned stage = dt_ring + st * 10240;
+                    /* A[x, k]: 1 copy of box [x:16, k:64] */
+                    dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
+                    /* B[k, y]: 1 copy of box [k:64, y:64] */
+                    dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                }
+            }
+        }
+        /* the consumers' combinations over the 2 programs of the cluster */
+        dt_cluster_sync();
+        dt_cluster_arrive();
+        dt_cluster_wait();
+    } else {
+        dt_setmaxnreg_inc<248>();
+        unsigned dt_step = 0;
+        unsigned dt_stored = 0;
+        /* this program's block */
+        for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+            unsigned rest = (unsigned)pid;
+            (void)rest;
+            const unsigned n2 = (unsigned)(2);
+            const long long g2 = rest % n2; rest /= n2;
+            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+            const long long g1 = rest % n1; rest /= n1;
+            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+            const long long g0 = rest % n0; rest /= n0;
+            const long long b0 = g0; /* block index along x */
+            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+            const long long b1 = g1; /* block index along y */
+            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+            const long long b2 = g2; /* block index along k */
+            float v6[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v6[r] = 0e0f;
+            }
+            float v9[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v9[r] = 1e-2f;
+            }
+            /* block(x:64) out_90a_m16_split.tensorize(x:64) */
+            for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
+                /* block(y:64) out_90a_m16_split.tensorize(y:64) */
+                for (long long o2 = b1 * 64; o2 < dt_min_ll(b1 * 64 + 64, s1); o2 += 64) {
+                    /* rdot accumulator */
+                    float acc0[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        acc0[r] = 0e0f;
+                    }
+                    /* rdot out_90a_m16_split.tensorize(k:64) num_stages(16) */
+                    /* warp_specialize(): the operands arrive in stages by TMA; m64n64k16 wgmma, 4 per stage, one group in flight */
+                    for (long long o5 = (b2 * 2048); o5 < dt_min_ll((b2 * 2048) + 2048, s2); o5 += 64, dt_step++) {
+                        const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
+                        dt_mbar_wait(dt_ring + 163840 + 8 * st, phase); /* stage st has landed */
+                        const unsigned fa = dt_ring + st * 10240 + 0 + (tid >> 7) * 8192;
+                        const unsigned fb = dt_ring + st * 10240 + 2048;
+                        dt_wgmma_fence();
+                        #pragma unroll
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_f16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        dt_wgmma_commit();
+                        dt_wgmma_wait<1>();
+                        if (o5 > (b2 * 2048) && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 163968 + 8 * ((dt_step + 15u) % 16u)); /* the step before is done */
+                    }
+                    dt_wgmma_wait<0>();
+                    if (dt_min_ll((b2 * 2048) + 2048, s2) > (b2 * 2048) && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 163968 + 8 * ((dt_step + 15u) % 16u));
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) dt_reg_fence(acc0[r]);
+                    float v3[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v3[r] = acc0[r];
+                    }
+                    float v4[32];
+                    /* rsum over the 2 programs of the cluster along k */
+                    __shared__ __align__(16) float cl8[4096];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r += 2) {
+                        const int l9 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, l10 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l9 * 64 + l10;
+                        if ((unsigned)(o1 + l9) < (unsigned)s0) *(float2*)&cl8[e] = make_float2(v3[r + 0], v3[r + 1]);
+                    }
+                    dt_cluster_sync();
+                    #pragma unroll
+                    for (int r = 0; r < 32; r += 2) {
+                        const int l9 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, l10 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l9 * 64 + l10;
+                        v4[r + 0] = v3[r + 0];
+                        v4[r + 1] = v3[r + 1];
+                        if ((unsigned)(o1 + l9) < (unsigned)s0) {
+                            float2 a = make_float2(0e0f, 0e0f);
+                            for (unsigned q = 0; q < 2u; q++) {
+                                const float2 p = dt_cluster_load2(&cl8[e], q);
+                                a.x = a.x + p.x;
+                                a.y = a.y + p.y;
+                            }
+                            v4[r + 0] = a.x;
+                            v4[r + 1] = a.y;
+                        }
+                    }
+                    dt_cluster_arrive();
+                    float v7[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v7[r] = ((v4[r]) > (v6[0]) ? 1.0f : 0.0f);
+                    }
+                    float v11[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v11[r] = (v9[0] * v4[r]);
+                    }
+                    float v12[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v12[r] = v7[r] != 0.0f ? v4[r] : v11[r];
+                    }
+                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
+                    #pragma unroll
+                    for (int c = 0; c < 1; c++, dt_stored++) {
+                        const unsigned buf = dt_ring + 164864 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
+                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        #pragma unroll
+                        for (int j = 0; j < 32; j += 2) {
+                            const int r = c * 32 + j;
+                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
+                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_f16(v12[r], v12[r + 1]));
+                        }
+                        dt_fence_proxy_async();
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 64) + c * 64), (int)((b0 * 64) + (tid >> 7) * 64)); dt_bulk_commit(); }
+                    }
+                    dt_cluster_wait();
+                }
+            }
+        }
+        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
+    }
+#endif
+}
+
+#ifndef DT_WGMMA_M64N64K16_BF16
+#define DT_WGMMA_M64N64K16_BF16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel out_90a_m16_split for bf16: grid block(x:64, y:64, k:2048); 256 threads, warp-specialized for sm_90a */
+extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m16_split_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
+#if defined(__CUDA_ARCH__) && !DT_SM90A
+    __trap(); /* built for sm_90a, where the library runs it */
+#else
+    const dt_args_t<2, 2, 3, 1>& args = targs.args;
+    extern __shared__ float dt_smem[];
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    /* 16 stages of 10240 bytes from dt_ring (1024-aligned), then barriers full[16] at +163840 and empty[16] at +163968 */
+    const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
+    if (tid == 0) {
+        for (int st = 0; st < 16; st++) {
+            dt_mbar_init(dt_ring + 163840 + 8 * st, 1);
+            dt_mbar_init(dt_ring + 163968 + 8 * st, 1);
+        }
+        dt_mbar_fence_init();
+    }
+    __syncthreads();
+    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64)) * (2);
+    /* warp_specialize(): threads 128.. copy (one thread), threads 0..128 compute */
+    if (tid >= 128) {
+        dt_setmaxnreg_dec<40>();
+        if (tid == 128) {
+            unsigned dt_step = 0;
+            /* this program's block */
+            for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                unsigned rest = (unsigned)pid;
+                (void)rest;
+                const unsigned n2 = (unsigned)(2);
+                const long long g2 = rest % n2; rest /= n2;
+                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+                const long long g1 = rest % n1; rest /= n1;
+                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                const long long g0 = rest % n0; rest /= n0;
+                const long long b0 = g0; /* block index along x */
+                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                const long long b1 = g1; /* block index along y */
+                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+                const long long b2 = g2; /* block index along k */
+                for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
+                    const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
+                    dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                    dt_mbar_expect_tx(dt_ring + 163840 + 8 * st, 10240);
+                    const unsigned stage = dt_ring + st * 10240;
+                    /* A[x, k]: 1 copy of box [x:16, k:64] */
+                    dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
+                    /* B[k, y]: 1 copy of box [k:64, y:64] */
+                    dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                }
+            }
+        }
+        /* the consumers' combinations over the 2 programs of the cluster */
+        dt_cluster_sync();
+        dt_cluster_arrive();
+        dt_cluster_wait();
+    } else {
+        dt_setmaxnreg_inc<248>();
+        unsigned dt_step = 0;
+        unsigned dt_stored = 0;
+        /* this program's block */
+        for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+            unsigned rest = (unsigned)pid;
+            (void)rest;
+            const unsigned n2 = (unsigned)(2);
+            const long long g2 = rest % n2; rest /= n2;
+            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+            const long long g1 = rest % n1; rest /= n1;
+            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+            const long long g0 = rest % n0; rest /= n0;
+            const long long b0 = g0; /* block index along x */
+            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+            const long long b1 = g1; /* block index along y */
+            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+            const long long b2 = g2; /* block index along k */
+            float v6[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v6[r] = 0e0f;
+            }
+            float v9[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v9[r] = 1e-2f;
+            }
+            /* block(x:64) out_90a_m16_split.tensorize(x:64) */
+            for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
+                /* block(y:64) out_90a_m16_split.tensorize(y:64) */
+                for (long long o2 = b1 * 64; o2 < dt_min_ll(b1 * 64 + 64, s1); o2 += 64) {
+                    /* rdot accumulator */
+                    float acc0[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        acc0[r] = 0e0f;
+                    }
+                    /* rdot out_90a_m16_split.tensorize(k:64) num_stages(16) */
+                    /* warp_specialize(): the operands arrive in stages by TMA; m64n64k16 wgmma, 4 per stage, one group in flight */
+                    for (long long o5 = (b2 * 2048); o5 < dt_min_ll((b2 * 2048) + 2048, s2); o5 += 64, dt_step++) {
+                        const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
+                        dt_mbar_wait(dt_ring + 163840 + 8 * st, phase); /* stage st has landed */
+                        const unsigned fa = dt_ring + st * 10240 + 0 + (tid >> 7) * 8192;
+                        const unsigned fb = dt_ring + st * 10240 + 2048;
+                        dt_wgmma_fence();
+                        #pragma unroll
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_bf16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        dt_wgmma_commit();
+                        dt_wgmma_wait<1>();
+                        if (o5 > (b2 * 2048) && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 163968 + 8 * ((dt_step + 15u) % 16u)); /* the step before is done */
+                    }
+                    dt_wgmma_wait<0>();
+                    if (dt_min_ll((b2 * 2048) + 2048, s2) > (b2 * 2048) && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 163968 + 8 * ((dt_step + 15u) % 16u));
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) dt_reg_fence(acc0[r]);
+                    float v3[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v3[r] = acc0[r];
+                    }
+                    float v4[32];
+                    /* rsum over the 2 programs of the cluster along k */
+                    __shared__ __align__(16) float cl8[4096];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r += 2) {
+                        const int l9 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, l10 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l9 * 64 + l10;
+                        if ((unsigned)(o1 + l9) < (unsigned)s0) *(float2*)&cl8[e] = make_float2(v3[r + 0], v3[r + 1]);
+                    }
+                    dt_cluster_sync();
+                    #pragma unroll
+                    for (int r = 0; r < 32; r += 2) {
+                        const int l9 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, l10 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l9 * 64 + l10;
+                        v4[r + 0] = v3[r + 0];
+                        v4[r + 1] = v3[r + 1];
+                        if ((unsigned)(o1 + l9) < (unsigned)s0) {
+                            float2 a = make_float2(0e0f, 0e0f);
+                            for (unsigned q = 0; q < 2u; q++) {
+                                const float2 p = dt_cluster_load2(&cl8[e], q);
+                                a.x = a.x + p.x;
+                                a.y = a.y + p.y;
+                            }
+                            v4[r + 0] = a.x;
+                            v4[r + 1] = a.y;
+                        }
+                    }
+                    dt_cluster_arrive();
+                    float v7[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v7[r] = ((v4[r]) > (v6[0]) ? 1.0f : 0.0f);
+                    }
+                    float v11[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v11[r] = (v9[0] * v4[r]);
+                    }
+                    float v12[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v12[r] = v7[r] != 0.0f ? v4[r] : v11[r];
+                    }
+                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
+                    #pragma unroll
+                    for (int c = 0; c < 1; c++, dt_stored++) {
+                        const unsigned buf = dt_ring + 164864 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
+                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        #pragma unroll
+                        for (int j = 0; j < 32; j += 2) {
+                            const int r = c * 32 + j;
+                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
+                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_bf16(v12[r], v12[r + 1]));
+                        }
+                        dt_fence_proxy_async();
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 64) + c * 64), (int)((b0 * 64) + (tid >> 7) * 64)); dt_bulk_commit(); }
+                    }
+                    dt_cluster_wait();
+                }
+            }
+        }
+        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
+    }
+#endif
+}
 
 #ifndef DT_WGMMA_M64N64K16_F16
 #define DT_WGMMA_M64N64K16_F16
@@ -3173,6 +3610,494 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16_whole(DT_GRID_CONS
                 if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(unsigned*)(out + a) = dt_pack2_bf16(v11[r], v11[r + 1]);
                 else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_bf16(v11[r]);
             }
+        }
+    }
+}
+
+/* kernel out_16_f32_split for f32: grid block(x:16, y:64, k:2048); 64 threads, 44032 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) DT_CLUSTER(2) dt_out_16_f32_split_f32(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
+    float* __restrict__ out = (float*)args.output; /* out_16_f32_split */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n2 = (unsigned)(2);
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along k */
+    float v6[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v6[r] = 0e0f;
+    }
+    float v9[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v9[r] = 1e-2f;
+    }
+    /* block(x:16) out_16_f32_split.tensorize(x:16) */
+    for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
+        /* block(y:64) out_16_f32_split.tensorize(y:64) */
+        for (long long o2 = b1 * 64; o2 < dt_min_ll(b1 * 64 + 64, s1); o2 += 64) {
+            /* rdot accumulator */
+            float acc0[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                acc0[r] = 0e0f;
+            }
+            /* rdot out_16_f32_split.tensorize(k:32) num_stages(4) */
+            /* num_stages(4): the operands of the next 3 steps are copied (cp.async) while the dots work on this one */
+            {
+                __syncthreads();
+                int rd6 = 0, wr7 = 3;
+                for (int st = 0; st < 3; st++) {
+                    const long long o5 = b2 * 2048 + (long long)st * 32;
+                    if (o5 < dt_min_ll(b2 * 2048 + 2048, s2)) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec9 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 64;
+                                (void)e; {
+                                    const int l10 = (int)((unsigned)e / 8u % 16u);
+                                    const int l11 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec9 && (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)(dt_smem + 0 + st * 576))[l10 * 36 + (l11 * 4)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)(dt_smem + 0 + st * 576))[l10 * 36 + (l11 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)(dt_smem + 0 + st * 576))[l10 * 36 + (l11 * 4 + q)] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec12 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 8; r++) {
+                                const int e = tid + r * 64;
+                                (void)e; {
+                                    const int l13 = (int)((unsigned)e / 16u % 32u);
+                                    const int l14 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec12 && (unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)(dt_smem + 2304 + st * 2176))[l13 * 68 + (l14 * 4)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)(dt_smem + 2304 + st * 2176))[l13 * 68 + (l14 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)(dt_smem + 2304 + st * 2176))[l13 * 68 + (l14 * 4 + q)] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                }
+                for (long long o5 = b2 * 2048; o5 < dt_min_ll(b2 * 2048 + 2048, s2); o5 += 32) {
+                    /* wait for the copies of this step (buffer rd6), then start those 3 steps ahead (buffer wr7) */
+                    dt_cp_async_wait<2>();
+                    __syncthreads();
+                    const long long o15 = o5 + 96;
+                    if (o15 < dt_min_ll(b2 * 2048 + 2048, s2)) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec16 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 64;
+                                (void)e; {
+                                    const int l17 = (int)((unsigned)e / 8u % 16u);
+                                    const int l18 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec16 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)(dt_smem + 0 + wr7 * 576))[l17 * 36 + (l18 * 4)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)(dt_smem + 0 + wr7 * 576))[l17 * 36 + (l18 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)(dt_smem + 0 + wr7 * 576))[l17 * 36 + (l18 * 4 + q)] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec19 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 8; r++) {
+                                const int e = tid + r * 64;
+                                (void)e; {
+                                    const int l20 = (int)((unsigned)e / 16u % 32u);
+                                    const int l21 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec19 && (unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)(dt_smem + 2304 + wr7 * 2176))[l20 * 68 + (l21 * 4)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)(dt_smem + 2304 + wr7 * 2176))[l20 * 68 + (l21 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)(dt_smem + 2304 + wr7 * 2176))[l20 * 68 + (l21 * 4 + q)] = ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                    /* v0: loaded by the dot that reads it (staged in shared memory) */
+                    /* v1: loaded by the dot that reads it (staged in shared memory) */
+                    /* rdot on the vector units (fmaf): [x:16, y:64] over k:32 by 1 x 2 groups of 32 lanes of 1 x 1 m16n32k4 fragments */
+                    {
+                        const int lane = tid & 31;
+                        const float* fa0 = (const float*)((dt_smem + 0 + rd6 * 576) + ((tid >> 5) / 2 * 16 + (lane >> 3)) * 36);
+                        const float* fb0 = (const float*)((dt_smem + 2304 + rd6 * 2176) + (tid >> 5) % 2 * 32 + (lane & 7) * 4);
+                        #pragma unroll
+                        for (int kk = 0; kk < 32; kk += 4) {
+                            float fa[1][16], fb[1][16];
+                            #pragma unroll
+                            for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 36 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                            #pragma unroll
+                            for (int j = 0; j < 1; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 68 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
+                            #pragma unroll
+                            for (int kq = 0; kq < 4; kq++)
+                            #pragma unroll
+                            for (int i = 0; i < 1; i++)
+                            #pragma unroll
+                            for (int j = 0; j < 1; j++)
+                            #pragma unroll
+                            for (int q = 0; q < 4; q++)
+                            #pragma unroll
+                            for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
+                        }
+                    }
+                    /* acc0 += v2: accumulated by the dot above */
+                    rd6 = rd6 + 1 == 4 ? 0 : rd6 + 1;
+                    wr7 = wr7 + 1 == 4 ? 0 : wr7 + 1;
+                }
+                dt_cp_async_wait<0>();
+                __syncthreads();
+            }
+            float v3[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                v3[r] = acc0[r];
+            }
+            float v4[16];
+            /* rsum over the 2 programs of the cluster along k */
+            __shared__ __align__(16) float cl24[1024];
+            #pragma unroll
+            for (int r = 0; r < 16; r += 1) {
+                const int l25 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, l26 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                const int e = l25 * 64 + l26;
+                if ((unsigned)(o1 + l25) < (unsigned)s0) *(float*)&cl24[e] = v3[r];
+            }
+            dt_cluster_sync();
+            #pragma unroll
+            for (int r = 0; r < 16; r += 1) {
+                const int l25 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, l26 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                const int e = l25 * 64 + l26;
+                v4[r + 0] = v3[r + 0];
+                if ((unsigned)(o1 + l25) < (unsigned)s0) {
+                    float a = 0e0f;
+                    for (unsigned q = 0; q < 2u; q++) {
+                        const float p = dt_cluster_load(&cl24[e], q);
+                        a = a + p;
+                    }
+                    v4[r + 0] = a;
+                }
+            }
+            dt_cluster_arrive();
+            float v7[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                v7[r] = ((v4[r]) > (v6[0]) ? 1.0f : 0.0f);
+            }
+            float v11[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                v11[r] = (v9[0] * v4[r]);
+            }
+            float v12[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                v12[r] = v7[r] != 0.0f ? v4[r] : v11[r];
+            }
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int l33 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
+                const int l34 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                if ((unsigned)(o1 + l33) < (unsigned)s0 && (unsigned)(o2 + l34) < (unsigned)s1) out[(unsigned)(o1 + l33) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l34) * (unsigned)args.output_strides[1]] = dt_store_f32(v12[r]);
+            }
+            dt_cluster_wait();
+        }
+    }
+}
+
+/* kernel out_16_f32_split for f32: grid block(x:16, y:64, k:2048); 64 threads, 44032 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) DT_CLUSTER(2) dt_out_16_f32_split_f32_whole(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
+    float* __restrict__ out = (float*)args.output; /* out_16_f32_split */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n2 = (unsigned)(2);
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along k */
+    float v6[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v6[r] = 0e0f;
+    }
+    float v9[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v9[r] = 1e-2f;
+    }
+    /* block(x:16) out_16_f32_split.tensorize(x:16) */
+    for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
+        /* block(y:64) out_16_f32_split.tensorize(y:64) */
+        for (long long o2 = b1 * 64; o2 < dt_min_ll(b1 * 64 + 64, s1); o2 += 64) {
+            /* rdot accumulator */
+            float acc0[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                acc0[r] = 0e0f;
+            }
+            /* rdot out_16_f32_split.tensorize(k:32) num_stages(4) */
+            /* num_stages(4): the operands of the next 3 steps are copied (cp.async) while the dots work on this one */
+            {
+                __syncthreads();
+                int rd6 = 0, wr7 = 3;
+                for (int st = 0; st < 3; st++) {
+                    const long long o5 = b2 * 2048 + (long long)st * 32;
+                    if (o5 < dt_min_ll(b2 * 2048 + 2048, s2)) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec9 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 64;
+                                (void)e; {
+                                    const int l10 = (int)((unsigned)e / 8u % 16u);
+                                    const int l11 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec9 && (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)(dt_smem + 0 + st * 576))[l10 * 36 + (l11 * 4)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)(dt_smem + 0 + st * 576))[l10 * 36 + (l11 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)(dt_smem + 0 + st * 576))[l10 * 36 + (l11 * 4 + q)] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec12 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 8; r++) {
+                                const int e = tid + r * 64;
+                                (void)e; {
+                                    const int l13 = (int)((unsigned)e / 16u % 32u);
+                                    const int l14 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec12 && (unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)(dt_smem + 2304 + st * 2176))[l13 * 68 + (l14 * 4)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)(dt_smem + 2304 + st * 2176))[l13 * 68 + (l14 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)(dt_smem + 2304 + st * 2176))[l13 * 68 + (l14 * 4 + q)] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                }
+                for (long long o5 = b2 * 2048; o5 < dt_min_ll(b2 * 2048 + 2048, s2); o5 += 32) {
+                    /* wait for the copies of this step (buffer rd6), then start those 3 steps ahead (buffer wr7) */
+                    dt_cp_async_wait<2>();
+                    __syncthreads();
+                    const long long o15 = o5 + 96;
+                    if (o15 < dt_min_ll(b2 * 2048 + 2048, s2)) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec16 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                const int e = tid + r * 64;
+                                (void)e; {
+                                    const int l17 = (int)((unsigned)e / 8u % 16u);
+                                    const int l18 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec16 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)(dt_smem + 0 + wr7 * 576))[l17 * 36 + (l18 * 4)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)(dt_smem + 0 + wr7 * 576))[l17 * 36 + (l18 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)(dt_smem + 0 + wr7 * 576))[l17 * 36 + (l18 * 4 + q)] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec19 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 8; r++) {
+                                const int e = tid + r * 64;
+                                (void)e; {
+                                    const int l20 = (int)((unsigned)e / 16u % 32u);
+                                    const int l21 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec19 && (unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)(dt_smem + 2304 + wr7 * 2176))[l20 * 68 + (l21 * 4)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)(dt_smem + 2304 + wr7 * 2176))[l20 * 68 + (l21 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)(dt_smem + 2304 + wr7 * 2176))[l20 * 68 + (l21 * 4 + q)] = ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                    /* v0: loaded by the dot that reads it (staged in shared memory) */
+                    /* v1: loaded by the dot that reads it (staged in shared memory) */
+                    /* rdot on the vector units (fmaf): [x:16, y:64] over k:32 by 1 x 2 groups of 32 lanes of 1 x 1 m16n32k4 fragments */
+                    {
+                        const int lane = tid & 31;
+                        const float* fa0 = (const float*)((dt_smem + 0 + rd6 * 576) + ((tid >> 5) / 2 * 16 + (lane >> 3)) * 36);
+                        const float* fb0 = (const float*)((dt_smem + 2304 + rd6 * 2176) + (tid >> 5) % 2 * 32 + (lane & 7) * 4);
+                        #pragma unroll
+                        for (int kk = 0; kk < 32; kk += 4) {
+                            float fa[1][16], fb[1][16];
+                            #pragma unroll
+                            for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 36 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                            #pragma unroll
+                            for (int j = 0; j < 1; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 68 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
+                            #pragma unroll
+                            for (int kq = 0; kq < 4; kq++)
+                            #pragma unroll
+                            for (int i = 0; i < 1; i++)
+                            #pragma unroll
+                            for (int j = 0; j < 1; j++)
+                            #pragma unroll
+                            for (int q = 0; q < 4; q++)
+                            #pragma unroll
+                            for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
+                        }
+                    }
+                    /* acc0 += v2: accumulated by the dot above */
+                    rd6 = rd6 + 1 == 4 ? 0 : rd6 + 1;
+                    wr7 = wr7 + 1 == 4 ? 0 : wr7 + 1;
+                }
+                dt_cp_async_wait<0>();
+                __syncthreads();
+            }
+            float v3[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                v3[r] = acc0[r];
+            }
+            float v4[16];
+            /* rsum over the 2 programs of the cluster along k */
+            __shared__ __align__(16) float cl24[1024];
+            #pragma unroll
+            for (int r = 0; r < 16; r += 1) {
+                const int l25 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, l26 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                const int e = l25 * 64 + l26;
+                if ((unsigned)(o1 + l25) < (unsigned)s0) *(float*)&cl24[e] = v3[r];
+            }
+            dt_cluster_sync();
+            #pragma unroll
+            for (int r = 0; r < 16; r += 1) {
+                const int l25 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, l26 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                const int e = l25 * 64 + l26;
+                v4[r + 0] = v3[r + 0];
+                if ((unsigned)(o1 + l25) < (unsigned)s0) {
+                    float a = 0e0f;
+                    for (unsigned q = 0; q < 2u; q++) {
+                        const float p = dt_cluster_load(&cl24[e], q);
+                        a = a + p;
+                    }
+                    v4[r + 0] = a;
+                }
+            }
+            dt_cluster_arrive();
+            float v7[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                v7[r] = ((v4[r]) > (v6[0]) ? 1.0f : 0.0f);
+            }
+            float v11[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                v11[r] = (v9[0] * v4[r]);
+            }
+            float v12[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                v12[r] = v7[r] != 0.0f ? v4[r] : v11[r];
+            }
+            /* the fragments two adjacent columns at a time */
+            #pragma unroll
+            for (int r = 0; r < 16; r += 2) {
+                const int lr = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(float2*)(out + a) = make_float2(v12[r], v12[r + 1]);
+                else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v12[r]);
+            }
+            dt_cluster_wait();
         }
     }
 }

@@ -321,7 +321,22 @@ mod tests {
             let shapes: [(&[usize], &[usize]); 2] = [(&a, &[64, 1]), (&b, &[n, 1])];
             plan(&crate::matmul::OP, DType::F16, &shapes, &[], hopper).map(|p| p.symbol).unwrap()
         };
-        assert_eq!(small(16, 4096), "dt_mm_90a_m64_f16");
+        assert_eq!(small(16, 4096), "dt_mm_90a_m16_f16");
+        assert_eq!(small(17, 4096), "dt_mm_90a_m64_f16");
+        // Up to 16 rows, contractions of 2049 to 4096 split over a cluster of 2; shorter ones
+        // would leave the second program nothing.
+        let split = |dtype: DType, m: usize, k: usize, device: Device| {
+            let (a, b) = ([m, k], [k, 64]);
+            let shapes: [(&[usize], &[usize]); 2] = [(&a, &[k, 1]), (&b, &[64, 1])];
+            plan(&crate::matmul::OP, dtype, &shapes, &[], device).map(|p| p.symbol).unwrap()
+        };
+        assert_eq!(split(DType::F16, 1, 2056, hopper), "dt_mm_90a_m16_split_f16");
+        assert_eq!(split(DType::F16, 1, 2049, hopper), "dt_mm_f16", "rows of 2049 16-bit elements: no tensor map");
+        assert_eq!(split(DType::F16, 16, 4096, hopper), "dt_mm_90a_m16_split_f16");
+        assert_eq!(split(DType::F16, 16, 2048, hopper), "dt_mm_90a_m16_f16");
+        assert_eq!(split(DType::F16, 16, 4104, hopper), "dt_mm_90a_m16_f16");
+        assert_eq!(split(DType::F32, 16, 4096, hopper), "dt_mm_16_f32_split_f32");
+        assert_eq!(split(DType::F32, 16, 4096, Device::PLAIN), "dt_mm_16_f32_f32");
         assert_eq!(small(512, 512), "dt_mm_90a_512_f16");
         assert_eq!(small(513, 512), "dt_mm_90a_1k_f16");
         assert_eq!(small(1024, 1024), "dt_mm_90a_1k_f16");

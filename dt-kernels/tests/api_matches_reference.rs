@@ -497,6 +497,7 @@ fn hopper_matmul_matches_reference() {
     let sizes = [
         (1, 8, 8),
         (9, 200, 1000),
+        (15, 136, 2104),
         (16, 2056, 264),
         (17, 136, 520),
         (64, 1032, 72),
@@ -528,6 +529,41 @@ fn hopper_matmul_matches_reference() {
                 };
                 run(dt_core::DType::F16);
                 run(dt_core::DType::BF16);
+            }
+        }
+    }
+}
+
+/// The classes that split the contraction over a cluster of 2 (`mm_90a_m16_split`,
+/// `mm_16_f32_split` and mm_leaky_relu's: up to 16 rows, contractions of 2049 to 4096) at
+/// contractions that end inside the second program's block, fill both, or just pass the first
+/// (one of 2049, which 16-bit tensor maps cannot describe), contiguous and padded; f16, bf16 and
+/// f32. On a GPU without clusters every case runs another
+/// class.
+#[test]
+fn split_contractions_match_reference() {
+    let Some((gpu, hopper, [contiguous, padded, _])) = hopper_setup("split_contractions_match_reference", 2) else { return };
+    let clusters = gpu.context().compute_capability().is_ok_and(|(major, _)| major >= 9);
+    for (i, &(m, n, k)) in [(1, 64, 2056), (13, 520, 3000), (16, 4096, 4096), (7, 136, 4088), (3, 100, 2049)].iter().enumerate() {
+        for (name, placement) in [("contiguous", contiguous.clone()), ("padded", padded.clone())] {
+            for op in ["matmul", "mm_leaky_relu"] {
+                for dtype in [dt_core::DType::F16, dt_core::DType::BF16, dt_core::DType::F32] {
+                    let case = match op {
+                        "matmul" => common::matmul(m, n, k, dtype, 1.0, i as u64),
+                        _ => common::mm_leaky_relu(m, n, k, dtype, 1.0, i as u64),
+                    };
+                    let placements = [placement.clone(), placement.clone()];
+                    let (got, symbol) = match dtype {
+                        dt_core::DType::BF16 => hopper_run::<bf16>(gpu, &case, &placements),
+                        dt_core::DType::F16 => hopper_run::<f16>(gpu, &case, &placements),
+                        _ => hopper_run::<f32>(gpu, &case, &placements),
+                    };
+                    let what = format!("{op} {m}x{n}x{k} {dtype} {name} ({symbol})");
+                    case.check(&what, &got).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    // 16-bit rows of 2049 elements are no 16-byte multiple: no tensor map.
+                    let split = if dtype == dt_core::DType::F32 { clusters } else { hopper && k % 8 == 0 };
+                    assert_eq!(symbol.contains("_split"), split, "{what}: ran `{symbol}`");
+                }
             }
         }
     }

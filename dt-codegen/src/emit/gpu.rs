@@ -606,7 +606,7 @@ impl Emitter<'_> {
 
     /// The validity condition of `lane` along `d`: none where every lane along `d` is valid
     /// ([`Self::full`]), as in [`Self::address`].
-    fn valid(&self, d: DimId, lane: &str) -> String {
+    pub(super) fn valid(&self, d: DimId, lane: &str) -> String {
         if self.full.contains(&d) {
             return super::ALWAYS_VALID.to_string();
         }

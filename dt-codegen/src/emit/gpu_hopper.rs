@@ -31,7 +31,21 @@ pub(super) fn consumer_sync(threads: u32) -> String {
 
 /// Whether `l` is the loop the plan warp-specializes.
 pub(super) fn is_planned_loop(w: &WarpSpecialized, l: &Loop) -> bool {
-    l.kind == LoopKind::Reduction && l.dim == w.k && l.body.iter().any(|s| matches!(s, Stmt::Let { value, .. } if *value == w.dot))
+    (l.kind == LoopKind::Reduction || w.split.is_some() && l.kind == LoopKind::Block)
+        && l.dim == w.k
+        && l.body.iter().any(|s| matches!(s, Stmt::Let { value, .. } if *value == w.dot))
+}
+
+/// The cluster reductions among `stmts`, at any depth: each is one meeting of the cluster.
+fn cluster_meetings(stmts: &[Stmt]) -> usize {
+    stmts
+        .iter()
+        .map(|s| match s {
+            Stmt::Let { op: Op::ClusterReduce { .. }, .. } => 1,
+            Stmt::Loop(l) => cluster_meetings(&l.body),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// The `wgmma` helper for `m64n{n}k16` in `dtype`, once per file (a guard macro): a warpgroup's
@@ -78,9 +92,10 @@ impl Emitter<'_> {
         let consumers = r.producer_thread();
         let args = abi::GpuArgs::of(k).c_type();
         let maps = w.tensor_maps().len();
+        let cluster = k.grid.cluster.map_or(String::new(), |(_, n)| format!(" DT_CLUSTER({n})"));
         let _ = writeln!(
             self.out,
-            "extern \"C\" __global__ void __launch_bounds__({}, 1) {symbol}(DT_GRID_CONSTANT const dt_tma_args_t<{maps}, {args}> targs) {{",
+            "extern \"C\" __global__ void __launch_bounds__({}, 1){cluster} {symbol}(DT_GRID_CONSTANT const dt_tma_args_t<{maps}, {args}> targs) {{",
             r.threads()
         );
         self.out += "#if defined(__CUDA_ARCH__) && !DT_SM90A\n";
@@ -115,6 +130,16 @@ impl Emitter<'_> {
         self.producer(w);
         self.depth -= 1;
         self.line("}");
+        if let Some(split) = w.split {
+            // Every thread of the cluster meets at its barriers: the producer warpgroup as often
+            // as the consumers do, at each of their combinations of the partial sums.
+            self.line(&format!("/* the consumers' combinations over the {} programs of the cluster */", split.programs));
+            for _ in 0..cluster_meetings(&k.body) {
+                self.line("dt_cluster_sync();");
+                self.line("dt_cluster_arrive();");
+                self.line("dt_cluster_wait();");
+            }
+        }
         self.depth -= 1;
         self.line("} else {");
         self.depth += 1;
@@ -154,6 +179,7 @@ impl Emitter<'_> {
             self.line(&l);
         }
         body(self)?;
+        self.settle_cluster();
         self.depth -= 1;
         self.line("}");
         Ok(())
@@ -164,9 +190,9 @@ impl Emitter<'_> {
     fn producer(&mut self, w: &WarpSpecialized) {
         let (s, full, empty) = (w.stages, w.full.offset, w.empty.offset);
         self.line(&format!("unsigned {STEP_COUNTER} = 0;"));
-        let size = self.size(w.k);
+        let (lo, hi) = self.contraction_range(w);
         let _ = self.program_loop(w, |e| {
-            e.line(&format!("for (long long o = 0; o < {size}; o += {}, {STEP_COUNTER}++) {{", w.step));
+            e.line(&format!("for (long long o = {lo}; o < {hi}; o += {}, {STEP_COUNTER}++) {{", w.step));
             e.depth += 1;
             e.line(&format!("const unsigned st = {STEP_COUNTER} % {s}u, phase = ({STEP_COUNTER} / {s}u) & 1u;"));
             e.line(&format!("dt_mbar_wait(dt_ring + {empty} + 8 * st, phase ^ 1u); /* the consumers are done with stage st */"));
@@ -179,6 +205,20 @@ impl Emitter<'_> {
             e.line("}");
             Ok(())
         });
+    }
+
+    /// The bounds of the `rdot` loop: the whole contraction, or this program's block of it where
+    /// it is split over a cluster.
+    fn contraction_range(&self, w: &WarpSpecialized) -> (String, String) {
+        let size = self.size(w.k);
+        match w.split {
+            None => ("0".into(), size),
+            Some(s) => {
+                let lo = start_offset(self.k, w.k);
+                let hi = format!("dt_min_ll({lo} + {}, {size})", s.block);
+                (lo, hi)
+            }
+        }
     }
 
     /// The copies of operand `o` into the stage at `stage`, at step offset `o` of the loop.
@@ -241,8 +281,8 @@ impl Emitter<'_> {
             "/* warp_specialize(): the operands arrive in stages by TMA; m64n{}k16 wgmma, {} per stage, one group in flight */",
             w.wgmma_n, w.wgmma_per_stage
         ));
-        let size = self.size(l.dim);
-        self.line(&format!("for (long long {o} = 0; {o} < {size}; {o} += {}, {STEP_COUNTER}++) {{", l.step));
+        let (lo, hi) = self.contraction_range(w);
+        self.line(&format!("for (long long {o} = {lo}; {o} < {hi}; {o} += {}, {STEP_COUNTER}++) {{", l.step));
         self.depth += 1;
         self.line(&format!("const unsigned st = {STEP_COUNTER} % {s}u, phase = ({STEP_COUNTER} / {s}u) & 1u;"));
         self.line(&format!("dt_mbar_wait(dt_ring + {full} + 8 * st, phase); /* stage st has landed */"));
@@ -268,14 +308,14 @@ impl Emitter<'_> {
         self.line("dt_wgmma_commit();");
         self.line("dt_wgmma_wait<1>();");
         self.line(&format!(
-            "if ({o} > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + {empty} + 8 * (({STEP_COUNTER} + {}u) % {s}u)); /* the step before is done */",
+            "if ({o} > {lo} && (tid & 127) == 0) dt_mbar_arrive(dt_ring + {empty} + 8 * (({STEP_COUNTER} + {}u) % {s}u)); /* the step before is done */",
             s - 1
         ));
         self.depth -= 1;
         self.line("}");
         self.line("dt_wgmma_wait<0>();");
         self.line(&format!(
-            "if ({size} > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + {empty} + 8 * (({STEP_COUNTER} + {}u) % {s}u));",
+            "if ({hi} > {lo} && (tid & 127) == 0) dt_mbar_arrive(dt_ring + {empty} + 8 * (({STEP_COUNTER} + {}u) % {s}u));",
             s - 1
         ));
         let regs = self.regs(self.k.var(w.acc).elements());

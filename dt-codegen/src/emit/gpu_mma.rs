@@ -80,7 +80,10 @@ impl Emitter<'_> {
     /// statements, each dot reading buffer i % S.
     pub(super) fn ring_loop(&mut self, l: &Loop, dots: &[(ValueId, MmaDot)]) -> Result<(), super::EmitError> {
         let s = dots[0].1.ring.map_or(dots[0].1.stages, |r| r.stages);
-        let (step, size) = (l.step, crate::emit::LoopSteps::of(self.k, l).end().to_string());
+        let steps = crate::emit::LoopSteps::of(self.k, l);
+        // The loop's first offset: 0, or the start of this program's block of a contraction
+        // split over a cluster.
+        let (step, size, first) = (l.step, steps.end().to_string(), steps.first());
         let o = self.fresh("o");
         let (rd, wr) = (self.fresh("rd"), self.fresh("wr"));
         if !l.origin.is_empty() {
@@ -119,7 +122,8 @@ impl Emitter<'_> {
         }
         self.line(&format!("for (int st = 0; st < {}; st++) {{", s - 1));
         self.depth += 1;
-        self.line(&format!("const long long {o} = (long long)st * {step};"));
+        let from = if first == "0" { String::new() } else { format!("{first} + ") };
+        self.line(&format!("const long long {o} = {from}(long long)st * {step};"));
         match &bulk {
             Some(bars) => self.ring_bulk_copies(dots, l.dim, &o, &size, "st", bars, Some("st == 0")),
             None => self.ring_copies(dots, l.dim, &o, &size, "st"),

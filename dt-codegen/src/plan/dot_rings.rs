@@ -46,7 +46,10 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
     for s in stmts {
         let Stmt::Loop(l) = s else { continue };
         plan_rings(k, &l.body, p);
-        if l.stages < 2 || l.kind != LoopKind::Reduction || l.body.iter().any(|s| matches!(s, Stmt::Loop(_))) {
+        // A contraction's loop: over all of it, or over this program's block of it where the
+        // cluster splits it (`cluster(k:N)`).
+        let contraction = l.kind == LoopKind::Reduction || (l.kind == LoopKind::Block && k.grid.cluster_size(l.dim).is_some());
+        if l.stages < 2 || !contraction || l.body.iter().any(|s| matches!(s, Stmt::Loop(_))) {
             continue;
         }
         let dots: Vec<ValueId> = l

@@ -84,6 +84,16 @@ impl MatrixIsa {
     }
 
     /// log2 of the registers one lane holds of a fragment.
+    /// How many consecutive registers of a thread's fragment hold adjacent columns of one row
+    /// (from a register whose index is a multiple of it).
+    pub(crate) fn adjacent_columns(self) -> u32 {
+        match self {
+            MatrixIsa::MmaSync => 2,
+            MatrixIsa::Mfma => 1,
+            MatrixIsa::Fma => 4,
+        }
+    }
+
     pub(crate) fn register_bits(self) -> u32 {
         match self {
             MatrixIsa::MmaSync | MatrixIsa::Mfma => 2,
@@ -557,7 +567,8 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
             let shape = &k.value(*id).shape;
             let want = match op {
                 Op::Var(var) => p.vars[var.0 as usize],
-                Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. } if !free.contains(id) => {
+                // A cluster's sum of accumulator tiles (`cluster(k:N)`) stays in their layout.
+                Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. } | Op::ClusterReduce { .. } if !free.contains(id) => {
                     // Operands of another shape are broadcast through shared memory whatever the
                     // layouts; the ones of the same shape must all be in one mma layout.
                     let same: Vec<RegLayout> = op

@@ -212,6 +212,16 @@ pub fn print(k: &Kernel, p: &GpuPlan) -> String {
         "one program per block"
     };
     let _ = writeln!(out, "  grid      {grid}");
+    if let Some(split) = w.split {
+        let _ = writeln!(
+            out,
+            "  split     {} in blocks of {} over a cluster of {} programs, which add their accumulators through {} bytes of shared memory each",
+            k.dim_name(w.k),
+            split.block,
+            split.programs,
+            split.partial_bytes
+        );
+    }
     let _ = writeln!(
         out,
         "  loop      {} step {}, {} stages of {} bytes (num_stages({}))",

@@ -199,6 +199,19 @@ pub struct WarpSpecialized {
     /// that aligns it to 1024 bytes included (the epilogue's slots come after).
     pub shared_bytes: u32,
     pub persistent: bool,
+    /// `cluster(k:N)` with `block(k:B)`: the loop covers this program's block of `B` along the
+    /// contraction, and the cluster adds the programs' accumulators after it.
+    pub split: Option<Split>,
+}
+
+/// A contraction split over the programs of a cluster (see [`WarpSpecialized::split`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Split {
+    /// The block of the contraction each program sums, and the programs per cluster.
+    pub block: u32,
+    pub programs: u32,
+    /// Bytes of shared memory each program's partial accumulator takes for the exchange (f32).
+    pub partial_bytes: u32,
 }
 
 impl WarpSpecialized {
@@ -238,6 +251,7 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
     if l.steps != Steps::All || l.backward {
         return Err(fail("its rdot loop is split or reversed".into()));
     }
+    let split = split_of(k, l);
     // The loop: two loads, their dot over the loop's dimension, the sum into an accumulator.
     let mut loads: Vec<(ValueId, usize, Vec<DimId>)> = Vec::new();
     let mut dot = None;
@@ -319,12 +333,21 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
     let store = staged_store(k, (m, rows), (n, cols), operands.len(), ring + 16 * stages)
         .filter(|s| 1024 + s.offset + consumers * STORE_BUFFERS * s.buffer_bytes <= target.shared_bytes_per_block);
     let shared_bytes = store.as_ref().map_or(ring_bytes, |s| 1024 + s.offset + consumers * STORE_BUFFERS * s.buffer_bytes);
-    if shared_bytes > target.shared_bytes_per_block {
+    let partial_bytes = split.map_or(0, |_| rows * cols * 4);
+    if shared_bytes + partial_bytes > target.shared_bytes_per_block {
+        let partial = if partial_bytes > 0 { format!(" (and {partial_bytes} for the cluster's partial sums)") } else { String::new() };
         return Err(fail(format!(
-            "its {stages} stages of {stage_bytes} bytes take {shared_bytes} bytes of shared memory, above the {} of {}; lower num_stages",
+            "its {stages} stages of {stage_bytes} bytes take {shared_bytes} bytes of shared memory{partial}, above the {} of {}; lower num_stages",
             target.shared_bytes_per_block, target.name
         )));
     }
+    if split.is_some() && k.persistent {
+        return Err(fail(format!(
+            "its contraction `{}` is split over a cluster, whose programs each take one block: leave out persistent()",
+            k.dim_name(l.dim)
+        )));
+    }
+    let split = split.map(|(block, programs)| Split { block, programs, partial_bytes });
     let roles = roles(consumers, target).map_err(&fail)?;
     let [a_op, b_op]: [StagedOperand; 2] = operands.try_into().map_err(|_| fail("it has no two operands".into()))?;
     Ok(WarpSpecialized {
@@ -347,7 +370,15 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
         store,
         shared_bytes,
         persistent: k.persistent,
+        split,
     })
+}
+
+/// The block of the contraction and the programs per cluster where rdot loop `l` runs over this
+/// program's block of a contraction split over a cluster (`block(k:B)`, `cluster(k:N)`).
+fn split_of(k: &Kernel, l: &Loop) -> Option<(u32, u32)> {
+    (l.kind == LoopKind::Block).then_some(())?;
+    Some((k.grid.block_extent(l.dim)?, k.grid.cluster_size(l.dim)?))
 }
 
 /// The epilogue's store through shared memory of kernel `k`, whose accumulator tile is `rows`
@@ -479,7 +510,7 @@ fn find_rdot_loops<'a>(k: &Kernel, stmts: &'a [Stmt], enclosed_ok: bool, out: &m
     for s in stmts {
         let Stmt::Loop(l) = s else { continue };
         let has_dot = l.body.iter().any(|s| matches!(s, Stmt::Let { op: Op::Dot { .. }, .. }));
-        if l.kind == LoopKind::Reduction && has_dot {
+        if (l.kind == LoopKind::Reduction || split_of(k, l).is_some()) && has_dot {
             out.push((l, enclosed_ok));
         }
         let once = l.kind == LoopKind::Block && l.steps == Steps::All && k.grid.block_extent(l.dim).is_some_and(|b| b <= l.step);
