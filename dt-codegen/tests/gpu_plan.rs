@@ -47,6 +47,14 @@ fn matmul(schedule: &str, dtypes: &str) -> String {
     )
 }
 
+/// The kernel IR and the f16 plan for sm_90a of a warp-specialized matmul scheduled by `schedule`.
+fn planned(schedule: &str) -> (dt_core::kir::Kernel, dt_codegen::plan::GpuPlan) {
+    let p = dt_core::compile_spec(&matmul(schedule, "f16")).expect("checks");
+    let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+    let gp = plan(&k, DType::F16, &Target::SM90A).expect("plans");
+    (k, gp)
+}
+
 fn plan_error(src: &str, dtype: DType) -> String {
     let p = dt_core::compile_spec(src).expect("checks");
     let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
@@ -120,12 +128,6 @@ fn the_verifier_catches_a_broken_plan() {
 /// as B's lines reach. The verifier refuses rows that run past the stage.
 #[test]
 fn a_bound_on_the_rows_shortens_the_copies_of_a() {
-    let planned = |schedule: &str| {
-        let p = dt_core::compile_spec(&matmul(schedule, "f16")).expect("checks");
-        let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
-        let gp = plan(&k, DType::F16, &Target::SM90A).expect("plans");
-        (k, gp)
-    };
     let (k, short) = planned("mm.bound(x:13); mm.block(x:64, y:64); mm.tensorize(x:64, y:64, k:64); mm.num_warps(4); mm.num_stages(16);");
     let w = short.warp_specialized.as_ref().expect("warp-specialized");
     let [a, b] = &w.operands;
@@ -147,12 +149,6 @@ fn a_bound_on_the_rows_shortens_the_copies_of_a() {
 /// a warpgroup's rows.
 #[test]
 fn the_epilogue_stores_through_shared_memory_where_there_is_room() {
-    let planned = |schedule: &str| {
-        let p = dt_core::compile_spec(&matmul(schedule, "f16")).expect("checks");
-        let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
-        let gp = plan(&k, DType::F16, &Target::SM90A).expect("plans");
-        (k, gp)
-    };
     let (k, roomy) = planned("mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:64); mm.num_warps(8); mm.num_stages(4);");
     let w = roomy.warp_specialized.as_ref().expect("warp-specialized");
     let s = w.store.as_ref().expect("a staged store");

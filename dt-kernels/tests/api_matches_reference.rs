@@ -514,17 +514,7 @@ fn hopper_matmul_matches_reference() {
         {
             for op in ["matmul", "mm_leaky_relu"] {
                 let run = |dtype: dt_core::DType| {
-                    let case = match op {
-                        "matmul" => common::matmul(m, n, k, dtype, 1.0, i as u64),
-                        _ => common::mm_leaky_relu(m, n, k, dtype, 1.0, i as u64),
-                    };
-                    let placements = [placement.clone(), placement.clone()];
-                    let (got, symbol) = match dtype {
-                        dt_core::DType::BF16 => hopper_run::<bf16>(gpu, &case, &placements),
-                        _ => hopper_run::<f16>(gpu, &case, &placements),
-                    };
-                    let what = format!("{op} {m}x{n}x{k} {dtype} {name} ({symbol})");
-                    case.check(&what, &got).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let (what, symbol) = check_matmul(gpu, op, (m, n, k), dtype, i as u64, &placement, name);
                     assert_eq!(symbol.contains("_90a_"), hopper && tma, "{what}: ran `{symbol}`");
                 };
                 run(dt_core::DType::F16);
@@ -538,8 +528,7 @@ fn hopper_matmul_matches_reference() {
 /// `mm_16_f32_split` and mm_leaky_relu's: up to 16 rows, contractions of 2049 to 4096) at
 /// contractions that end inside the second program's block, fill both, or just pass the first
 /// (one of 2049, which 16-bit tensor maps cannot describe), contiguous and padded; f16, bf16 and
-/// f32. On a GPU without clusters every case runs another
-/// class.
+/// f32. On a GPU without clusters every case runs another class.
 #[test]
 fn split_contractions_match_reference() {
     let Some((gpu, hopper, [contiguous, padded, _])) = hopper_setup("split_contractions_match_reference", 2) else { return };
@@ -548,18 +537,7 @@ fn split_contractions_match_reference() {
         for (name, placement) in [("contiguous", contiguous.clone()), ("padded", padded.clone())] {
             for op in ["matmul", "mm_leaky_relu"] {
                 for dtype in [dt_core::DType::F16, dt_core::DType::BF16, dt_core::DType::F32] {
-                    let case = match op {
-                        "matmul" => common::matmul(m, n, k, dtype, 1.0, i as u64),
-                        _ => common::mm_leaky_relu(m, n, k, dtype, 1.0, i as u64),
-                    };
-                    let placements = [placement.clone(), placement.clone()];
-                    let (got, symbol) = match dtype {
-                        dt_core::DType::BF16 => hopper_run::<bf16>(gpu, &case, &placements),
-                        dt_core::DType::F16 => hopper_run::<f16>(gpu, &case, &placements),
-                        _ => hopper_run::<f32>(gpu, &case, &placements),
-                    };
-                    let what = format!("{op} {m}x{n}x{k} {dtype} {name} ({symbol})");
-                    case.check(&what, &got).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let (what, symbol) = check_matmul(gpu, op, (m, n, k), dtype, i as u64, &placement, name);
                     // 16-bit rows of 2049 elements are no 16-byte multiple: no tensor map.
                     let split = if dtype == dt_core::DType::F32 { clusters } else { hopper && k % 8 == 0 };
                     assert_eq!(symbol.contains("_split"), split, "{what}: ran `{symbol}`");
@@ -567,6 +545,33 @@ fn split_contractions_match_reference() {
             }
         }
     }
+}
+
+/// Runs matmul or mm_leaky_relu (`op`) of sizes `(m, n, k)` in `dtype` on the GPU, both inputs
+/// placed by `placement` (named `name`), and checks it against the reference; returns what the
+/// case is and the kernel it ran.
+fn check_matmul(
+    gpu: &Gpu,
+    op: &str,
+    (m, n, k): (usize, usize, usize),
+    dtype: dt_core::DType,
+    seed: u64,
+    placement: &Placement,
+    name: &str,
+) -> (String, String) {
+    let case = match op {
+        "matmul" => common::matmul(m, n, k, dtype, 1.0, seed),
+        _ => common::mm_leaky_relu(m, n, k, dtype, 1.0, seed),
+    };
+    let placements = [placement.clone(), placement.clone()];
+    let (got, symbol) = match dtype {
+        dt_core::DType::BF16 => hopper_run::<bf16>(gpu, &case, &placements),
+        dt_core::DType::F16 => hopper_run::<f16>(gpu, &case, &placements),
+        _ => hopper_run::<f32>(gpu, &case, &placements),
+    };
+    let what = format!("{op} {m}x{n}x{k} {dtype} {name} ({symbol})");
+    case.check(&what, &got).unwrap_or_else(|e| panic!("{what}: {e}"));
+    (what, symbol)
 }
 
 /// Runs a matmul or mm_leaky_relu case on the GPU; returns the result and the kernel it ran.
