@@ -511,20 +511,20 @@ impl Emitter<'_> {
             if i == 0 && d.a_in_fragments {
                 continue;
             }
-            let (_, piece) = d.atom_pieces(i);
-            // The warpgroup's 64 rows of A: 64 lines into each piece, or a piece of 64 rows.
-            let rows = match (i, d.trans(i)) {
-                (0, false) => format!(" + (tid >> 7) * {}", 64 * 128),
-                (0, true) => format!(" + (tid >> 7) * {piece}"),
-                _ => String::new(),
-            };
+            let desc = d.wgmma_descriptor(i);
+            // The warpgroup's 64 rows of A.
+            let rows = if i == 0 { format!(" + (tid >> 7) * {}", desc.slice_step) } else { String::new() };
             self.line(&format!("const unsigned {name} = dt_smem_u32({}){rows};", self.buffer(d, i, buf)));
             // The descriptor of the first step, and each step's by adding its byte offset / 16 to
             // the address field (which the offsets, inside shared memory, never carry out of):
-            // one add per product instead of the descriptor's masks, shifts and ors.
-            let (lbo, offset) =
-                if d.trans(i) { (piece, "kk * 128".to_string()) } else { (16, format!("(kk >> 6) * {piece} + (kk & 63) * 2")) };
-            self.line(&format!("const unsigned long long {name}_desc = dt_wgmma_desc({name}, {lbo}, 1024);"));
+            // one add per product instead of the descriptor's masks, shifts and ors. `kk` counts
+            // elements of `k`, 16 per product.
+            let per_k = desc.k_step / 16;
+            let offset = match desc.pieces {
+                Some((n, piece)) => format!("(kk >> {}) * {piece} + (kk & {}) * {per_k}", n.trailing_zeros(), n - 1),
+                None => format!("kk * {per_k}"),
+            };
+            self.line(&format!("const unsigned long long {name}_desc = dt_wgmma_desc({name}, {}, {});", desc.lbo, desc.sbo));
             descs.push(format!("{name}_desc + (unsigned long long)(({offset}) >> 4)"));
         }
         let steps = d.depth / 16;

@@ -412,6 +412,22 @@ impl MmaDot {
         (self.line_len(i) / 64, self.lines(i) * 128)
     }
 
+    /// The `wgmma` matrix descriptor of a warpgroup dot's operand `i` in its buffer (see
+    /// [`Self::atom_pieces`]): lines of 128 bytes in groups of 8 (1024 bytes apart). An operand
+    /// staged [rows][K] is K-major: 16 of `k` are 32 bytes further into a piece of 64, the
+    /// pieces a block apart, and a warpgroup's 64 rows 64 lines on. One staged [K][rows] is
+    /// MN-major, read transposed: 16 of `k` are 16 lines further, and its pieces of 64 rows are
+    /// both the leading byte offset and a warpgroup's slice apart.
+    pub fn wgmma_descriptor(&self, i: usize) -> crate::plan::warp_specialize::Descriptor {
+        use crate::plan::warp_specialize::{Descriptor, ROW_BYTES};
+        let (_, piece) = self.atom_pieces(i);
+        if self.trans(i) {
+            Descriptor { lbo: piece, sbo: 1024, k_step: 16 * ROW_BYTES, slice_step: piece, transposed: true, pieces: None }
+        } else {
+            Descriptor { lbo: 16, sbo: 1024, k_step: 32, slice_step: 64 * ROW_BYTES, transposed: false, pieces: Some((64, piece)) }
+        }
+    }
+
     /// Lines of one buffer of operand `i`: K of one staged [K][rows], else its rows.
     pub fn lines(&self, i: usize) -> u32 {
         if self.trans(i) {
@@ -1070,6 +1086,9 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
             };
             let swizzled = if d.swizzled(i) { " (swizzled in 128-byte atoms)" } else { "" };
             let _ = writeln!(out, "    {name}      %{}: {from}, staged {lines}, lines of {} elements{swizzled}{ring}", v.0, d.pitch(i));
+            if d.warpgroup {
+                let _ = writeln!(out, "           {}", d.wgmma_descriptor(i).describe());
+            }
         }
         if d.stages > 1 {
             let _ = writeln!(out, "    pipeline  {} buffers per operand, cp.async ({})", d.stages, stages_asked(k, *id, d.stages));

@@ -252,16 +252,7 @@ pub fn print(k: &Kernel, p: &GpuPlan) -> String {
             o.copy_bytes,
             o.offset
         );
-        let d = &o.desc;
-        let _ = writeln!(
-            out,
-            "            descriptor lbo {} sbo {}, +{} bytes per k16, +{} per 64 rows{}",
-            d.lbo,
-            d.sbo,
-            d.k_step,
-            d.slice_step,
-            if d.transposed { ", transposed" } else { "" }
-        );
+        let _ = writeln!(out, "            {}", o.desc.describe());
     }
     let _ = writeln!(
         out,

@@ -63,6 +63,28 @@ pub struct Descriptor {
     pub slice_step: u32,
     /// `wgmma`'s transpose flag: set for an MN-major operand.
     pub transposed: bool,
+    /// Where `k` runs along lines cut in pieces (a `wgmma()` dot's K-major operand, see
+    /// `MmaDot::atom_pieces`): the elements of `k` per piece and the bytes from one piece to the
+    /// next; the start moves `k_step` per 16 of `k` within a piece. `None`: one piece.
+    pub pieces: Option<(u32, u32)>,
+}
+
+impl Descriptor {
+    /// The descriptor in the plan's readable form.
+    pub fn describe(&self) -> String {
+        let pieces = match self.pieces {
+            Some((n, bytes)) => format!(" in pieces of {n}, {bytes} bytes apart"),
+            None => String::new(),
+        };
+        format!(
+            "descriptor lbo {} sbo {}, +{} bytes per k16{pieces}, +{} per 64 rows{}",
+            self.lbo,
+            self.sbo,
+            self.k_step,
+            self.slice_step,
+            if self.transposed { ", transposed" } else { "" }
+        )
+    }
 }
 
 /// One operand of the dot as the ring stages it.
@@ -465,14 +487,18 @@ fn stage_operand(
     }
     let (copies, copy_bytes, desc) = match major {
         // One box of [rows, 64 k]: a 128-byte line per row, groups of 8 lines 1024 bytes apart.
-        Major::K => (1, copied * ROW_BYTES, Descriptor { lbo: 16, sbo: 1024, k_step: 32, slice_step: 64 * ROW_BYTES, transposed: false }),
+        Major::K => (
+            1,
+            copied * ROW_BYTES,
+            Descriptor { lbo: 16, sbo: 1024, k_step: 32, slice_step: 64 * ROW_BYTES, transposed: false, pieces: None },
+        ),
         // Boxes of [64 k, 64 rows], one per 64 rows: a 128-byte line of rows per k.
         Major::Mn => {
             let box_bytes = STEP * ROW_BYTES;
             (
                 rows / 64,
                 box_bytes,
-                Descriptor { lbo: box_bytes, sbo: 1024, k_step: 16 * ROW_BYTES, slice_step: box_bytes, transposed: true },
+                Descriptor { lbo: box_bytes, sbo: 1024, k_step: 16 * ROW_BYTES, slice_step: box_bytes, transposed: true, pieces: None },
             )
         }
     };
