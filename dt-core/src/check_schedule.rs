@@ -552,15 +552,21 @@ impl<'a, 'd> Checker<'a, 'd> {
                     }
                 }
             }
-            let blocked_contraction = sched.block.iter().find(|(d, _)| !self.prog.funcs[i].dims.contains(d)).map(|(d, _)| *d);
-            if let (Some(d), Some(s)) = (blocked_contraction, spans.block) {
+            let contractions = sched.block.iter().filter(|(d, _)| !self.prog.funcs[i].dims.contains(d)).map(|(d, _)| *d);
+            for d in contractions.collect::<Vec<_>>() {
+                let Some(s) = spans.block else { break };
                 if sched.cluster.is_none_or(|(c, _)| c != d) {
                     let dn = self.prog.dim_name(d).to_string();
-                    self.err(
-                        s,
-                        format!("`{name}` blocks `{dn}`, which it reduces over, without a cluster"),
-                        format!("a contraction is blocked to split it over the programs of a cluster: add `{name}.cluster({dn}:2)` or leave `{dn}` out of `block`"),
-                    );
+                    let label = match sched.cluster {
+                        Some((c, _)) => format!(
+                            "a kernel has one cluster, along `{}` here: leave `{dn}` out of `block`",
+                            self.prog.dim_name(c)
+                        ),
+                        None => format!(
+                            "a contraction is blocked to split it over the programs of a cluster: add `{name}.cluster({dn}:2)` or leave `{dn}` out of `block`"
+                        ),
+                    };
+                    self.err(s, format!("`{name}` blocks `{dn}`, which it reduces over, without a cluster"), label);
                 }
             }
             if let (Some(_), Some(m)) = (sched.cluster, spans.map) {
