@@ -197,8 +197,8 @@ impl<'a, 'd> Checker<'a, 'd> {
                     };
                     let Some(d) = self.dim(id, &fdims) else { continue };
                     let Some(n) = self.int_arg(*v, *s, "an extent") else { continue };
-                    // A dimension that `f`'s own `rdot` contracts may be blocked to split the
-                    // contraction over a cluster (`cluster(k:N)`, checked once the schedule is read).
+                    // A dimension that an `rdot` of `f`'s computation contracts may be blocked to
+                    // split it over a cluster (`cluster(k:N)`, checked once the schedule is read).
                     if is_block && !fdims.contains(&d) && !self.contracts(f, d) {
                         if self.computed_dims(f).contains(&d) {
                             self.err(
@@ -378,9 +378,6 @@ impl<'a, 'd> Checker<'a, 'd> {
         self.prog.funcs[f.index()].schedule.map = Some(entries);
     }
 
-    /// `cluster(y:N)`: `y` must be the kernel's blocked dimension that varies fastest with the
-    /// program id (the last blocked one, no `map`), so that the `N` blocks of a row are
-    /// consecutive programs, which is how a launch groups programs into clusters.
     /// Whether the computation of `f` (its definition, or a producer fused into it) contracts
     /// `d` with an `rdot`.
     fn contracts(&self, f: FuncId, d: DimId) -> bool {
@@ -391,6 +388,9 @@ impl<'a, 'd> Checker<'a, 'd> {
         found
     }
 
+    /// `cluster(y:N)`: `y` must be the kernel's blocked dimension that varies fastest with the
+    /// program id (the last blocked one, no `map`), so that the `N` blocks of a row are
+    /// consecutive programs, which is how a launch groups programs into clusters.
     fn cluster(&mut self, f: FuncId, args: &[SchedArg], span: Span) {
         let fname = self.prog.func(f).name.clone();
         self.sched_spans[f.index()].placement.push(span);

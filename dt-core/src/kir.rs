@@ -366,6 +366,13 @@ impl Grid {
         self.cluster.is_none_or(|(_, n)| n <= max_cluster)
     }
 
+    /// Whether loop `l` reduces over this program's block of the clustered dimension (the
+    /// cluster combines the blocks' partials after it): a row split over a cluster, or a
+    /// contraction (`block(k:B)` with `cluster(k:N)`).
+    pub fn reduces_a_cluster_share(&self, l: &Loop) -> bool {
+        l.kind == LoopKind::Block && self.cluster_size(l.dim).is_some()
+    }
+
     /// The programs per cluster when `d` is the clustered dimension (its number of blocks).
     pub fn cluster_size(&self, d: DimId) -> Option<u32> {
         self.cluster.filter(|(c, _)| *c == d).map(|(_, n)| n)

@@ -76,25 +76,18 @@ impl Emitter<'_> {
         dst: &str,
         ranks: u32,
     ) {
-        // `mma.sync` fragments exchange their pairs of adjacent columns in one access; the CUDA
-        // cores' fragments one float at a time: their runs of 4 in one access made the f32 split
-        // matmul slower on the H200 (0.0902 against 0.0728 ms at 16x4096x4096, decision 0025).
-        let w = match t.isa {
-            crate::plan::layouts::MatrixIsa::MmaSync => t.isa.adjacent_columns() as usize,
-            _ => 1,
-        };
+        // `mma.sync` registers `r` and `r + 1` (r even) hold adjacent columns of one row: they
+        // go in one access. Other fragments go one float at a time (the CUDA cores' runs of 4
+        // in one access were slower, decision 0025).
+        let w = if t.isa == crate::plan::layouts::MatrixIsa::MmaSync { 2 } else { 1 };
         let regs = self.regs(shape.elements());
         let (row, col) = t.row_col("r");
         let (lr, lc) = (self.fresh("l"), self.fresh("l"));
         let index = crate::emit::Lanes(vec![(t.m, lr.clone()), (t.n, lc.clone())]).index(shape);
         let inside = self.valid(t.m, &lr);
         let guard = if inside == crate::emit::ALWAYS_VALID { String::new() } else { format!("if ({inside}) ") };
-        let (vec, load) = match w {
-            1 => ("float", "dt_cluster_load"),
-            2 => ("float2", "dt_cluster_load2"),
-            _ => ("float4", "dt_cluster_load4"),
-        };
-        let parts = ["x", "y", "z", "w"];
+        let (vec, load) = if w == 2 { ("float2", "dt_cluster_load2") } else { ("float", "dt_cluster_load") };
+        let parts = ["x", "y"];
         let part = |v: &str, i: usize| if w == 1 { v.to_string() } else { format!("{v}.{}", parts[i]) };
         let each = |f: &dyn Fn(usize) -> String| (0..w).map(f).collect::<Vec<_>>().join(", ");
         let lanes = |e: &mut Self| {

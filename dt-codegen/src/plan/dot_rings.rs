@@ -48,7 +48,7 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
         plan_rings(k, &l.body, p);
         // A contraction's loop: over all of it, or over this program's block of it where the
         // cluster splits it (`cluster(k:N)`).
-        let contraction = l.kind == LoopKind::Reduction || (l.kind == LoopKind::Block && k.grid.cluster_size(l.dim).is_some());
+        let contraction = l.kind == LoopKind::Reduction || k.grid.reduces_a_cluster_share(l);
         if l.stages < 2 || !contraction || l.body.iter().any(|s| matches!(s, Stmt::Loop(_))) {
             continue;
         }

@@ -84,16 +84,6 @@ impl MatrixIsa {
     }
 
     /// log2 of the registers one lane holds of a fragment.
-    /// How many consecutive registers of a thread's fragment hold adjacent columns of one row
-    /// (from a register whose index is a multiple of it).
-    pub(crate) fn adjacent_columns(self) -> u32 {
-        match self {
-            MatrixIsa::MmaSync => 2,
-            MatrixIsa::Mfma => 1,
-            MatrixIsa::Fma => 4,
-        }
-    }
-
     pub(crate) fn register_bits(self) -> u32 {
         match self {
             MatrixIsa::MmaSync | MatrixIsa::Mfma => 2,

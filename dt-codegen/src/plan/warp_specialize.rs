@@ -335,9 +335,9 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
     let mut operands = Vec::new();
     let mut offset = 0;
     for (map, ((value, input, axes), rows_dim, rows)) in [(la, m, rows), (lb, n, cols)].into_iter().enumerate() {
-        // Each operand's tile takes a 128-byte line per row and step; B's come after A's.
-        let lines_after = if map == 0 { cols } else { 0 };
-        let op = stage_operand(k, value, input, axes, rows_dim, rows, l.dim, map, offset, lines_after).map_err(&fail)?;
+        // A's tile comes first in a stage, B's `cols` lines after it.
+        let copied = if map == 0 { copied_rows(k, rows_dim, rows, cols) } else { rows };
+        let op = stage_operand(k, value, input, axes, (rows_dim, rows, copied), l.dim, map, offset).map_err(&fail)?;
         offset += op.bytes();
         operands.push(op);
     }
@@ -399,7 +399,7 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
 /// The block of the contraction and the programs per cluster where rdot loop `l` runs over this
 /// program's block of a contraction split over a cluster (`block(k:B)`, `cluster(k:N)`).
 fn split_of(k: &Kernel, l: &Loop) -> Option<(u32, u32)> {
-    (l.kind == LoopKind::Block).then_some(())?;
+    k.grid.reduces_a_cluster_share(l).then_some(())?;
     Some((k.grid.block_extent(l.dim)?, k.grid.cluster_size(l.dim)?))
 }
 
@@ -439,19 +439,18 @@ fn find_stores<'a>(stmts: &'a [Stmt], out: &mut Vec<(ValueId, &'a Shape)>) {
     }
 }
 
-/// How one operand is staged (see the module docs).
+/// How one operand is staged (see the module docs): its tile's `rows` along `rows_dim`, of
+/// which a stage copies `copied` where the operand is K-major.
 #[allow(clippy::too_many_arguments)]
 fn stage_operand(
     k: &Kernel,
     value: ValueId,
     input: usize,
     axes: Vec<DimId>,
-    rows_dim: DimId,
-    rows: u32,
+    (rows_dim, rows, copied): (DimId, u32, u32),
     kdim: DimId,
     map: usize,
     offset: u32,
-    lines_after: u32,
 ) -> Result<StagedOperand, String> {
     let name = &k.inputs[input].name;
     if axes.len() > 5 {
@@ -465,7 +464,8 @@ fn stage_operand(
     } else {
         return Err(format!("input `{name}`'s contiguous axis is neither `{}` nor `{}`", k.dim_name(kdim), k.dim_name(rows_dim)));
     };
-    let copied = if map == 0 { copied_rows(k, rows_dim, rows, lines_after) } else { rows };
+    // An MN-major operand copies its whole tile.
+    let copied = if major == Major::K { copied } else { rows };
     let mut boxes = Vec::new();
     for (i, d) in axes.iter().enumerate() {
         if axes[..i].contains(d) {
@@ -502,8 +502,7 @@ fn stage_operand(
             )
         }
     };
-    let copied_rows = if major == Major::K { copied } else { rows };
-    Ok(StagedOperand { value, input, axes, rows_dim, rows, copied_rows, major, map, boxes, copies, copy_bytes, offset, desc })
+    Ok(StagedOperand { value, input, axes, rows_dim, rows, copied_rows: copied, major, map, boxes, copies, copy_bytes, offset, desc })
 }
 
 /// The rows of the first operand's tile (K-major, at the start of its stage) that a stage

@@ -381,8 +381,8 @@ DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
  * so a program may exit then (a relaxed arrive let a program leave while a read of its shared
  * memory was still in flight, and the GPU failed the launch).
  * dt_cluster_load: the float at `p` (in this program's shared memory) in program `rank` of the
- * cluster's shared memory; dt_cluster_load2 / dt_cluster_load4: the 2 or 4 floats from `p`
- * (8- or 16-byte aligned), in one access. */
+ * cluster's shared memory; dt_cluster_load2: the 2 floats from `p` (8-byte aligned), in one
+ * access. */
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 #define DT_CLUSTER(n) __cluster_dims__(n, 1, 1)
 #else
@@ -409,12 +409,18 @@ DT_FN void dt_cluster_wait() {
     __trap();
 #endif
 }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+/* The address in the cluster's shared memory of `p` (in this program's) in program `rank`. */
+DT_FN unsigned dt_cluster_addr(const float* p, unsigned rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(dt_smem_u32(p)), "r"(rank));
+    return remote;
+}
+#endif
 DT_FN float dt_cluster_load(const float* p, unsigned rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned remote;
     float v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(dt_smem_u32(p)), "r"(rank));
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(dt_cluster_addr(p, rank)) : "memory");
     return v;
 #else
     (void)p;
@@ -425,30 +431,14 @@ DT_FN float dt_cluster_load(const float* p, unsigned rank) {
 }
 DT_FN float2 dt_cluster_load2(const float* p, unsigned rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned remote;
     float2 v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(dt_smem_u32(p)), "r"(rank));
-    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(dt_cluster_addr(p, rank)) : "memory");
     return v;
 #else
     (void)p;
     (void)rank;
     __trap();
     return make_float2(0.0f, 0.0f);
-#endif
-}
-DT_FN float4 dt_cluster_load4(const float* p, unsigned rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned remote;
-    float4 v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(dt_smem_u32(p)), "r"(rank));
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
-    return v;
-#else
-    (void)p;
-    (void)rank;
-    __trap();
-    return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #endif
 }
 #endif
