@@ -123,7 +123,7 @@ impl CudaRunner {
             return Err(GpuError(format!("kernel `{}` would need {programs} programs; at most 2^31-1 fit a grid", k.name)));
         }
         let layouts = crate::host::launch_layouts(k, dtype, &args);
-        let tma = dt_core::kir::tma_describable(k, dtype.size_bytes(), &dt_core::kir::launch_tensors(k, &args));
+        let tma = k.admits_tensors(dtype.size_bytes(), &dt_core::kir::launch_tensors(k, &args));
         Ok(Staged { _inputs: inputs, out, args, programs, out_shape: bound.out_shape.clone(), dtype, layouts, tma, kernel: k.clone() })
     }
 
@@ -142,7 +142,7 @@ impl CudaRunner {
         crate::host::check_layouts(info, staged.layouts, staged.dtype).map_err(|e| GpuError(e.0))?;
         if !info.tensor_maps.is_empty() && !staged.tma {
             return Err(GpuError(format!(
-                "kernel `{}` reads through tensor maps, and the tensors of this launch are not all 16-byte aligned with a contiguous last axis and other strides multiples of 16 bytes",
+                "kernel `{}` reads or writes through tensor maps, and a tensor of this launch that needs one is not 16-byte aligned with a contiguous last axis and other strides multiples of 16 bytes",
                 info.symbol
             )));
         }
@@ -214,8 +214,8 @@ pub struct Staged {
     /// The most specific layouts the tensors have ([`crate::host::launch_layouts`]): which of the
     /// kernel's twins may run them.
     pub layouts: crate::emit::gpu::Layouts,
-    /// Whether tensor maps describe the tensors ([`dt_core::kir::tma_describable`]), as a
-    /// warp-specialized kernel needs.
+    /// Whether the kernel admits the tensors ([`Kernel::admits_tensors`]): those it reads or
+    /// writes through tensor maps are ones a map describes.
     pub tma: bool,
     /// The kernel launched, whose argument block and tensor maps the launch packs.
     kernel: Kernel,

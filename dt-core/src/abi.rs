@@ -156,11 +156,13 @@ pub fn tensor_map_params(k: &Kernel, a: &DtArgs, elem_bytes: usize, map: &Tensor
 }
 
 /// A packed argument block behind the tensor maps of a kernel that takes them
-/// (`dt_tma_args_t`): the kernel reads its maps, then its [`GpuArgs::bytes`] of block.
+/// (`dt_tma_args_t`): the kernel reads its maps, then its [`GpuArgs::bytes`] of block, then a
+/// word whose bit `i` says that map `i` was encoded (a warp-specialized kernel's producer copies
+/// an input whose map was not, `Kernel::copies_without_map`).
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug)]
 pub struct PackedTmaArgs {
-    pub bytes: [u8; TENSOR_MAP_BYTES * MAX_TENSOR_MAPS + MAX_GPU_ARGS_BYTES],
+    pub bytes: [u8; TENSOR_MAP_BYTES * MAX_TENSOR_MAPS + MAX_GPU_ARGS_BYTES + 8],
 }
 
 impl GpuArgs {
@@ -217,15 +219,22 @@ impl GpuArgs {
         p
     }
 
-    /// `maps` (encoded tensor maps, at most [`MAX_TENSOR_MAPS`]), then `a` in this block's
-    /// layout: the `dt_tma_args_t<maps.len(), ..>` of a kernel that takes tensor maps.
-    pub fn pack_with_maps(&self, maps: &[[u8; TENSOR_MAP_BYTES]], a: &DtArgs) -> PackedTmaArgs {
-        let mut p = PackedTmaArgs { bytes: [0; TENSOR_MAP_BYTES * MAX_TENSOR_MAPS + MAX_GPU_ARGS_BYTES] };
+    /// `maps` (tensor maps, at most [`MAX_TENSOR_MAPS`]: the encoded ones, `None` for those a
+    /// kernel goes without), then `a` in this block's layout, then the bits of the encoded maps:
+    /// the `dt_tma_args_t<maps.len(), ..>` of a kernel that takes tensor maps.
+    pub fn pack_with_maps(&self, maps: &[Option<[u8; TENSOR_MAP_BYTES]>], a: &DtArgs) -> PackedTmaArgs {
+        let mut p = PackedTmaArgs { bytes: [0; TENSOR_MAP_BYTES * MAX_TENSOR_MAPS + MAX_GPU_ARGS_BYTES + 8] };
+        let mut mapped = 0u64;
         for (i, m) in maps.iter().take(MAX_TENSOR_MAPS).enumerate() {
-            p.bytes[i * TENSOR_MAP_BYTES..(i + 1) * TENSOR_MAP_BYTES].copy_from_slice(m);
+            if let Some(m) = m {
+                p.bytes[i * TENSOR_MAP_BYTES..(i + 1) * TENSOR_MAP_BYTES].copy_from_slice(m);
+                mapped |= 1 << i;
+            }
         }
         let at = maps.len().min(MAX_TENSOR_MAPS) * TENSOR_MAP_BYTES;
         p.bytes[at..at + MAX_GPU_ARGS_BYTES].copy_from_slice(&self.pack(a).bytes);
+        let at = at + self.bytes();
+        p.bytes[at..at + 8].copy_from_slice(&mapped.to_ne_bytes());
         p
     }
 }
@@ -271,5 +280,19 @@ mod tests {
         assert_eq!(word(sizes + 16), 1000);
         assert_eq!(f32::from_ne_bytes(p.bytes[scalars..scalars + 4].try_into().unwrap()), 0.5);
         assert_eq!((scalars, end), (8 * (3 + 6 + 1 + 2 + 3), 8 * 15 + 8));
+    }
+
+    /// `dt_tma_args_t<M, A>`: the maps, the block, then the bits of the maps encoded.
+    #[test]
+    fn packing_with_maps_puts_the_bits_of_the_encoded_maps_after_the_block() {
+        let mut a = DtArgs::default();
+        a.sizes[0] = 77;
+        let g = GpuArgs { inputs: 2, rank: 2, sizes: 3, scalars: 1 };
+        let p = g.pack_with_maps(&[None, Some([7; TENSOR_MAP_BYTES]), Some([9; TENSOR_MAP_BYTES])], &a);
+        let word = |at: usize| u64::from_ne_bytes(p.bytes[at..at + 8].try_into().unwrap());
+        let block = 3 * TENSOR_MAP_BYTES;
+        assert_eq!((p.bytes[0], p.bytes[TENSOR_MAP_BYTES], p.bytes[2 * TENSOR_MAP_BYTES]), (0, 7, 9));
+        assert_eq!(word(block + g.offsets()[3]), 77);
+        assert_eq!(word(block + g.bytes()), 0b110);
     }
 }

@@ -758,23 +758,26 @@ pub fn runs_are_whole(k: &Kernel, elem_bytes: usize, size: impl Fn(usize) -> i64
 }
 
 /// Whether a tensor map (CUDA's TMA descriptor) describes every tensor of a launch of `k` on
-/// elements of `elem_bytes` bytes, as a warp-specialized kernel needs (`tensors`: the inputs in
-/// order, then the output): each tensor has at most 5 axes, a 16-byte aligned address, stride 1
-/// along its last axis, and every other stride a positive multiple of 16 bytes below 2^40.
-/// Unlike [`runs_are_whole`], the length of the last axis may be anything.
+/// elements of `elem_bytes` bytes (`tensors`: the inputs in order, then the output; see
+/// [`tma_describes`]).
 pub fn tma_describable(k: &Kernel, elem_bytes: usize, tensors: &[LaunchTensor<'_>]) -> bool {
     let params = k.inputs.iter().chain([&k.output]);
-    tensors.len() == k.inputs.len() + 1
-        && params.zip(tensors).all(|(p, t)| {
-            let n = p.dims.len();
-            (1..=5).contains(&n)
-                && t.addr.is_multiple_of(16)
-                && t.strides.len() >= n
-                && t.strides[n - 1] == 1
-                && t.strides[..n - 1]
-                    .iter()
-                    .all(|s| *s > 0 && (*s as u64 * elem_bytes as u64).is_multiple_of(16) && (*s as u64 * elem_bytes as u64) < 1 << 40)
-        })
+    tensors.len() == k.inputs.len() + 1 && params.zip(tensors).all(|(p, t)| tma_describes(p.dims.len(), elem_bytes, t))
+}
+
+/// Whether a tensor map describes tensor `t` of `rank` axes on elements of `elem_bytes` bytes:
+/// at most 5 axes, a 16-byte aligned address, stride 1 along its last axis, and every other
+/// stride a positive multiple of 16 bytes below 2^40 (the length of the last axis may be
+/// anything).
+pub fn tma_describes(rank: usize, elem_bytes: usize, t: &LaunchTensor<'_>) -> bool {
+    let n = rank;
+    (1..=5).contains(&n)
+        && t.addr.is_multiple_of(16)
+        && t.strides.len() >= n
+        && t.strides[n - 1] == 1
+        && t.strides[..n - 1]
+            .iter()
+            .all(|s| *s > 0 && (*s as u64 * elem_bytes as u64).is_multiple_of(16) && (*s as u64 * elem_bytes as u64) < 1 << 40)
 }
 
 /// What a GPU offers that a kernel's schedule may need, beyond what every backend has.
@@ -811,10 +814,28 @@ impl Kernel {
     }
 
     /// Whether the tensors of a launch (as for [`tma_describable`]) suit this kernel: any do,
-    /// but a warp-specialized kernel reads and writes through tensor maps, and a `wgmma` kernel
-    /// copies its dots' operands through them.
+    /// but a `wgmma` kernel copies its dots' operands through tensor maps, and a
+    /// warp-specialized one stores through a map and reads inputs contiguous along their last
+    /// axis (through maps where they describe them, else copied by its producer's threads,
+    /// [`Kernel::copies_without_map`]).
     pub fn admits_tensors(&self, elem_bytes: usize, tensors: &[LaunchTensor<'_>]) -> bool {
-        !self.takes_tensor_maps() || tma_describable(self, elem_bytes, tensors)
+        if !self.warp_specialize {
+            return !self.takes_tensor_maps() || tma_describable(self, elem_bytes, tensors);
+        }
+        let params: Vec<&TensorParam> = self.inputs.iter().chain([&self.output]).collect();
+        tensors.len() == params.len()
+            && params.iter().zip(tensors).enumerate().all(|(i, (p, t))| {
+                let n = p.dims.len();
+                tma_describes(n, elem_bytes, t)
+                    || self.copies_without_map(Some(i)) && t.strides.len() >= n && n >= 1 && t.strides[n - 1] == 1
+            })
+    }
+
+    /// Whether the kernel copies tensor `tensor` (input `i`, or the output: `None`) where no
+    /// tensor map describes it, so that a launch passes no map for it: the inputs of a
+    /// warp-specialized kernel, which its producer warpgroup's threads copy then.
+    pub fn copies_without_map(&self, tensor: Option<usize>) -> bool {
+        self.warp_specialize && tensor.is_some_and(|i| i < self.inputs.len())
     }
 
     /// Whether the kernel copies through tensor maps (`warp_specialize()`, `wgmma()`): sm_90's

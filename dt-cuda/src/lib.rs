@@ -40,9 +40,15 @@ impl KernelParam {
         if maps.is_empty() {
             return Ok(KernelParam::Args(Box::new(ArgsParam(block.pack(a)))));
         }
-        let encoded: Vec<[u8; TENSOR_MAP_BYTES]> = maps
+        // A tensor the kernel copies by threads where no map describes it gets none (the
+        // argument block's bits of encoded maps tell the kernel).
+        let encoded: Vec<Option<[u8; TENSOR_MAP_BYTES]>> = maps
             .iter()
-            .map(|m| dt_core::abi::tensor_map_params(k, a, dtype.size_bytes(), m).and_then(|p| encode_tensor_map(&p, dtype)))
+            .map(|m| match dt_core::abi::tensor_map_params(k, a, dtype.size_bytes(), m) {
+                Ok(p) => encode_tensor_map(&p, dtype).map(Some),
+                Err(_) if k.copies_without_map(m.tensor) => Ok(None),
+                Err(e) => Err(e),
+            })
             .collect::<Result<_, _>>()
             .map_err(|e| format!("kernel `{}`: {e}", k.name))?;
         Ok(KernelParam::Maps(Box::new(MapsParam(block.pack_with_maps(&encoded, a)))))

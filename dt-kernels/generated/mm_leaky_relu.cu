@@ -450,8 +450,8 @@ DT_FN float2 dt_cluster_load2(const float* p, unsigned rank) {
  * setmaxnreg. Elsewhere (sm_80, a PTX build for another architecture, nvcc's host pass) the
  * bodies trap: the library runs such kernels on sm_90 only.
  * dt_tensor_map: a CUtensorMap the host encoded; dt_tma_args_t: a kernel's M maps ahead of its
- * argument block A, passed as one __grid_constant__ parameter, so a map's address is that of
- * the parameter, as the copies need.
+ * argument block A and the bits of the maps encoded, passed as one __grid_constant__ parameter,
+ * so a map's address is that of the parameter, as the copies need.
  * Barriers are 8-byte words of shared memory, named by their shared-state-space address:
  * dt_mbar_init sets the arrivals a phase needs; dt_mbar_expect_tx arrives and announces bytes
  * that copies will complete; dt_mbar_wait(bar, parity) returns once the phase of that parity
@@ -475,6 +475,7 @@ template <int M, typename A>
 struct dt_tma_args_t {
     dt_tensor_map maps[M];
     A args;
+    unsigned long long mapped; /* bit i: map i was encoded (else the kernel copies that input by threads) */
 };
 DT_FN void dt_mbar_init(unsigned bar, unsigned arrivals) {
 #if DT_SM90A
@@ -495,6 +496,16 @@ DT_FN void dt_mbar_fence_init() {
 DT_FN void dt_mbar_expect_tx(unsigned bar, unsigned bytes) {
 #if DT_SM90A
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+#else
+    (void)bar, (void)bytes;
+    __trap();
+#endif
+}
+/* Announces bytes that copies will complete on barrier `bar`, without arriving: the thread
+ * arrives later (dt_mbar_arrive), once its other writes to the stage are done. */
+DT_FN void dt_mbar_expect_tx_only(unsigned bar, unsigned bytes) {
+#if DT_SM90A
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 #else
     (void)bar, (void)bytes;
     __trap();
@@ -624,6 +635,37 @@ DT_FN void dt_fence_proxy_async() {
 /* The barrier of one warpgroup (named barrier `id`, 128 threads). */
 DT_FN void dt_warpgroup_sync(unsigned id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
 DT_FN void dt_st_shared_u32(unsigned addr, unsigned v) { asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory"); }
+/* The threads' copy of a box that no tensor map describes, into the layout a bulk tensor copy
+ * with the 128-byte swizzle gives it: LINES lines of 64 16-bit elements at `dst` (1024-aligned),
+ * the 16-byte unit u of line l at unit u ^ (l % 8). Element j of line l comes from
+ * src[l * line_stride + j * elem_stride], and is zero where l >= lines_in or j >= elems_in (what
+ * lies outside the tensor). The 128 threads of a warpgroup (t: this one's index) take pairs of
+ * elements, all of a box of up to 128 lines loaded before they are stored (32 pairs in flight:
+ * the producer's registers allow them, see warp_specialize.rs). The caller orders the writes before the
+ * reads of the async proxy (dt_fence_proxy_async, then a barrier). */
+template <int LINES>
+DT_FN void dt_copy_box_by_threads(unsigned dst, const unsigned short* src, long long line_stride, long long elem_stride,
+                                  long long lines_in, long long elems_in, int t) {
+    constexpr int PAIRS = LINES * 32, BATCH = LINES / 4 < 32 ? LINES / 4 : 32;
+#pragma unroll 1
+    for (int p0 = t; p0 < PAIRS; p0 += 128 * BATCH) {
+        unsigned w[BATCH];
+#pragma unroll
+        for (int u = 0; u < BATCH; u++) {
+            const int p = p0 + 128 * u, l = p >> 5, j = (p & 31) * 2;
+            const unsigned short* q = src + (long long)l * line_stride + (long long)j * elem_stride;
+            const bool line = p < PAIRS && l < lines_in;
+            const unsigned lo = line && j < elems_in ? (unsigned)q[0] : 0u;
+            const unsigned hi = line && j + 1 < elems_in ? (unsigned)q[elem_stride] : 0u;
+            w[u] = lo | hi << 16;
+        }
+#pragma unroll
+        for (int u = 0; u < BATCH; u++) {
+            const int p = p0 + 128 * u, l = p >> 5, j = (p & 31) * 2;
+            if (p < PAIRS) dt_st_shared_u32(dst + l * 128 + ((((j >> 3) ^ (l & 7)) << 4) | ((j & 7) << 1)), w[u]);
+        }
+    }
+}
 DT_FN unsigned long long dt_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
     return (unsigned long long)((addr & 0x3ffffu) >> 4) | ((unsigned long long)((lbo & 0x3ffffu) >> 4) << 16) |
            ((unsigned long long)((sbo & 0x3ffffu) >> 4) << 32) | (1ull << 62);
@@ -713,6 +755,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
     const long long s0 = args.sizes[0]; /* size of x */
     const long long s1 = args.sizes[1]; /* size of y */
     const long long s2 = args.sizes[2]; /* size of k */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 16 stages of 10240 bytes from dt_ring (1024-aligned), then barriers full[16] at +163840 and empty[16] at +163968 */
     const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
     if (tid == 0) {
@@ -724,10 +768,44 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
     }
     __syncthreads();
     const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64)) * (2);
-    /* warp_specialize(): threads 128.. copy (one thread), threads 0..128 compute */
+    /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
-        dt_setmaxnreg_dec<40>();
-        if (tid == 128) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 128) {
+                unsigned dt_step = 0;
+                /* this program's block */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    (void)rest;
+                    const unsigned n2 = (unsigned)(2);
+                    const long long g2 = rest % n2; rest /= n2;
+                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+                    const long long g1 = rest % n1; rest /= n1;
+                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                    const long long g0 = rest % n0; rest /= n0;
+                    const long long b0 = g0; /* block index along x */
+                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                    const long long b1 = g1; /* block index along y */
+                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+                    const long long b2 = g2; /* block index along k */
+                    for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
+                        const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
+                        dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 163840 + 8 * st, 10240);
+                        const unsigned stage = dt_ring + st * 10240;
+                        /* A[x, k]: 1 copy of box [x:16, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        /* B[k, y]: 1 copy of box [k:64, y:64] */
+                        dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    }
+                }
+            }
+        } else {
             unsigned dt_step = 0;
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
@@ -747,12 +825,32 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                 for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                     dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
-                    dt_mbar_expect_tx(dt_ring + 163840 + 8 * st, 10240);
                     const unsigned stage = dt_ring + st * 10240;
-                    /* A[x, k]: 1 copy of box [x:16, k:64] */
-                    dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
-                    /* B[k, y]: 1 copy of box [k:64, y:64] */
-                    dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 163840 + 8 * st, (dt_by_map0 ? 2048u : 0u) + (dt_by_map1 ? 8192u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:16, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<16>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* B[k, y]: 1 copy of box [k:64, y:64] */
+                            dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 1; c++) {
+                            dt_copy_box_by_threads<64>(stage + 2048 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(3);
+                    if (tid == 128) dt_mbar_arrive(dt_ring + 163840 + 8 * st);
                 }
             }
         }
@@ -917,6 +1015,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
     const long long s0 = args.sizes[0]; /* size of x */
     const long long s1 = args.sizes[1]; /* size of y */
     const long long s2 = args.sizes[2]; /* size of k */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 16 stages of 10240 bytes from dt_ring (1024-aligned), then barriers full[16] at +163840 and empty[16] at +163968 */
     const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
     if (tid == 0) {
@@ -928,10 +1028,44 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
     }
     __syncthreads();
     const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64)) * (2);
-    /* warp_specialize(): threads 128.. copy (one thread), threads 0..128 compute */
+    /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
-        dt_setmaxnreg_dec<40>();
-        if (tid == 128) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 128) {
+                unsigned dt_step = 0;
+                /* this program's block */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    (void)rest;
+                    const unsigned n2 = (unsigned)(2);
+                    const long long g2 = rest % n2; rest /= n2;
+                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+                    const long long g1 = rest % n1; rest /= n1;
+                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                    const long long g0 = rest % n0; rest /= n0;
+                    const long long b0 = g0; /* block index along x */
+                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                    const long long b1 = g1; /* block index along y */
+                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+                    const long long b2 = g2; /* block index along k */
+                    for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
+                        const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
+                        dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 163840 + 8 * st, 10240);
+                        const unsigned stage = dt_ring + st * 10240;
+                        /* A[x, k]: 1 copy of box [x:16, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        /* B[k, y]: 1 copy of box [k:64, y:64] */
+                        dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    }
+                }
+            }
+        } else {
             unsigned dt_step = 0;
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
@@ -951,12 +1085,32 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                 for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                     dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
-                    dt_mbar_expect_tx(dt_ring + 163840 + 8 * st, 10240);
                     const unsigned stage = dt_ring + st * 10240;
-                    /* A[x, k]: 1 copy of box [x:16, k:64] */
-                    dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
-                    /* B[k, y]: 1 copy of box [k:64, y:64] */
-                    dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 163840 + 8 * st, (dt_by_map0 ? 2048u : 0u) + (dt_by_map1 ? 8192u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:16, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<16>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* B[k, y]: 1 copy of box [k:64, y:64] */
+                            dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 1; c++) {
+                            dt_copy_box_by_threads<64>(stage + 2048 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(3);
+                    if (tid == 128) dt_mbar_arrive(dt_ring + 163840 + 8 * st);
                 }
             }
         }
@@ -1121,6 +1275,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
     const long long s0 = args.sizes[0]; /* size of x */
     const long long s1 = args.sizes[1]; /* size of y */
     const long long s2 = args.sizes[2]; /* size of k */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 16 stages of 10240 bytes from dt_ring (1024-aligned), then barriers full[16] at +163840 and empty[16] at +163968 */
     const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
     if (tid == 0) {
@@ -1132,10 +1288,41 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
     }
     __syncthreads();
     const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64));
-    /* warp_specialize(): threads 128.. copy (one thread), threads 0..128 compute */
+    /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
-        dt_setmaxnreg_dec<40>();
-        if (tid == 128) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 128) {
+                unsigned dt_step = 0;
+                /* persistent(): this program's blocks, in map order */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    (void)rest;
+                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+                    const long long g1 = rest % n1; rest /= n1;
+                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                    const long long g0 = rest % n0; rest /= n0;
+                    const long long b0 = g0; /* block index along x */
+                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                    const long long b1 = g1; /* block index along y */
+                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+                    for (long long o = 0; o < s2; o += 64, dt_step++) {
+                        const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
+                        dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 163840 + 8 * st, 10240);
+                        const unsigned stage = dt_ring + st * 10240;
+                        /* A[x, k]: 1 copy of box [x:16, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        /* B[k, y]: 1 copy of box [k:64, y:64] */
+                        dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    }
+                }
+            }
+        } else {
             unsigned dt_step = 0;
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
@@ -1152,12 +1339,32 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                     dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
-                    dt_mbar_expect_tx(dt_ring + 163840 + 8 * st, 10240);
                     const unsigned stage = dt_ring + st * 10240;
-                    /* A[x, k]: 1 copy of box [x:16, k:64] */
-                    dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
-                    /* B[k, y]: 1 copy of box [k:64, y:64] */
-                    dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 163840 + 8 * st, (dt_by_map0 ? 2048u : 0u) + (dt_by_map1 ? 8192u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:16, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<16>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* B[k, y]: 1 copy of box [k:64, y:64] */
+                            dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 1; c++) {
+                            dt_copy_box_by_threads<64>(stage + 2048 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(3);
+                    if (tid == 128) dt_mbar_arrive(dt_ring + 163840 + 8 * st);
                 }
             }
         }
@@ -1286,6 +1493,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
     const long long s0 = args.sizes[0]; /* size of x */
     const long long s1 = args.sizes[1]; /* size of y */
     const long long s2 = args.sizes[2]; /* size of k */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 16 stages of 10240 bytes from dt_ring (1024-aligned), then barriers full[16] at +163840 and empty[16] at +163968 */
     const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
     if (tid == 0) {
@@ -1297,10 +1506,41 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
     }
     __syncthreads();
     const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64));
-    /* warp_specialize(): threads 128.. copy (one thread), threads 0..128 compute */
+    /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
-        dt_setmaxnreg_dec<40>();
-        if (tid == 128) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 128) {
+                unsigned dt_step = 0;
+                /* persistent(): this program's blocks, in map order */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    (void)rest;
+                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+                    const long long g1 = rest % n1; rest /= n1;
+                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                    const long long g0 = rest % n0; rest /= n0;
+                    const long long b0 = g0; /* block index along x */
+                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                    const long long b1 = g1; /* block index along y */
+                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+                    for (long long o = 0; o < s2; o += 64, dt_step++) {
+                        const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
+                        dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 163840 + 8 * st, 10240);
+                        const unsigned stage = dt_ring + st * 10240;
+                        /* A[x, k]: 1 copy of box [x:16, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        /* B[k, y]: 1 copy of box [k:64, y:64] */
+                        dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    }
+                }
+            }
+        } else {
             unsigned dt_step = 0;
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
@@ -1317,12 +1557,32 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                     dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
-                    dt_mbar_expect_tx(dt_ring + 163840 + 8 * st, 10240);
                     const unsigned stage = dt_ring + st * 10240;
-                    /* A[x, k]: 1 copy of box [x:16, k:64] */
-                    dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
-                    /* B[k, y]: 1 copy of box [k:64, y:64] */
-                    dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 163840 + 8 * st, (dt_by_map0 ? 2048u : 0u) + (dt_by_map1 ? 8192u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:16, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<16>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* B[k, y]: 1 copy of box [k:64, y:64] */
+                            dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 1; c++) {
+                            dt_copy_box_by_threads<64>(stage + 2048 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(3);
+                    if (tid == 128) dt_mbar_arrive(dt_ring + 163840 + 8 * st);
                 }
             }
         }
@@ -1451,6 +1711,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_f16(DT_GRID_
     const long long s0 = args.sizes[0]; /* size of x */
     const long long s1 = args.sizes[1]; /* size of y */
     const long long s2 = args.sizes[2]; /* size of k */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
     const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
     if (tid == 0) {
@@ -1462,10 +1724,41 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_f16(DT_GRID_
     }
     __syncthreads();
     const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64));
-    /* warp_specialize(): threads 128.. copy (one thread), threads 0..128 compute */
+    /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
-        dt_setmaxnreg_dec<40>();
-        if (tid == 128) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 128) {
+                unsigned dt_step = 0;
+                /* persistent(): this program's blocks, in map order */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    (void)rest;
+                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+                    const long long g1 = rest % n1; rest /= n1;
+                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                    const long long g0 = rest % n0; rest /= n0;
+                    const long long b0 = g0; /* block index along x */
+                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                    const long long b1 = g1; /* block index along y */
+                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+                    for (long long o = 0; o < s2; o += 64, dt_step++) {
+                        const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                        dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 131072 + 8 * st, 16384);
+                        const unsigned stage = dt_ring + st * 16384;
+                        /* A[x, k]: 1 copy of box [x:64, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 131072 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        /* B[k, y]: 1 copy of box [k:64, y:64] */
+                        dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 131072 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    }
+                }
+            }
+        } else {
             unsigned dt_step = 0;
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
@@ -1482,12 +1775,32 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_f16(DT_GRID_
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
-                    dt_mbar_expect_tx(dt_ring + 131072 + 8 * st, 16384);
                     const unsigned stage = dt_ring + st * 16384;
-                    /* A[x, k]: 1 copy of box [x:64, k:64] */
-                    dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 131072 + 8 * st, (int)(o), (int)((b0 * 64)));
-                    /* B[k, y]: 1 copy of box [k:64, y:64] */
-                    dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 131072 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 131072 + 8 * st, (dt_by_map0 ? 8192u : 0u) + (dt_by_map1 ? 8192u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:64, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 131072 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<64>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* B[k, y]: 1 copy of box [k:64, y:64] */
+                            dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 131072 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 1; c++) {
+                            dt_copy_box_by_threads<64>(stage + 8192 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(3);
+                    if (tid == 128) dt_mbar_arrive(dt_ring + 131072 + 8 * st);
                 }
             }
         }
@@ -1616,6 +1929,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_bf16(DT_GRID
     const long long s0 = args.sizes[0]; /* size of x */
     const long long s1 = args.sizes[1]; /* size of y */
     const long long s2 = args.sizes[2]; /* size of k */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
     const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
     if (tid == 0) {
@@ -1627,10 +1942,41 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_bf16(DT_GRID
     }
     __syncthreads();
     const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64));
-    /* warp_specialize(): threads 128.. copy (one thread), threads 0..128 compute */
+    /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
-        dt_setmaxnreg_dec<40>();
-        if (tid == 128) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 128) {
+                unsigned dt_step = 0;
+                /* persistent(): this program's blocks, in map order */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    (void)rest;
+                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+                    const long long g1 = rest % n1; rest /= n1;
+                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                    const long long g0 = rest % n0; rest /= n0;
+                    const long long b0 = g0; /* block index along x */
+                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                    const long long b1 = g1; /* block index along y */
+                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+                    for (long long o = 0; o < s2; o += 64, dt_step++) {
+                        const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                        dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 131072 + 8 * st, 16384);
+                        const unsigned stage = dt_ring + st * 16384;
+                        /* A[x, k]: 1 copy of box [x:64, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 131072 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        /* B[k, y]: 1 copy of box [k:64, y:64] */
+                        dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 131072 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    }
+                }
+            }
+        } else {
             unsigned dt_step = 0;
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
@@ -1647,12 +1993,32 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_bf16(DT_GRID
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
-                    dt_mbar_expect_tx(dt_ring + 131072 + 8 * st, 16384);
                     const unsigned stage = dt_ring + st * 16384;
-                    /* A[x, k]: 1 copy of box [x:64, k:64] */
-                    dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 131072 + 8 * st, (int)(o), (int)((b0 * 64)));
-                    /* B[k, y]: 1 copy of box [k:64, y:64] */
-                    dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 131072 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 131072 + 8 * st, (dt_by_map0 ? 8192u : 0u) + (dt_by_map1 ? 8192u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:64, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 131072 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<64>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* B[k, y]: 1 copy of box [k:64, y:64] */
+                            dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 131072 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 1; c++) {
+                            dt_copy_box_by_threads<64>(stage + 8192 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(3);
+                    if (tid == 128) dt_mbar_arrive(dt_ring + 131072 + 8 * st);
                 }
             }
         }
@@ -1781,6 +2147,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_f16(DT_GRID_
     const long long s0 = args.sizes[0]; /* size of x */
     const long long s1 = args.sizes[1]; /* size of y */
     const long long s2 = args.sizes[2]; /* size of k */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
     const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
     if (tid == 0) {
@@ -1792,10 +2160,41 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_f16(DT_GRID_
     }
     __syncthreads();
     const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64));
-    /* warp_specialize(): threads 128.. copy (one thread), threads 0..128 compute */
+    /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
-        dt_setmaxnreg_dec<40>();
-        if (tid == 128) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 128) {
+                unsigned dt_step = 0;
+                /* persistent(): this program's blocks, in map order */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    (void)rest;
+                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+                    const long long g1 = rest % n1; rest /= n1;
+                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                    const long long g0 = rest % n0; rest /= n0;
+                    const long long b0 = g0; /* block index along x */
+                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                    const long long b1 = g1; /* block index along y */
+                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+                    for (long long o = 0; o < s2; o += 64, dt_step++) {
+                        const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                        dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 131072 + 8 * st, 16384);
+                        const unsigned stage = dt_ring + st * 16384;
+                        /* A[x, k]: 1 copy of box [x:64, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 131072 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        /* B[k, y]: 1 copy of box [k:64, y:64] */
+                        dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 131072 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    }
+                }
+            }
+        } else {
             unsigned dt_step = 0;
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
@@ -1812,12 +2211,32 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_f16(DT_GRID_
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
-                    dt_mbar_expect_tx(dt_ring + 131072 + 8 * st, 16384);
                     const unsigned stage = dt_ring + st * 16384;
-                    /* A[x, k]: 1 copy of box [x:64, k:64] */
-                    dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 131072 + 8 * st, (int)(o), (int)((b0 * 64)));
-                    /* B[k, y]: 1 copy of box [k:64, y:64] */
-                    dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 131072 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 131072 + 8 * st, (dt_by_map0 ? 8192u : 0u) + (dt_by_map1 ? 8192u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:64, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 131072 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<64>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* B[k, y]: 1 copy of box [k:64, y:64] */
+                            dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 131072 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 1; c++) {
+                            dt_copy_box_by_threads<64>(stage + 8192 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(3);
+                    if (tid == 128) dt_mbar_arrive(dt_ring + 131072 + 8 * st);
                 }
             }
         }
@@ -1946,6 +2365,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_bf16(DT_GRID
     const long long s0 = args.sizes[0]; /* size of x */
     const long long s1 = args.sizes[1]; /* size of y */
     const long long s2 = args.sizes[2]; /* size of k */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
     const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
     if (tid == 0) {
@@ -1957,10 +2378,41 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_bf16(DT_GRID
     }
     __syncthreads();
     const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64));
-    /* warp_specialize(): threads 128.. copy (one thread), threads 0..128 compute */
+    /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
-        dt_setmaxnreg_dec<40>();
-        if (tid == 128) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 128) {
+                unsigned dt_step = 0;
+                /* persistent(): this program's blocks, in map order */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    (void)rest;
+                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+                    const long long g1 = rest % n1; rest /= n1;
+                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                    const long long g0 = rest % n0; rest /= n0;
+                    const long long b0 = g0; /* block index along x */
+                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                    const long long b1 = g1; /* block index along y */
+                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+                    for (long long o = 0; o < s2; o += 64, dt_step++) {
+                        const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                        dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 131072 + 8 * st, 16384);
+                        const unsigned stage = dt_ring + st * 16384;
+                        /* A[x, k]: 1 copy of box [x:64, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 131072 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        /* B[k, y]: 1 copy of box [k:64, y:64] */
+                        dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 131072 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    }
+                }
+            }
+        } else {
             unsigned dt_step = 0;
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
@@ -1977,12 +2429,32 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_bf16(DT_GRID
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
-                    dt_mbar_expect_tx(dt_ring + 131072 + 8 * st, 16384);
                     const unsigned stage = dt_ring + st * 16384;
-                    /* A[x, k]: 1 copy of box [x:64, k:64] */
-                    dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 131072 + 8 * st, (int)(o), (int)((b0 * 64)));
-                    /* B[k, y]: 1 copy of box [k:64, y:64] */
-                    dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 131072 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 131072 + 8 * st, (dt_by_map0 ? 8192u : 0u) + (dt_by_map1 ? 8192u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:64, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 131072 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<64>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* B[k, y]: 1 copy of box [k:64, y:64] */
+                            dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 131072 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 1; c++) {
+                            dt_copy_box_by_threads<64>(stage + 8192 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(3);
+                    if (tid == 128) dt_mbar_arrive(dt_ring + 131072 + 8 * st);
                 }
             }
         }
@@ -2111,6 +2583,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_f16(DT_GRID_C
     const long long s0 = args.sizes[0]; /* size of x */
     const long long s1 = args.sizes[1]; /* size of y */
     const long long s2 = args.sizes[2]; /* size of k */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 8 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[8] at +196608 and empty[8] at +196672 */
     const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
     if (tid == 0) {
@@ -2122,10 +2596,41 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_f16(DT_GRID_C
     }
     __syncthreads();
     const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 64));
-    /* warp_specialize(): threads 256.. copy (one thread), threads 0..256 compute */
+    /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
-        dt_setmaxnreg_dec<40>();
-        if (tid == 256) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 256) {
+                unsigned dt_step = 0;
+                /* persistent(): this program's blocks, in map order */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    (void)rest;
+                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+                    const long long g1 = rest % n1; rest /= n1;
+                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
+                    const long long g0 = rest % n0; rest /= n0;
+                    const long long b0 = g0; /* block index along x */
+                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
+                    const long long b1 = g1; /* block index along y */
+                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+                    for (long long o = 0; o < s2; o += 64, dt_step++) {
+                        const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                        dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 196608 + 8 * st, 24576);
+                        const unsigned stage = dt_ring + st * 24576;
+                        /* A[x, k]: 1 copy of box [x:128, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 196608 + 8 * st, (int)(o), (int)((b0 * 128)));
+                        /* B[k, y]: 1 copy of box [k:64, y:64] */
+                        dt_tma_load_2d(stage + 16384, &targs.maps[1], dt_ring + 196608 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    }
+                }
+            }
+        } else {
             unsigned dt_step = 0;
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
@@ -2142,17 +2647,37 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_f16(DT_GRID_C
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
-                    dt_mbar_expect_tx(dt_ring + 196608 + 8 * st, 24576);
                     const unsigned stage = dt_ring + st * 24576;
-                    /* A[x, k]: 1 copy of box [x:128, k:64] */
-                    dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 196608 + 8 * st, (int)(o), (int)((b0 * 128)));
-                    /* B[k, y]: 1 copy of box [k:64, y:64] */
-                    dt_tma_load_2d(stage + 16384, &targs.maps[1], dt_ring + 196608 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    if (tid == 256) dt_mbar_expect_tx_only(dt_ring + 196608 + 8 * st, (dt_by_map0 ? 16384u : 0u) + (dt_by_map1 ? 8192u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 256) {
+                            /* A[x, k]: 1 copy of box [x:128, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 196608 + 8 * st, (int)(o), (int)((b0 * 128)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<128>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 128)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 128)), s2 - o, tid - 256);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 256) {
+                            /* B[k, y]: 1 copy of box [k:64, y:64] */
+                            dt_tma_load_2d(stage + 16384, &targs.maps[1], dt_ring + 196608 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 1; c++) {
+                            dt_copy_box_by_threads<64>(stage + 16384 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 256);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(4);
+                    if (tid == 256) dt_mbar_arrive(dt_ring + 196608 + 8 * st);
                 }
             }
         }
     } else {
-        dt_setmaxnreg_inc<232>();
+        dt_setmaxnreg_inc<208>();
         unsigned dt_step = 0;
         unsigned dt_stored = 0;
         /* persistent(): this program's blocks, in map order */
@@ -2276,6 +2801,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_bf16(DT_GRID_
     const long long s0 = args.sizes[0]; /* size of x */
     const long long s1 = args.sizes[1]; /* size of y */
     const long long s2 = args.sizes[2]; /* size of k */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 8 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[8] at +196608 and empty[8] at +196672 */
     const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
     if (tid == 0) {
@@ -2287,10 +2814,41 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_bf16(DT_GRID_
     }
     __syncthreads();
     const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 64));
-    /* warp_specialize(): threads 256.. copy (one thread), threads 0..256 compute */
+    /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
-        dt_setmaxnreg_dec<40>();
-        if (tid == 256) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 256) {
+                unsigned dt_step = 0;
+                /* persistent(): this program's blocks, in map order */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    (void)rest;
+                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+                    const long long g1 = rest % n1; rest /= n1;
+                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
+                    const long long g0 = rest % n0; rest /= n0;
+                    const long long b0 = g0; /* block index along x */
+                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
+                    const long long b1 = g1; /* block index along y */
+                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+                    for (long long o = 0; o < s2; o += 64, dt_step++) {
+                        const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                        dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 196608 + 8 * st, 24576);
+                        const unsigned stage = dt_ring + st * 24576;
+                        /* A[x, k]: 1 copy of box [x:128, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 196608 + 8 * st, (int)(o), (int)((b0 * 128)));
+                        /* B[k, y]: 1 copy of box [k:64, y:64] */
+                        dt_tma_load_2d(stage + 16384, &targs.maps[1], dt_ring + 196608 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    }
+                }
+            }
+        } else {
             unsigned dt_step = 0;
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
@@ -2307,17 +2865,37 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_bf16(DT_GRID_
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
-                    dt_mbar_expect_tx(dt_ring + 196608 + 8 * st, 24576);
                     const unsigned stage = dt_ring + st * 24576;
-                    /* A[x, k]: 1 copy of box [x:128, k:64] */
-                    dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 196608 + 8 * st, (int)(o), (int)((b0 * 128)));
-                    /* B[k, y]: 1 copy of box [k:64, y:64] */
-                    dt_tma_load_2d(stage + 16384, &targs.maps[1], dt_ring + 196608 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    if (tid == 256) dt_mbar_expect_tx_only(dt_ring + 196608 + 8 * st, (dt_by_map0 ? 16384u : 0u) + (dt_by_map1 ? 8192u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 256) {
+                            /* A[x, k]: 1 copy of box [x:128, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 196608 + 8 * st, (int)(o), (int)((b0 * 128)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<128>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 128)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 128)), s2 - o, tid - 256);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 256) {
+                            /* B[k, y]: 1 copy of box [k:64, y:64] */
+                            dt_tma_load_2d(stage + 16384, &targs.maps[1], dt_ring + 196608 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 1; c++) {
+                            dt_copy_box_by_threads<64>(stage + 16384 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 256);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(4);
+                    if (tid == 256) dt_mbar_arrive(dt_ring + 196608 + 8 * st);
                 }
             }
         }
     } else {
-        dt_setmaxnreg_inc<232>();
+        dt_setmaxnreg_inc<208>();
         unsigned dt_step = 0;
         unsigned dt_stored = 0;
         /* persistent(): this program's blocks, in map order */
@@ -2441,6 +3019,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_f16(DT_GRID_CONS
     const long long s0 = args.sizes[0]; /* size of x */
     const long long s1 = args.sizes[1]; /* size of y */
     const long long s2 = args.sizes[2]; /* size of k */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 4 stages of 49152 bytes from dt_ring (1024-aligned), then barriers full[4] at +196608 and empty[4] at +196640 */
     const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
     if (tid == 0) {
@@ -2452,10 +3032,44 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_f16(DT_GRID_CONS
     }
     __syncthreads();
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 256)) * (8);
-    /* warp_specialize(): threads 256.. copy (one thread), threads 0..256 compute */
+    /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
-        dt_setmaxnreg_dec<40>();
-        if (tid == 256) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 256) {
+                unsigned dt_step = 0;
+                /* persistent(): this program's blocks, in map order */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    (void)rest;
+                    const unsigned n2 = (unsigned)(8);
+                    const long long g2 = rest % n2; rest /= n2;
+                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
+                    const long long g1 = rest % n1; rest /= n1;
+                    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+                    const long long g0 = rest % n0; rest /= n0;
+                    const long long b0 = g0 * 8 + g2; /* block index along x */
+                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
+                    const long long b1 = g1; /* block index along y */
+                    if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
+                    for (long long o = 0; o < s2; o += 64, dt_step++) {
+                        const unsigned st = dt_step % 4u, phase = (dt_step / 4u) & 1u;
+                        dt_mbar_wait(dt_ring + 196640 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 196608 + 8 * st, 49152);
+                        const unsigned stage = dt_ring + st * 49152;
+                        /* A[x, k]: 1 copy of box [x:128, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 196608 + 8 * st, (int)(o), (int)((b0 * 128)));
+                        /* B[k, y]: 4 copies of box [k:64, y:64] */
+                        #pragma unroll
+                        for (int c = 0; c < 4; c++) dt_tma_load_2d(stage + 16384 + c * 8192, &targs.maps[1], dt_ring + 196608 + 8 * st, (int)((b1 * 256) + c * 64), (int)(o));
+                    }
+                }
+            }
+        } else {
             unsigned dt_step = 0;
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
@@ -2474,18 +3088,38 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_f16(DT_GRID_CONS
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 4u, phase = (dt_step / 4u) & 1u;
                     dt_mbar_wait(dt_ring + 196640 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
-                    dt_mbar_expect_tx(dt_ring + 196608 + 8 * st, 49152);
                     const unsigned stage = dt_ring + st * 49152;
-                    /* A[x, k]: 1 copy of box [x:128, k:64] */
-                    dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 196608 + 8 * st, (int)(o), (int)((b0 * 128)));
-                    /* B[k, y]: 4 copies of box [k:64, y:64] */
-                    #pragma unroll
-                    for (int c = 0; c < 4; c++) dt_tma_load_2d(stage + 16384 + c * 8192, &targs.maps[1], dt_ring + 196608 + 8 * st, (int)((b1 * 256) + c * 64), (int)(o));
+                    if (tid == 256) dt_mbar_expect_tx_only(dt_ring + 196608 + 8 * st, (dt_by_map0 ? 16384u : 0u) + (dt_by_map1 ? 32768u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 256) {
+                            /* A[x, k]: 1 copy of box [x:128, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 196608 + 8 * st, (int)(o), (int)((b0 * 128)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<128>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 128)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 128)), s2 - o, tid - 256);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 256) {
+                            /* B[k, y]: 4 copies of box [k:64, y:64] */
+                            #pragma unroll
+                            for (int c = 0; c < 4; c++) dt_tma_load_2d(stage + 16384 + c * 8192, &targs.maps[1], dt_ring + 196608 + 8 * st, (int)((b1 * 256) + c * 64), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 4; c++) {
+                            dt_copy_box_by_threads<64>(stage + 16384 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 256) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 256) + c * 64), tid - 256);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(4);
+                    if (tid == 256) dt_mbar_arrive(dt_ring + 196608 + 8 * st);
                 }
             }
         }
     } else {
-        dt_setmaxnreg_inc<232>();
+        dt_setmaxnreg_inc<208>();
         unsigned dt_step = 0;
         unsigned dt_stored = 0;
         /* persistent(): this program's blocks, in map order */
@@ -2611,6 +3245,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_bf16(DT_GRID_CON
     const long long s0 = args.sizes[0]; /* size of x */
     const long long s1 = args.sizes[1]; /* size of y */
     const long long s2 = args.sizes[2]; /* size of k */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 4 stages of 49152 bytes from dt_ring (1024-aligned), then barriers full[4] at +196608 and empty[4] at +196640 */
     const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
     if (tid == 0) {
@@ -2622,10 +3258,44 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_bf16(DT_GRID_CON
     }
     __syncthreads();
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 256)) * (8);
-    /* warp_specialize(): threads 256.. copy (one thread), threads 0..256 compute */
+    /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
-        dt_setmaxnreg_dec<40>();
-        if (tid == 256) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 256) {
+                unsigned dt_step = 0;
+                /* persistent(): this program's blocks, in map order */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    (void)rest;
+                    const unsigned n2 = (unsigned)(8);
+                    const long long g2 = rest % n2; rest /= n2;
+                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
+                    const long long g1 = rest % n1; rest /= n1;
+                    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
+                    const long long g0 = rest % n0; rest /= n0;
+                    const long long b0 = g0 * 8 + g2; /* block index along x */
+                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
+                    const long long b1 = g1; /* block index along y */
+                    if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
+                    for (long long o = 0; o < s2; o += 64, dt_step++) {
+                        const unsigned st = dt_step % 4u, phase = (dt_step / 4u) & 1u;
+                        dt_mbar_wait(dt_ring + 196640 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 196608 + 8 * st, 49152);
+                        const unsigned stage = dt_ring + st * 49152;
+                        /* A[x, k]: 1 copy of box [x:128, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 196608 + 8 * st, (int)(o), (int)((b0 * 128)));
+                        /* B[k, y]: 4 copies of box [k:64, y:64] */
+                        #pragma unroll
+                        for (int c = 0; c < 4; c++) dt_tma_load_2d(stage + 16384 + c * 8192, &targs.maps[1], dt_ring + 196608 + 8 * st, (int)((b1 * 256) + c * 64), (int)(o));
+                    }
+                }
+            }
+        } else {
             unsigned dt_step = 0;
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
@@ -2644,18 +3314,38 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_bf16(DT_GRID_CON
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 4u, phase = (dt_step / 4u) & 1u;
                     dt_mbar_wait(dt_ring + 196640 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
-                    dt_mbar_expect_tx(dt_ring + 196608 + 8 * st, 49152);
                     const unsigned stage = dt_ring + st * 49152;
-                    /* A[x, k]: 1 copy of box [x:128, k:64] */
-                    dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 196608 + 8 * st, (int)(o), (int)((b0 * 128)));
-                    /* B[k, y]: 4 copies of box [k:64, y:64] */
-                    #pragma unroll
-                    for (int c = 0; c < 4; c++) dt_tma_load_2d(stage + 16384 + c * 8192, &targs.maps[1], dt_ring + 196608 + 8 * st, (int)((b1 * 256) + c * 64), (int)(o));
+                    if (tid == 256) dt_mbar_expect_tx_only(dt_ring + 196608 + 8 * st, (dt_by_map0 ? 16384u : 0u) + (dt_by_map1 ? 32768u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 256) {
+                            /* A[x, k]: 1 copy of box [x:128, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 196608 + 8 * st, (int)(o), (int)((b0 * 128)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<128>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 128)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 128)), s2 - o, tid - 256);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 256) {
+                            /* B[k, y]: 4 copies of box [k:64, y:64] */
+                            #pragma unroll
+                            for (int c = 0; c < 4; c++) dt_tma_load_2d(stage + 16384 + c * 8192, &targs.maps[1], dt_ring + 196608 + 8 * st, (int)((b1 * 256) + c * 64), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 4; c++) {
+                            dt_copy_box_by_threads<64>(stage + 16384 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 256) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 256) + c * 64), tid - 256);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(4);
+                    if (tid == 256) dt_mbar_arrive(dt_ring + 196608 + 8 * st);
                 }
             }
         }
     } else {
-        dt_setmaxnreg_inc<232>();
+        dt_setmaxnreg_inc<208>();
         unsigned dt_step = 0;
         unsigned dt_stored = 0;
         /* persistent(): this program's blocks, in map order */

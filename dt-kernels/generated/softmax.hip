@@ -450,8 +450,8 @@ DT_FN float2 dt_cluster_load2(const float* p, unsigned rank) {
  * setmaxnreg. Elsewhere (sm_80, a PTX build for another architecture, nvcc's host pass) the
  * bodies trap: the library runs such kernels on sm_90 only.
  * dt_tensor_map: a CUtensorMap the host encoded; dt_tma_args_t: a kernel's M maps ahead of its
- * argument block A, passed as one __grid_constant__ parameter, so a map's address is that of
- * the parameter, as the copies need.
+ * argument block A and the bits of the maps encoded, passed as one __grid_constant__ parameter,
+ * so a map's address is that of the parameter, as the copies need.
  * Barriers are 8-byte words of shared memory, named by their shared-state-space address:
  * dt_mbar_init sets the arrivals a phase needs; dt_mbar_expect_tx arrives and announces bytes
  * that copies will complete; dt_mbar_wait(bar, parity) returns once the phase of that parity
@@ -475,6 +475,7 @@ template <int M, typename A>
 struct dt_tma_args_t {
     dt_tensor_map maps[M];
     A args;
+    unsigned long long mapped; /* bit i: map i was encoded (else the kernel copies that input by threads) */
 };
 DT_FN void dt_mbar_init(unsigned bar, unsigned arrivals) {
 #if DT_SM90A
@@ -495,6 +496,16 @@ DT_FN void dt_mbar_fence_init() {
 DT_FN void dt_mbar_expect_tx(unsigned bar, unsigned bytes) {
 #if DT_SM90A
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+#else
+    (void)bar, (void)bytes;
+    __trap();
+#endif
+}
+/* Announces bytes that copies will complete on barrier `bar`, without arriving: the thread
+ * arrives later (dt_mbar_arrive), once its other writes to the stage are done. */
+DT_FN void dt_mbar_expect_tx_only(unsigned bar, unsigned bytes) {
+#if DT_SM90A
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 #else
     (void)bar, (void)bytes;
     __trap();
@@ -624,6 +635,37 @@ DT_FN void dt_fence_proxy_async() {
 /* The barrier of one warpgroup (named barrier `id`, 128 threads). */
 DT_FN void dt_warpgroup_sync(unsigned id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
 DT_FN void dt_st_shared_u32(unsigned addr, unsigned v) { asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory"); }
+/* The threads' copy of a box that no tensor map describes, into the layout a bulk tensor copy
+ * with the 128-byte swizzle gives it: LINES lines of 64 16-bit elements at `dst` (1024-aligned),
+ * the 16-byte unit u of line l at unit u ^ (l % 8). Element j of line l comes from
+ * src[l * line_stride + j * elem_stride], and is zero where l >= lines_in or j >= elems_in (what
+ * lies outside the tensor). The 128 threads of a warpgroup (t: this one's index) take pairs of
+ * elements, all of a box of up to 128 lines loaded before they are stored (32 pairs in flight:
+ * the producer's registers allow them, see warp_specialize.rs). The caller orders the writes before the
+ * reads of the async proxy (dt_fence_proxy_async, then a barrier). */
+template <int LINES>
+DT_FN void dt_copy_box_by_threads(unsigned dst, const unsigned short* src, long long line_stride, long long elem_stride,
+                                  long long lines_in, long long elems_in, int t) {
+    constexpr int PAIRS = LINES * 32, BATCH = LINES / 4 < 32 ? LINES / 4 : 32;
+#pragma unroll 1
+    for (int p0 = t; p0 < PAIRS; p0 += 128 * BATCH) {
+        unsigned w[BATCH];
+#pragma unroll
+        for (int u = 0; u < BATCH; u++) {
+            const int p = p0 + 128 * u, l = p >> 5, j = (p & 31) * 2;
+            const unsigned short* q = src + (long long)l * line_stride + (long long)j * elem_stride;
+            const bool line = p < PAIRS && l < lines_in;
+            const unsigned lo = line && j < elems_in ? (unsigned)q[0] : 0u;
+            const unsigned hi = line && j + 1 < elems_in ? (unsigned)q[elem_stride] : 0u;
+            w[u] = lo | hi << 16;
+        }
+#pragma unroll
+        for (int u = 0; u < BATCH; u++) {
+            const int p = p0 + 128 * u, l = p >> 5, j = (p & 31) * 2;
+            if (p < PAIRS) dt_st_shared_u32(dst + l * 128 + ((((j >> 3) ^ (l & 7)) << 4) | ((j & 7) << 1)), w[u]);
+        }
+    }
+}
 DT_FN unsigned long long dt_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
     return (unsigned long long)((addr & 0x3ffffu) >> 4) | ((unsigned long long)((lbo & 0x3ffffu) >> 4) << 16) |
            ((unsigned long long)((sbo & 0x3ffffu) >> 4) << 32) | (1ull << 62);

@@ -459,7 +459,7 @@ fn launch<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], plan:
     let tensors = dt_core::kir::launch_tensors(plan.kernel, &args);
     if !plan.kernel.admits_tensors(T::DTYPE.size_bytes(), &tensors) {
         return Err(Error::Internal(format!(
-            "{}: kernel `{symbol}` reads through tensor maps, and a tensor is not 16-byte aligned",
+            "{}: kernel `{symbol}` reads or writes through tensor maps, and a tensor that needs one is not 16-byte aligned with 16-byte rows",
             op.op
         )));
     }

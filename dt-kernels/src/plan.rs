@@ -297,12 +297,14 @@ mod tests {
         assert_eq!(symbol(DType::F16, 65536).unwrap(), "dt_layernorm_4k_f16");
     }
 
-    /// On a GPU with Hopper's copies and tensor cores, 16-bit matmuls whose tensors a tensor map
-    /// describes (16-byte aligned rows, contiguous along the last axis) run the warp-specialized
-    /// class `mm_90a`; a row of 77 elements (154 bytes), a transposed input, or a GPU without
-    /// them, the class `mm`; f32 the classes of fused multiply-adds, by rows.
+    /// On a GPU with Hopper's copies and tensor cores, 16-bit matmuls whose output a tensor map
+    /// describes (16-byte aligned rows) and whose inputs are contiguous along their last axis
+    /// run the warp-specialized class `mm_90a` (inputs of rows such as 77 elements, 154 bytes,
+    /// copied by its producer's threads); a transposed input, an output of rows no map
+    /// describes, or a GPU without them, the class `mm`; f32 the classes of fused
+    /// multiply-adds, by rows.
     #[test]
-    fn hopper_runs_the_warp_specialized_class_where_tensor_maps_describe_the_tensors() {
+    fn hopper_runs_the_warp_specialized_class_where_tensor_maps_describe_the_output() {
         let hopper = Device { features: dt_core::kir::GpuFeatures { max_cluster: 16, hopper: true } };
         let symbol = |dtype: DType, k: usize, a_strides: [usize; 2], device: Device| {
             let (a, b) = ([100, k], [k, 3000]);
@@ -311,7 +313,13 @@ mod tests {
         };
         assert_eq!(symbol(DType::F16, 80, [80, 1], hopper), "dt_mm_90a_f16");
         assert_eq!(symbol(DType::BF16, 80, [88, 1], hopper), "dt_mm_90a_bf16");
-        assert_eq!(symbol(DType::F16, 77, [77, 1], hopper), "dt_mm_f16");
+        assert_eq!(symbol(DType::F16, 77, [77, 1], hopper), "dt_mm_90a_f16");
+        let odd_output = |n: usize| {
+            let (a, b) = ([100, 64], [64, n]);
+            let shapes: [(&[usize], &[usize]); 2] = [(&a, &[64, 1]), (&b, &[n, 1])];
+            plan(&crate::matmul::OP, DType::F16, &shapes, &[], hopper).map(|p| p.symbol).unwrap()
+        };
+        assert_eq!(odd_output(3001), "dt_mm_f16", "output rows of 3001 16-bit elements: no tensor map");
         assert_eq!(symbol(DType::F16, 80, [1, 100], hopper), "dt_mm_f16");
         assert_eq!(symbol(DType::F32, 80, [80, 1], hopper), "dt_mm_1k_f32_f32");
         assert_eq!(symbol(DType::F16, 80, [80, 1], Device::PLAIN), "dt_mm_f16");
@@ -331,7 +339,7 @@ mod tests {
             plan(&crate::matmul::OP, dtype, &shapes, &[], device).map(|p| p.symbol).unwrap()
         };
         assert_eq!(split(DType::F16, 1, 2056, hopper), "dt_mm_90a_m16_split_f16");
-        assert_eq!(split(DType::F16, 1, 2049, hopper), "dt_mm_f16", "rows of 2049 16-bit elements: no tensor map");
+        assert_eq!(split(DType::F16, 1, 2049, hopper), "dt_mm_90a_m16_split_f16", "rows of 2049 16-bit elements, copied by threads");
         assert_eq!(split(DType::F16, 16, 4096, hopper), "dt_mm_90a_m16_split_f16");
         assert_eq!(split(DType::F16, 16, 2048, hopper), "dt_mm_90a_m16_f16");
         assert_eq!(split(DType::F16, 16, 4104, hopper), "dt_mm_90a_m16_f16");

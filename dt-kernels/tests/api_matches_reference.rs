@@ -467,9 +467,10 @@ fn runs_hopper_classes(gpu: &Gpu) -> bool {
 
 /// The GPU of a test of the Hopper classes and whether it runs them (saying so when it does
 /// not), with the placements of rank `rank` those tests take: contiguous, rows padded by 8
-/// elements (16 bytes in 16-bit types: tensor maps describe both), and the last two axes
-/// transposed (which tensor maps do not). `None` (the test skips) without a GPU.
-fn hopper_setup(test: &str, rank: usize) -> Option<(&'static Gpu, bool, [Placement; 3])> {
+/// elements (16 bytes in 16-bit types: tensor maps describe both), the last two axes
+/// transposed (which tensor maps do not), and rows padded by 1 element (rows of no 16-byte
+/// multiple, contiguous along the last axis). `None` (the test skips) without a GPU.
+fn hopper_setup(test: &str, rank: usize) -> Option<(&'static Gpu, bool, [Placement; 4])> {
     if !available(Backend::Gpu, test) {
         return None;
     }
@@ -480,17 +481,19 @@ fn hopper_setup(test: &str, rank: usize) -> Option<(&'static Gpu, bool, [Placeme
     }
     let mut transposed = Placement::row_major(rank);
     transposed.order.swap(rank - 2, rank - 1);
-    Some((gpu, hopper, [Placement::row_major(rank), Placement { order: (0..rank).collect(), pad: 8 }, transposed]))
+    let odd = Placement { order: (0..rank).collect(), pad: 1 };
+    Some((gpu, hopper, [Placement::row_major(rank), Placement { order: (0..rank).collect(), pad: 8 }, transposed, odd]))
 }
 
 /// The warp-specialized matmul classes (`mm_90a`, `out_90a`: TMA, wgmma) at sizes that are no
-/// multiple of their tiles (128 x 256 x 64), rows of 16-byte multiples (which tensor maps
-/// describe: they run the Hopper class on sm_90) contiguous and padded, and transposed (which
-/// run the class for any layout); each op in f16 and bf16. On a GPU without sm_90 every case
-/// runs the other class.
+/// multiple of their tiles (128 x 256 x 64), inputs contiguous, padded by 8 elements (rows of
+/// 16-byte multiples, which tensor maps describe), padded by 1 and of 77 columns (rows no map
+/// describes, which the producer's threads copy), and transposed (which run the class for any
+/// layout), as do outputs of rows no map describes (columns no multiple of 8); each op in f16
+/// and bf16. On a GPU without sm_90 every case runs the other class.
 #[test]
 fn hopper_matmul_matches_reference() {
-    let Some((gpu, hopper, [contiguous, padded, transposed])) = hopper_setup("hopper_matmul_matches_reference", 2) else { return };
+    let Some((gpu, hopper, [contiguous, padded, transposed, odd])) = hopper_setup("hopper_matmul_matches_reference", 2) else { return };
     // Classes by size: up to 16 rows (`mm_90a_m16`, which copies 16 rows of A's 64-row tile), up
     // to 64 (`mm_90a_m64`), outputs up to 512 x 512 (`mm_90a_512`) and 1024 x 1024 (`mm_90a_1k`),
     // any.
@@ -507,15 +510,23 @@ fn hopper_matmul_matches_reference() {
         (77, 1000, 4104),
         (1000, 3000, 80),
         (1100, 1040, 200),
+        (1000, 3000, 77),
+        (45, 136, 77),
+        (300, 520, 13),
+        (20, 1001, 64),
     ];
     for (i, &(m, n, k)) in sizes.iter().enumerate() {
-        for (name, placement, tma) in
-            [("contiguous", contiguous.clone(), true), ("padded", padded.clone(), true), ("transposed", transposed.clone(), false)]
-        {
+        for (name, placement, inputs_ok) in [
+            ("contiguous", contiguous.clone(), true),
+            ("padded", padded.clone(), true),
+            ("transposed", transposed.clone(), false),
+            ("padded by 1", odd.clone(), true),
+        ] {
             for op in ["matmul", "mm_leaky_relu"] {
                 let run = |dtype: dt_core::DType| {
                     let (what, symbol) = check_matmul(gpu, op, (m, n, k), dtype, i as u64, &placement, name);
-                    assert_eq!(symbol.contains("_90a_"), hopper && tma, "{what}: ran `{symbol}`");
+                    // The output is contiguous: a map describes it where its rows are 16-byte multiples.
+                    assert_eq!(symbol.contains("_90a_"), hopper && inputs_ok && n % 8 == 0, "{what}: ran `{symbol}`");
                 };
                 run(dt_core::DType::F16);
                 run(dt_core::DType::BF16);
@@ -527,19 +538,21 @@ fn hopper_matmul_matches_reference() {
 /// The classes that split the contraction over a cluster of 2 (`mm_90a_m16_split`,
 /// `mm_16_f32_split` and mm_leaky_relu's: up to 16 rows, contractions of 2049 to 4096) at
 /// contractions that end inside the second program's block, fill both, or just pass the first
-/// (one of 2049, which 16-bit tensor maps cannot describe), contiguous and padded; f16, bf16 and
-/// f32. On a GPU without clusters every case runs another class.
+/// (one of 2049), inputs contiguous, padded by 8 and by 1 (rows no tensor map describes, which
+/// the producer's threads copy); f16, bf16 and f32. On a GPU without clusters every case runs
+/// another class.
 #[test]
 fn split_contractions_match_reference() {
-    let Some((gpu, hopper, [contiguous, padded, _])) = hopper_setup("split_contractions_match_reference", 2) else { return };
+    let Some((gpu, hopper, [contiguous, padded, _, odd])) = hopper_setup("split_contractions_match_reference", 2) else { return };
     let clusters = gpu.context().compute_capability().is_ok_and(|(major, _)| major >= 9);
     for (i, &(m, n, k)) in [(1, 64, 2056), (13, 520, 3000), (16, 4096, 4096), (7, 136, 4088), (3, 100, 2049)].iter().enumerate() {
-        for (name, placement) in [("contiguous", contiguous.clone()), ("padded", padded.clone())] {
+        for (name, placement) in [("contiguous", contiguous.clone()), ("padded", padded.clone()), ("padded by 1", odd.clone())] {
             for op in ["matmul", "mm_leaky_relu"] {
                 for dtype in [dt_core::DType::F16, dt_core::DType::BF16, dt_core::DType::F32] {
                     let (what, symbol) = check_matmul(gpu, op, (m, n, k), dtype, i as u64, &placement, name);
-                    // 16-bit rows of 2049 elements are no 16-byte multiple: no tensor map.
-                    let split = if dtype == dt_core::DType::F32 { clusters } else { hopper && k % 8 == 0 };
+                    // Inputs of any rows (the producer's threads copy those no tensor map
+                    // describes); an output of 100 16-bit columns is no 16-byte multiple.
+                    let split = if dtype == dt_core::DType::F32 { clusters } else { hopper && n % 8 == 0 };
                     assert_eq!(symbol.contains("_split"), split, "{what}: ran `{symbol}`");
                 }
             }
@@ -593,11 +606,12 @@ fn hopper_run<T: Element>(gpu: &Gpu, case: &Case, placements: &[Placement]) -> (
 /// The wgmma attention classes (`attention_90a_64`, `attention_90a_128` and their causal twins:
 /// TMA rings, wgmma) at head dimensions up to and at their bounds, query and key counts that are
 /// no multiple of their blocks (128 queries, 64 keys), contiguous and padded rows (which tensor
-/// maps describe: they run the wgmma class on sm_90) and transposed ones (which run the class for
-/// any layout); f16 and bf16. On a GPU without sm_90 every case runs the other classes.
+/// maps describe: they run the wgmma class on sm_90), transposed ones and rows padded by 1
+/// (which run the class for any layout); f16 and bf16. On a GPU without sm_90 every case runs
+/// the other classes.
 #[test]
 fn hopper_attention_matches_reference() {
-    let Some((gpu, hopper, [contiguous, padded, transposed])) = hopper_setup("hopper_attention_matches_reference", 4) else { return };
+    let Some((gpu, hopper, [contiguous, padded, transposed, odd])) = hopper_setup("hopper_attention_matches_reference", 4) else { return };
     // (batch, heads, seq_q, seq_k, d, e): the `_64` class up to 64, the `_128` class above.
     let shapes: [AttentionShape; 7] = [
         (1, 2, 1, 1, 64, 64),
@@ -609,9 +623,12 @@ fn hopper_attention_matches_reference() {
         (1, 1, 64, 190, 128, 64),
     ];
     for (i, &shape) in shapes.iter().enumerate() {
-        for (name, placement, tma) in
-            [("contiguous", contiguous.clone(), true), ("padded", padded.clone(), true), ("transposed", transposed.clone(), false)]
-        {
+        for (name, placement, tma) in [
+            ("contiguous", contiguous.clone(), true),
+            ("padded", padded.clone(), true),
+            ("transposed", transposed.clone(), false),
+            ("padded by 1", odd.clone(), false),
+        ] {
             for causal in [false, true] {
                 let run = |dtype: dt_core::DType| {
                     let case = common::attention(shape, causal, dtype, 1.0, i as u64);

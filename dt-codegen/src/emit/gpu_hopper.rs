@@ -10,7 +10,7 @@ use crate::abi;
 use crate::plan::layouts::MmaDot;
 use crate::plan::layouts::MmaTile;
 use crate::plan::warp_specialize::{
-    StagedOperand, StagedStore, WarpSpecialized, ROWS_PER_CONSUMER, ROW_BYTES, STEP, STORE_BUFFERS, STORE_COLS,
+    Major, StagedOperand, StagedStore, WarpSpecialized, ROWS_PER_CONSUMER, ROW_BYTES, STEP, STORE_BUFFERS, STORE_COLS,
 };
 use dt_core::algo::DimId;
 use dt_core::kir::*;
@@ -23,6 +23,10 @@ const STEP_COUNTER: &str = "dt_step";
 /// The C variable counting the chunks a consumer warpgroup has stored through shared memory:
 /// chunk `i` uses staging buffer `i % 2`.
 const STORE_COUNTER: &str = "dt_stored";
+
+/// Whether a tensor map describes input operand `i` of a launch (`dt_by_map0`, ...), and both.
+const BY_MAP: &str = "dt_by_map";
+const BY_MAPS: &str = "dt_by_maps";
 
 /// The barrier of `threads` consumer threads (a named barrier the producer never reaches).
 pub(super) fn consumer_sync(threads: u32) -> String {
@@ -121,13 +125,29 @@ impl Emitter<'_> {
         self.line("}");
         self.line("__syncthreads();");
         self.line(&format!("const long long programs = {};", program_count(k)));
-        self.line(&format!("/* warp_specialize(): threads {consumers}.. copy (one thread), threads 0..{consumers} compute */"));
+        self.line(&format!(
+            "/* warp_specialize(): threads {consumers}.. copy (one thread, or all where no tensor map describes an input), threads 0..{consumers} compute */"
+        ));
         self.line(&format!("if (tid >= {consumers}) {{"));
         self.depth += 1;
         self.line(&format!("dt_setmaxnreg_dec<{}>();", r.producer_registers));
+        self.line("/* the inputs the host encoded tensor maps for: the warpgroup copies the others */");
+        for (i, o) in w.operands.iter().enumerate() {
+            self.line(&format!("const bool {BY_MAP}{i} = (targs.mapped >> {}) & 1;", o.map));
+        }
+        let all: Vec<String> = (0..w.operands.len()).map(|i| format!("{BY_MAP}{i}")).collect();
+        self.line(&format!("const bool {BY_MAPS} = {};", all.join(" && ")));
+        self.line(&format!("if ({BY_MAPS}) {{"));
+        self.depth += 1;
         self.line(&format!("if (tid == {consumers}) {{"));
         self.depth += 1;
-        self.producer(w);
+        self.producer(w, true);
+        self.depth -= 1;
+        self.line("}");
+        self.depth -= 1;
+        self.line("} else {");
+        self.depth += 1;
+        self.producer(w, false);
         self.depth -= 1;
         self.line("}");
         if let Some(split) = w.split {
@@ -186,9 +206,13 @@ impl Emitter<'_> {
     }
 
     /// The producer: for each block and step, waits until the stage is free, announces its
-    /// bytes and copies both operand tiles into it.
-    fn producer(&mut self, w: &WarpSpecialized) {
+    /// bytes and copies both operand tiles into it. `by_maps`: tensor maps describe both inputs,
+    /// and one thread issues bulk copies; else the warpgroup's threads run the loop, copying the
+    /// inputs no map describes themselves and arriving once their writes are done (see the
+    /// plan's docs). Two loops, so that the copies by threads take no registers from the other.
+    fn producer(&mut self, w: &WarpSpecialized, by_maps: bool) {
         let (s, full, empty) = (w.stages, w.full.offset, w.empty.offset);
+        let first = w.roles.producer_thread();
         self.line(&format!("unsigned {STEP_COUNTER} = 0;"));
         let (lo, hi) = self.contraction_range(w);
         let _ = self.program_loop(w, |e| {
@@ -196,10 +220,35 @@ impl Emitter<'_> {
             e.depth += 1;
             e.line(&format!("const unsigned st = {STEP_COUNTER} % {s}u, phase = ({STEP_COUNTER} / {s}u) & 1u;"));
             e.line(&format!("dt_mbar_wait(dt_ring + {empty} + 8 * st, phase ^ 1u); /* the consumers are done with stage st */"));
-            e.line(&format!("dt_mbar_expect_tx(dt_ring + {full} + 8 * st, {});", w.stage_bytes));
-            e.line(&format!("const unsigned stage = dt_ring + st * {};", w.stage_bytes));
-            for o in &w.operands {
-                e.copies(o, w);
+            if by_maps {
+                e.line(&format!("dt_mbar_expect_tx(dt_ring + {full} + 8 * st, {});", w.stage_bytes));
+                e.line(&format!("const unsigned stage = dt_ring + st * {};", w.stage_bytes));
+                for o in &w.operands {
+                    e.bulk_copies(o, w);
+                }
+            } else {
+                e.line(&format!("const unsigned stage = dt_ring + st * {};", w.stage_bytes));
+                let bytes: Vec<String> =
+                    w.operands.iter().enumerate().map(|(i, o)| format!("({BY_MAP}{i} ? {}u : 0u)", o.bytes())).collect();
+                e.line(&format!("if (tid == {first}) dt_mbar_expect_tx_only(dt_ring + {full} + 8 * st, {});", bytes.join(" + ")));
+                for (i, o) in w.operands.iter().enumerate() {
+                    e.line(&format!("if ({BY_MAP}{i}) {{"));
+                    e.depth += 1;
+                    e.line(&format!("if (tid == {first}) {{"));
+                    e.depth += 1;
+                    e.bulk_copies(o, w);
+                    e.depth -= 1;
+                    e.line("}");
+                    e.depth -= 1;
+                    e.line("} else {");
+                    e.depth += 1;
+                    e.thread_copies(o, w);
+                    e.depth -= 1;
+                    e.line("}");
+                }
+                e.line("dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */");
+                e.line(&format!("dt_warpgroup_sync({});", w.roles.producer_barrier));
+                e.line(&format!("if (tid == {first}) dt_mbar_arrive(dt_ring + {full} + 8 * st);"));
             }
             e.depth -= 1;
             e.line("}");
@@ -221,8 +270,9 @@ impl Emitter<'_> {
         }
     }
 
-    /// The copies of operand `o` into the stage at `stage`, at step offset `o` of the loop.
-    fn copies(&mut self, op: &StagedOperand, w: &WarpSpecialized) {
+    /// The bulk tensor copies of operand `op` into the stage at `stage`, at step offset `o` of
+    /// the loop.
+    fn bulk_copies(&mut self, op: &StagedOperand, w: &WarpSpecialized) {
         let k = self.k;
         let name = &k.inputs[op.input].name;
         let axes: Vec<&str> = op.axes.iter().map(|d| k.dim_name(*d)).collect();
@@ -262,6 +312,58 @@ impl Emitter<'_> {
             self.line(&format!("for (int c = 0; c < {}; c++) {call}", op.copies));
         } else {
             self.line(&call);
+        }
+    }
+
+    /// The producer warpgroup's copy of operand `op` into the stage at `stage`, at step offset
+    /// `o`, where no tensor map describes its input: the boxes its bulk copies would move, in the
+    /// same lines (`dt_copy_box_by_threads`), lines along the operand's rows (K-major) or `k`.
+    fn thread_copies(&mut self, op: &StagedOperand, w: &WarpSpecialized) {
+        let k = self.k;
+        let input = op.input;
+        let stride = |a: usize| format!("args.input_strides[{input}][{a}]");
+        let axis_of = |d: DimId| op.axes.iter().position(|x| *x == d).expect("the operand spans its rows and k");
+        let (rows_axis, k_axis) = (axis_of(op.rows_dim), axis_of(w.k));
+        // The box's first element, but along the rows (added per box).
+        let fixed: Vec<String> = (0..op.axes.len())
+            .filter(|a| *a != rows_axis)
+            .map(|a| {
+                let d = op.axes[a];
+                let at = if d == w.k { "o".to_string() } else { start_offset(k, d) };
+                format!("({at}) * {}", stride(a))
+            })
+            .collect();
+        let rows_start = start_offset(k, op.rows_dim);
+        let (rows_size, k_size) = (self.size(op.rows_dim), self.size(w.k));
+        let t = format!("tid - {}", w.roles.producer_thread());
+        let name = &k.inputs[input].name;
+        self.line(&format!("/* {name}: the same boxes, copied by the warpgroup's threads */"));
+        let call = |row0: String, dst: String, lines: u32| {
+            let src = format!("(const unsigned short*)in{input} + {} + ({row0}) * {}", fixed.join(" + "), stride(rows_axis));
+            match op.major {
+                Major::K => format!(
+                    "dt_copy_box_by_threads<{lines}>({dst}, {src}, {}, {}, {rows_size} - ({row0}), {k_size} - o, {t});",
+                    stride(rows_axis),
+                    stride(k_axis)
+                ),
+                Major::Mn => format!(
+                    "dt_copy_box_by_threads<{lines}>({dst}, {src}, {}, {}, {k_size} - o, {rows_size} - ({row0}), {t});",
+                    stride(k_axis),
+                    stride(rows_axis)
+                ),
+            }
+        };
+        match op.major {
+            Major::K => self.line(&call(rows_start, format!("stage + {}", op.offset), op.copied_rows)),
+            Major::Mn => {
+                self.line("#pragma unroll 1");
+                self.line(&format!("for (int c = 0; c < {}; c++) {{", op.copies));
+                self.line(&format!(
+                    "    {}",
+                    call(format!("{rows_start} + c * {STEP}"), format!("stage + {} + c * {}", op.offset, op.copy_bytes), STEP)
+                ));
+                self.line("}");
+            }
         }
     }
 

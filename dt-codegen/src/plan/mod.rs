@@ -200,11 +200,12 @@ pub fn print(k: &Kernel, p: &GpuPlan) -> String {
     );
     let _ = writeln!(
         out,
-        "  producer  warpgroup {}: thread {} issues every copy, setmaxnreg {} registers (all start with {})",
+        "  producer  warpgroup {}: thread {} issues every bulk copy, setmaxnreg {} registers (all start with {}); the warpgroup copies an input no tensor map describes, meeting at named barrier {}",
         r.consumers,
         r.producer_thread(),
         r.producer_registers,
-        r.entry_registers
+        r.entry_registers,
+        r.producer_barrier
     );
     let grid = if w.persistent {
         "persistent: min(programs, multiprocessors) programs, each taking blocks in map order (persistent())"

@@ -70,6 +70,9 @@ fn warp_specialized(k: &Kernel, p: &GpuPlan, w: &WarpSpecialized) -> Result<(), 
     if w.rows != ROWS_PER_CONSUMER * r.consumers || k.num_warps != 4 * r.consumers {
         return Err("the consumer warpgroups do not cover the tile's rows".into());
     }
+    if !(2..16).contains(&r.producer_barrier) || r.producer_barrier < 2 + r.consumers {
+        return Err("the producer's barrier is not a named barrier after the consumers', below 16".into());
+    }
     let regs = [r.producer_registers, r.consumer_registers, r.entry_registers];
     if regs.iter().any(|n| !n.is_multiple_of(8) || !(24..=256).contains(n)) {
         return Err("a register budget is not a multiple of 8 from 24 to 256".into());
@@ -125,8 +128,8 @@ fn staged_store(k: &Kernel, w: &WarpSpecialized, s: &StagedStore) -> Result<(), 
     if s.chunks * STORE_COLS != w.cols || s.registers_per_chunk != STORE_COLS / 8 * 4 {
         return Err("the staged store's chunks do not cover the tile's columns".into());
     }
-    if s.first_barrier < 2 || s.first_barrier + consumers > 16 {
-        return Err("the consumer warpgroups' barriers are not among named barriers 2 to 15".into());
+    if s.first_barrier < 2 || s.first_barrier + consumers > w.roles.producer_barrier {
+        return Err("the consumer warpgroups' barriers are not among named barriers 2 to 15, before the producer's".into());
     }
     Ok(())
 }

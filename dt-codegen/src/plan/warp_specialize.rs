@@ -14,6 +14,14 @@
 //! waits on `empty` with the other parity, so the first round passes at once. The producer
 //! keeps few registers (`setmaxnreg`), the consumers take the rest.
 //!
+//! An input that no tensor map describes (rows of a length that is no multiple of 16 bytes, an
+//! unaligned address: the host encodes no map for it and says so in the argument block) is copied by
+//! the producer warpgroup's 128 threads instead, element by element into the same swizzled
+//! lines with zeros outside the tensor; then `full[s]` waits for their writes too (each thread
+//! fences them for the async proxy, the warpgroup meets at its named barrier, and the copying
+//! thread arrives after it, having announced only the bytes of the bulk copies). The consumers
+//! are the same either way.
+//!
 //! Each operand tile is staged in rows of 128 bytes (64 16-bit elements) with the 128-byte
 //! swizzle, in boxes of 64 elements along the input's contiguous axis: an operand whose
 //! contiguous axis is the contraction `k` is "K-major" (one box of [rows, 64] per stage, `k` a
@@ -40,6 +48,12 @@ pub const ROW_BYTES: u32 = 128;
 pub const ROWS_PER_CONSUMER: u32 = 64;
 /// Threads of a warpgroup.
 pub const WARPGROUP: u32 = 128;
+
+/// Registers per thread of the producer warpgroup: enough for its threads' copy of a box no
+/// tensor map describes to hold the 32 pairs of elements each loads before it stores them
+/// (`dt_copy_box_by_threads`), one round trip to memory per box (decision 0026 measured 40,
+/// 72 and 88). The consumers of two warpgroups keep 208.
+pub const PRODUCER_REGISTERS: u32 = 88;
 
 /// Which axis of an operand's input is contiguous.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,6 +162,9 @@ pub struct Roles {
     pub producer_registers: u32,
     pub consumer_registers: u32,
     pub entry_registers: u32,
+    /// The named barrier at which the producer warpgroup's threads meet after copying a stage
+    /// that no tensor map describes (after the consumers' barriers, see [`StagedStore`]).
+    pub producer_barrier: u32,
 }
 
 impl Roles {
@@ -156,7 +173,7 @@ impl Roles {
         WARPGROUP * (self.consumers + 1)
     }
 
-    /// The first thread of the producer warpgroup, which issues every copy.
+    /// The first thread of the producer warpgroup, which issues every bulk copy.
     pub fn producer_thread(&self) -> u32 {
         WARPGROUP * self.consumers
     }
@@ -515,10 +532,11 @@ fn copied_rows(k: &Kernel, rows_dim: DimId, rows: u32, lines_after: u32) -> u32 
     admitted.max(rows.saturating_sub(lines_after))
 }
 
-/// Registers per role: the producer keeps 40, the consumers share the rest of the
-/// multiprocessor (one program per multiprocessor), in multiples of 8 as `setmaxnreg` takes them.
+/// Registers per role: the producer keeps [`PRODUCER_REGISTERS`], the consumers share the rest
+/// of the multiprocessor (one program per multiprocessor), in multiples of 8 as `setmaxnreg`
+/// takes them.
 fn roles(consumers: u32, target: &Target) -> Result<Roles, String> {
-    let producer_registers = 40;
+    let producer_registers = PRODUCER_REGISTERS;
     let threads = WARPGROUP * (consumers + 1);
     let spare = target.registers_per_sm - WARPGROUP * producer_registers;
     let consumer_registers = (spare / (WARPGROUP * consumers) / 8 * 8).min(256).min(target.max_registers_per_thread / 8 * 8);
@@ -526,7 +544,9 @@ fn roles(consumers: u32, target: &Target) -> Result<Roles, String> {
     if consumer_registers < entry_registers {
         return Err(format!("its {consumers} compute warpgroups leave them fewer registers than they start with"));
     }
-    Ok(Roles { consumers, producer_registers, consumer_registers, entry_registers })
+    // 0 is the program's barrier, 1 the consumers', 2.. one per consumer warpgroup.
+    let producer_barrier = 2 + consumers;
+    Ok(Roles { consumers, producer_registers, consumer_registers, entry_registers, producer_barrier })
 }
 
 /// The reduction loops that compute a dot, with whether every loop around them runs once (a

@@ -68,9 +68,12 @@ pub fn sizes_for(sizes: &mut [usize], k: &dt_core::kir::Kernel, info: &dt_codege
         }
     }
     // A kernel for whole runs needs them; one that reads through tensor maps, rows of 16-byte
-    // multiples, which whole runs give.
-    if info.layouts != Layouts::Any || !info.tensor_maps.is_empty() {
+    // multiples, which whole runs give; a warp-specialized one only of its output (its
+    // producer's threads copy inputs of other rows).
+    if info.layouts != Layouts::Any || !info.tensor_maps.is_empty() && !k.warp_specialize {
         whole_run_sizes(sizes, k);
+    } else if !info.tensor_maps.is_empty() {
+        whole_run_size(sizes, k, &k.output);
     }
 }
 
@@ -79,11 +82,17 @@ pub fn sizes_for(sizes: &mut [usize], k: &dt_core::kir::Kernel, info: &dt_codege
 /// whole and the kernel built for them runs.
 pub fn whole_run_sizes(sizes: &mut [usize], k: &dt_core::kir::Kernel) {
     for t in k.inputs.iter().chain([&k.output]) {
-        let Some(d) = t.dims.last() else { continue };
-        let cap = k.bounds.iter().find(|(b, _)| b == d).map_or(usize::MAX, |(_, b)| (*b as usize / 8 * 8).max(8));
-        let n = &mut sizes[d.index()];
-        *n = n.next_multiple_of(8).min(cap);
+        whole_run_size(sizes, k, t);
     }
+}
+
+/// Rounds the size of the dimension along which `k` reads or writes tensor `t`'s last axis as
+/// [`whole_run_sizes`] does.
+pub fn whole_run_size(sizes: &mut [usize], k: &dt_core::kir::Kernel, t: &dt_core::kir::TensorParam) {
+    let Some(d) = t.dims.last() else { return };
+    let cap = k.bounds.iter().find(|(b, _)| b == d).map_or(usize::MAX, |(_, b)| (*b as usize / 8 * 8).max(8));
+    let n = &mut sizes[d.index()];
+    *n = n.next_multiple_of(8).min(cap);
 }
 
 /// The emitted CUDA file of `src` for `dtype`, and the symbols and layouts of its kernels.
