@@ -137,19 +137,17 @@ impl Emitter<'_> {
         }
         let all: Vec<String> = (0..w.operands.len()).map(|i| format!("{BY_MAP}{i}")).collect();
         self.line(&format!("const bool {BY_MAPS} = {};", all.join(" && ")));
-        self.line(&format!("if ({BY_MAPS}) {{"));
-        self.depth += 1;
-        self.line(&format!("if (tid == {consumers}) {{"));
-        self.depth += 1;
-        self.producer(w, true);
-        self.depth -= 1;
-        self.line("}");
-        self.depth -= 1;
-        self.line("} else {");
-        self.depth += 1;
-        self.producer(w, false);
-        self.depth -= 1;
-        self.line("}");
+        self.branch(
+            BY_MAPS,
+            |e| {
+                e.line(&format!("if (tid == {consumers}) {{"));
+                e.depth += 1;
+                e.producer(w, true);
+                e.depth -= 1;
+                e.line("}");
+            },
+            |e| e.producer(w, false),
+        );
         if let Some(split) = w.split {
             // Every thread of the cluster meets at its barriers: the producer warpgroup as often
             // as the consumers do, at each of their combinations of the partial sums.
@@ -232,19 +230,17 @@ impl Emitter<'_> {
                     w.operands.iter().enumerate().map(|(i, o)| format!("({BY_MAP}{i} ? {}u : 0u)", o.bytes())).collect();
                 e.line(&format!("if (tid == {first}) dt_mbar_expect_tx_only(dt_ring + {full} + 8 * st, {});", bytes.join(" + ")));
                 for (i, o) in w.operands.iter().enumerate() {
-                    e.line(&format!("if ({BY_MAP}{i}) {{"));
-                    e.depth += 1;
-                    e.line(&format!("if (tid == {first}) {{"));
-                    e.depth += 1;
-                    e.bulk_copies(o, w);
-                    e.depth -= 1;
-                    e.line("}");
-                    e.depth -= 1;
-                    e.line("} else {");
-                    e.depth += 1;
-                    e.thread_copies(o, w);
-                    e.depth -= 1;
-                    e.line("}");
+                    e.branch(
+                        &format!("{BY_MAP}{i}"),
+                        |e| {
+                            e.line(&format!("if (tid == {first}) {{"));
+                            e.depth += 1;
+                            e.bulk_copies(o, w);
+                            e.depth -= 1;
+                            e.line("}");
+                        },
+                        |e| e.thread_copies(o, w),
+                    );
                 }
                 e.line("dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */");
                 e.line(&format!("dt_warpgroup_sync({});", w.roles.producer_barrier));
@@ -254,6 +250,19 @@ impl Emitter<'_> {
             e.line("}");
             Ok(())
         });
+    }
+
+    /// `if (cond) { then } else { otherwise }`, each printed one level deeper.
+    fn branch(&mut self, cond: &str, then: impl FnOnce(&mut Self), otherwise: impl FnOnce(&mut Self)) {
+        self.line(&format!("if ({cond}) {{"));
+        self.depth += 1;
+        then(self);
+        self.depth -= 1;
+        self.line("} else {");
+        self.depth += 1;
+        otherwise(self);
+        self.depth -= 1;
+        self.line("}");
     }
 
     /// The bounds of the `rdot` loop: the whole contraction, or this program's block of it where
