@@ -765,12 +765,11 @@ pub fn tma_describable(k: &Kernel, elem_bytes: usize, tensors: &[LaunchTensor<'_
     tensors.len() == k.inputs.len() + 1 && params.zip(tensors).all(|(p, t)| tma_describes(p.dims.len(), elem_bytes, t))
 }
 
-/// Whether a tensor map describes tensor `t` of `rank` axes on elements of `elem_bytes` bytes:
+/// Whether a tensor map describes tensor `t` of `n` axes on elements of `elem_bytes` bytes:
 /// at most 5 axes, a 16-byte aligned address, stride 1 along its last axis, and every other
 /// stride a positive multiple of 16 bytes below 2^40 (the length of the last axis may be
 /// anything).
-pub fn tma_describes(rank: usize, elem_bytes: usize, t: &LaunchTensor<'_>) -> bool {
-    let n = rank;
+pub fn tma_describes(n: usize, elem_bytes: usize, t: &LaunchTensor<'_>) -> bool {
     (1..=5).contains(&n)
         && t.addr.is_multiple_of(16)
         && t.strides.len() >= n
