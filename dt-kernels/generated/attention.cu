@@ -6462,13 +6462,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
     }
 }
 
-#ifndef DT_WGMMA_M64N64K16_F16
-#define DT_WGMMA_M64N64K16_F16
+#ifndef DT_WGMMA_M64N128K16_F16
+#define DT_WGMMA_M64N128K16_F16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n128k16_f16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -6490,7 +6490,7 @@ DT_FN void dt_wgmma_m64n128k16_f16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 132120 bytes of shared memory */
+/* kernel attention_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164880 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -6586,80 +6586,80 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_90a_128.tensorize(j:64) num_stages(3) + rsum attention_90a_128.tensorize(j:64) num_stages(3) + rdot attention_90a_128.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_90a_128.tensorize(j:128) num_stages(2) + rsum attention_90a_128.tensorize(j:128) num_stages(2) + rdot attention_90a_128.tensorize(j:128) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 32768) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 64;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 65536u : 0u));
                                 if (st == 0) {
                                     /* v0: Q, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
                                 }
                                 if (o15 < s3) {
                                     /* v1: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                     /* v34: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < s3; o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 32768) + 8 * rd16, ph18);
+                        for (long long o15 = 0; o15 < s3; o15 += 128) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
                             __syncthreads();
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < s3 ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < s3 ? 65536u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                     /* v34: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + wr17 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 64 <= s3) {
+                            if (o15 + 128 <= s3) {
                                 /* a full step: every lane valid */
                                 /* rdot accumulator */
-                                float acc1[32];
+                                float acc1[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v2: accumulated by the dot above */
-                                float v3[32];
+                                float v3[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v51[32];
+                                float v51[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
                                 float v52[2];
@@ -6669,7 +6669,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -6736,24 +6736,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 for (int r = 0; r < 2; r++) {
                                     v54[r] = (v44[r] * v53[0]);
                                 }
-                                float v56[32];
+                                float v56[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v56[r] = (v3[r] * v55[0]);
                                 }
-                                float v57[32];
+                                float v57[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 64; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v19[32];
+                                float v19[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v19[r] = dt_fast_exp2(v57[r]);
                                 }
-                                float v20[32];
+                                float v20[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v20[r] = (1) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
@@ -6763,7 +6763,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -6791,16 +6791,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                    unsigned fas[4][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                    unsigned fas[8][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
+                                    for (int kk = 0; kk < 128; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
+                                            const int f = (i * 16 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
                                             fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
                                             fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
@@ -6813,7 +6813,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -6822,39 +6822,39 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 /* acc6 += v35: accumulated by the dot above */
                             } else {
                                 /* rdot accumulator */
-                                float acc1[32];
+                                float acc1[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v2: accumulated by the dot above */
-                                float v3[32];
+                                float v3[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v51[32];
+                                float v51[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l110 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 64; r++) {
+                                    const int l110 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                     v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
                                 float v52[2];
@@ -6864,7 +6864,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -6931,25 +6931,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 for (int r = 0; r < 2; r++) {
                                     v54[r] = (v44[r] * v53[0]);
                                 }
-                                float v56[32];
+                                float v56[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v56[r] = (v3[r] * v55[0]);
                                 }
-                                float v57[32];
+                                float v57[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 64; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v19[32];
+                                float v19[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v19[r] = dt_fast_exp2(v57[r]);
                                 }
-                                float v20[32];
+                                float v20[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 64; r++) {
+                                    const int l162 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                     v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
@@ -6959,7 +6959,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -6987,16 +6987,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                    unsigned fas[4][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                    unsigned fas[8][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
+                                    for (int kk = 0; kk < 128; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
+                                            const int f = (i * 16 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
                                             fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
                                             fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
@@ -7009,7 +7009,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -7017,11 +7017,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             }
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 32768), 0);
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -7053,13 +7053,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
     }
 }
 
-#ifndef DT_WGMMA_M64N64K16_F16
-#define DT_WGMMA_M64N64K16_F16
+#ifndef DT_WGMMA_M64N128K16_F16
+#define DT_WGMMA_M64N128K16_F16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n128k16_f16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -7081,7 +7081,7 @@ DT_FN void dt_wgmma_m64n128k16_f16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 132120 bytes of shared memory */
+/* kernel attention_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164880 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -7177,80 +7177,80 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_90a_128.tensorize(j:64) num_stages(3) + rsum attention_90a_128.tensorize(j:64) num_stages(3) + rdot attention_90a_128.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_90a_128.tensorize(j:128) num_stages(2) + rsum attention_90a_128.tensorize(j:128) num_stages(2) + rdot attention_90a_128.tensorize(j:128) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 32768) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 64;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 65536u : 0u));
                                 if (st == 0) {
                                     /* v0: Q, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
                                 }
                                 if (o15 < s3) {
                                     /* v1: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                     /* v34: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < s3; o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 32768) + 8 * rd16, ph18);
+                        for (long long o15 = 0; o15 < s3; o15 += 128) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
                             __syncthreads();
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < s3 ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < s3 ? 65536u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                     /* v34: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + wr17 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 64 <= s3) {
+                            if (o15 + 128 <= s3) {
                                 /* a full step: every lane valid */
                                 /* rdot accumulator */
-                                float acc1[32];
+                                float acc1[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v2: accumulated by the dot above */
-                                float v3[32];
+                                float v3[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v51[32];
+                                float v51[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
                                 float v52[2];
@@ -7260,7 +7260,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -7327,24 +7327,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 for (int r = 0; r < 2; r++) {
                                     v54[r] = (v44[r] * v53[0]);
                                 }
-                                float v56[32];
+                                float v56[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v56[r] = (v3[r] * v55[0]);
                                 }
-                                float v57[32];
+                                float v57[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 64; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v19[32];
+                                float v19[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v19[r] = dt_fast_exp2(v57[r]);
                                 }
-                                float v20[32];
+                                float v20[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v20[r] = (1) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
@@ -7354,7 +7354,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -7382,16 +7382,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                    unsigned fas[4][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                    unsigned fas[8][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
+                                    for (int kk = 0; kk < 128; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
+                                            const int f = (i * 16 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
                                             fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
                                             fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
@@ -7404,7 +7404,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -7413,39 +7413,39 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 /* acc6 += v35: accumulated by the dot above */
                             } else {
                                 /* rdot accumulator */
-                                float acc1[32];
+                                float acc1[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v2: accumulated by the dot above */
-                                float v3[32];
+                                float v3[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v51[32];
+                                float v51[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l110 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 64; r++) {
+                                    const int l110 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                     v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
                                 float v52[2];
@@ -7455,7 +7455,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -7522,25 +7522,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 for (int r = 0; r < 2; r++) {
                                     v54[r] = (v44[r] * v53[0]);
                                 }
-                                float v56[32];
+                                float v56[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v56[r] = (v3[r] * v55[0]);
                                 }
-                                float v57[32];
+                                float v57[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 64; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v19[32];
+                                float v19[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v19[r] = dt_fast_exp2(v57[r]);
                                 }
-                                float v20[32];
+                                float v20[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 64; r++) {
+                                    const int l162 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                     v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
@@ -7550,7 +7550,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -7578,16 +7578,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                    unsigned fas[4][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                    unsigned fas[8][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
+                                    for (int kk = 0; kk < 128; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
+                                            const int f = (i * 16 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
                                             fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
                                             fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
@@ -7600,7 +7600,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -7608,11 +7608,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             }
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 32768), 0);
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -7644,13 +7644,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
     }
 }
 
-#ifndef DT_WGMMA_M64N64K16_BF16
-#define DT_WGMMA_M64N64K16_BF16
+#ifndef DT_WGMMA_M64N128K16_BF16
+#define DT_WGMMA_M64N128K16_BF16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n128k16_bf16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -7672,7 +7672,7 @@ DT_FN void dt_wgmma_m64n128k16_bf16_rs(float* d, const unsigned* a, unsigned lon
 #endif
 }
 #endif
-/* kernel attention_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 132120 bytes of shared memory */
+/* kernel attention_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164880 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -7768,80 +7768,80 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_90a_128.tensorize(j:64) num_stages(3) + rsum attention_90a_128.tensorize(j:64) num_stages(3) + rdot attention_90a_128.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_90a_128.tensorize(j:128) num_stages(2) + rsum attention_90a_128.tensorize(j:128) num_stages(2) + rdot attention_90a_128.tensorize(j:128) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 32768) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 64;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 65536u : 0u));
                                 if (st == 0) {
                                     /* v0: Q, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
                                 }
                                 if (o15 < s3) {
                                     /* v1: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                     /* v34: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < s3; o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 32768) + 8 * rd16, ph18);
+                        for (long long o15 = 0; o15 < s3; o15 += 128) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
                             __syncthreads();
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < s3 ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < s3 ? 65536u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                     /* v34: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + wr17 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 64 <= s3) {
+                            if (o15 + 128 <= s3) {
                                 /* a full step: every lane valid */
                                 /* rdot accumulator */
-                                float acc1[32];
+                                float acc1[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v2: accumulated by the dot above */
-                                float v3[32];
+                                float v3[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v51[32];
+                                float v51[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
                                 float v52[2];
@@ -7851,7 +7851,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -7918,24 +7918,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 for (int r = 0; r < 2; r++) {
                                     v54[r] = (v44[r] * v53[0]);
                                 }
-                                float v56[32];
+                                float v56[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v56[r] = (v3[r] * v55[0]);
                                 }
-                                float v57[32];
+                                float v57[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 64; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v19[32];
+                                float v19[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v19[r] = dt_fast_exp2(v57[r]);
                                 }
-                                float v20[32];
+                                float v20[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v20[r] = (1) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
@@ -7945,7 +7945,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -7973,16 +7973,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                    unsigned fas[4][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                    unsigned fas[8][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
+                                    for (int kk = 0; kk < 128; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
+                                            const int f = (i * 16 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
                                             fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
                                             fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
@@ -7995,7 +7995,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -8004,39 +8004,39 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 /* acc6 += v35: accumulated by the dot above */
                             } else {
                                 /* rdot accumulator */
-                                float acc1[32];
+                                float acc1[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v2: accumulated by the dot above */
-                                float v3[32];
+                                float v3[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v51[32];
+                                float v51[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l110 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 64; r++) {
+                                    const int l110 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                     v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
                                 float v52[2];
@@ -8046,7 +8046,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -8113,25 +8113,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 for (int r = 0; r < 2; r++) {
                                     v54[r] = (v44[r] * v53[0]);
                                 }
-                                float v56[32];
+                                float v56[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v56[r] = (v3[r] * v55[0]);
                                 }
-                                float v57[32];
+                                float v57[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 64; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v19[32];
+                                float v19[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v19[r] = dt_fast_exp2(v57[r]);
                                 }
-                                float v20[32];
+                                float v20[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 64; r++) {
+                                    const int l162 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                     v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
@@ -8141,7 +8141,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -8169,16 +8169,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                    unsigned fas[4][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                    unsigned fas[8][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
+                                    for (int kk = 0; kk < 128; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
+                                            const int f = (i * 16 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
                                             fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
                                             fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
@@ -8191,7 +8191,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -8199,11 +8199,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             }
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 32768), 0);
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -8235,13 +8235,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
     }
 }
 
-#ifndef DT_WGMMA_M64N64K16_BF16
-#define DT_WGMMA_M64N64K16_BF16
+#ifndef DT_WGMMA_M64N128K16_BF16
+#define DT_WGMMA_M64N128K16_BF16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n128k16_bf16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -8263,7 +8263,7 @@ DT_FN void dt_wgmma_m64n128k16_bf16_rs(float* d, const unsigned* a, unsigned lon
 #endif
 }
 #endif
-/* kernel attention_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 132120 bytes of shared memory */
+/* kernel attention_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164880 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -8359,80 +8359,80 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_90a_128.tensorize(j:64) num_stages(3) + rsum attention_90a_128.tensorize(j:64) num_stages(3) + rdot attention_90a_128.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_90a_128.tensorize(j:128) num_stages(2) + rsum attention_90a_128.tensorize(j:128) num_stages(2) + rdot attention_90a_128.tensorize(j:128) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 32768) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 64;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 65536u : 0u));
                                 if (st == 0) {
                                     /* v0: Q, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
                                 }
                                 if (o15 < s3) {
                                     /* v1: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                     /* v34: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < s3; o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 32768) + 8 * rd16, ph18);
+                        for (long long o15 = 0; o15 < s3; o15 += 128) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
                             __syncthreads();
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < s3 ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < s3 ? 65536u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                     /* v34: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + wr17 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 64 <= s3) {
+                            if (o15 + 128 <= s3) {
                                 /* a full step: every lane valid */
                                 /* rdot accumulator */
-                                float acc1[32];
+                                float acc1[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v2: accumulated by the dot above */
-                                float v3[32];
+                                float v3[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v51[32];
+                                float v51[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v51[r] = (1) ? v3[r] : (-INFINITY);
                                 }
                                 float v52[2];
@@ -8442,7 +8442,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -8509,24 +8509,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 for (int r = 0; r < 2; r++) {
                                     v54[r] = (v44[r] * v53[0]);
                                 }
-                                float v56[32];
+                                float v56[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v56[r] = (v3[r] * v55[0]);
                                 }
-                                float v57[32];
+                                float v57[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 64; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v19[32];
+                                float v19[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v19[r] = dt_fast_exp2(v57[r]);
                                 }
-                                float v20[32];
+                                float v20[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v20[r] = (1) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
@@ -8536,7 +8536,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -8564,16 +8564,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                    unsigned fas[4][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                    unsigned fas[8][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
+                                    for (int kk = 0; kk < 128; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
+                                            const int f = (i * 16 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
                                             fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
                                             fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
@@ -8586,7 +8586,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -8595,39 +8595,39 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 /* acc6 += v35: accumulated by the dot above */
                             } else {
                                 /* rdot accumulator */
-                                float acc1[32];
+                                float acc1[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v2: accumulated by the dot above */
-                                float v3[32];
+                                float v3[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v3[r] = acc1[r];
                                 }
-                                float v51[32];
+                                float v51[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l110 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 64; r++) {
+                                    const int l110 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                     v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
                                 float v52[2];
@@ -8637,7 +8637,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -8704,25 +8704,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 for (int r = 0; r < 2; r++) {
                                     v54[r] = (v44[r] * v53[0]);
                                 }
-                                float v56[32];
+                                float v56[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v56[r] = (v3[r] * v55[0]);
                                 }
-                                float v57[32];
+                                float v57[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 64; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v19[32];
+                                float v19[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v19[r] = dt_fast_exp2(v57[r]);
                                 }
-                                float v20[32];
+                                float v20[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 64; r++) {
+                                    const int l162 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                     v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
@@ -8732,7 +8732,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -8760,16 +8760,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                    unsigned fas[4][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                    unsigned fas[8][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
+                                    for (int kk = 0; kk < 128; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
+                                            const int f = (i * 16 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
                                             fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
                                             fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
@@ -8782,7 +8782,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -8790,11 +8790,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             }
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 32768), 0);
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -8826,13 +8826,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
     }
 }
 
-#ifndef DT_WGMMA_M64N64K16_F16
-#define DT_WGMMA_M64N64K16_F16
+#ifndef DT_WGMMA_M64N128K16_F16
+#define DT_WGMMA_M64N128K16_F16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n128k16_f16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -8854,7 +8854,7 @@ DT_FN void dt_wgmma_m64n128k16_f16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_causal_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 132120 bytes of shared memory */
+/* kernel attention_causal_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164880 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -8962,94 +8962,94 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_90a_128.tensorize(j:64) num_stages(3) + rsum attention_causal_90a_128.tensorize(j:64) num_stages(3) + rdot attention_causal_90a_128.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_causal_90a_128.tensorize(j:128) num_stages(2) + rsum attention_causal_90a_128.tensorize(j:128) num_stages(2) + rdot attention_causal_90a_128.tensorize(j:128) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 32768) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 64;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
                                 if (st == 0) {
                                     /* v3: Q, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
                                 }
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                     /* v52: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 32768) + 8 * rd16, ph18);
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 128) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
                             __syncthreads();
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
                                 if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                     /* v52: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + wr17 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                            if (o15 + 128 <= s3 && o15 + 127 <= o3) {
                                 /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
-                                float v2[32];
+                                float v2[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l21 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 64; r++) {
+                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l21 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                     v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
-                                float acc1[32];
+                                float acc1[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v5: accumulated by the dot above */
-                                float v6[32];
+                                float v6[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v69[32];
+                                float v69[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
-                                float v70[32];
+                                float v70[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
                                 float v71[2];
@@ -9059,7 +9059,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -9126,24 +9126,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 for (int r = 0; r < 2; r++) {
                                     v73[r] = (v62[r] * v72[0]);
                                 }
-                                float v76[32];
+                                float v76[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v76[r] = (v69[r] * v75[0]);
                                 }
-                                float v77[32];
+                                float v77[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 64; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v31[32];
+                                float v31[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v31[r] = dt_fast_exp2(v77[r]);
                                 }
-                                float v32[32];
+                                float v32[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v32[r] = (1) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
@@ -9153,7 +9153,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -9181,16 +9181,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     acc6[r] = v68[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                    unsigned fas[4][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                    unsigned fas[8][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
+                                    for (int kk = 0; kk < 128; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
+                                            const int f = (i * 16 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                             fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                             fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -9203,7 +9203,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -9211,55 +9211,55 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                if (o15 + 64 <= s3) {
+                                if (o15 + 128 <= s3) {
                                     /* a full step: every lane valid */
                                     /* v0: the index along j, computed where it is read */
                                     /* v1: the index along i, computed where it is read */
-                                    float v2[32];
+                                    float v2[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                         v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
-                                    float acc1[32];
+                                    float acc1[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         acc1[r] = 0e0f;
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     }
                                     /* acc1 += v5: accumulated by the dot above */
-                                    float v6[32];
+                                    float v6[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v6[r] = acc1[r];
                                     }
-                                    float v69[32];
+                                    float v69[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                     }
-                                    float v70[32];
+                                    float v70[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v70[r] = (1) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
@@ -9269,7 +9269,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -9336,24 +9336,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     for (int r = 0; r < 2; r++) {
                                         v73[r] = (v62[r] * v72[0]);
                                     }
-                                    float v76[32];
+                                    float v76[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v76[r] = (v69[r] * v75[0]);
                                     }
-                                    float v77[32];
+                                    float v77[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    for (int r = 0; r < 64; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
-                                    float v31[32];
+                                    float v31[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v31[r] = dt_fast_exp2(v77[r]);
                                     }
-                                    float v32[32];
+                                    float v32[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v32[r] = (1) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
@@ -9363,7 +9363,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -9391,16 +9391,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         acc6[r] = v68[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                        unsigned fas[4][4];
+                                        const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                        unsigned fas[8][4];
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) {
+                                        for (int kk = 0; kk < 128; kk += 16) {
                                             unsigned fa[1][4];
                                             for (int i = 0; i < 1; i++) {
-                                                const int f = (i * 8 + kk / 8) * 4;
+                                                const int f = (i * 16 + kk / 8) * 4;
                                                 fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                                 fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                                 fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -9413,7 +9413,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -9423,52 +9423,52 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 } else {
                                     /* v0: the index along j, computed where it is read */
                                     /* v1: the index along i, computed where it is read */
-                                    float v2[32];
+                                    float v2[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                         v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
-                                    float acc1[32];
+                                    float acc1[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         acc1[r] = 0e0f;
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     }
                                     /* acc1 += v5: accumulated by the dot above */
-                                    float v6[32];
+                                    float v6[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v6[r] = acc1[r];
                                     }
-                                    float v69[32];
+                                    float v69[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                     }
-                                    float v70[32];
+                                    float v70[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                         v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
@@ -9478,7 +9478,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -9545,25 +9545,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     for (int r = 0; r < 2; r++) {
                                         v73[r] = (v62[r] * v72[0]);
                                     }
-                                    float v76[32];
+                                    float v76[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v76[r] = (v69[r] * v75[0]);
                                     }
-                                    float v77[32];
+                                    float v77[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    for (int r = 0; r < 64; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
-                                    float v31[32];
+                                    float v31[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v31[r] = dt_fast_exp2(v77[r]);
                                     }
-                                    float v32[32];
+                                    float v32[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                         v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
@@ -9573,7 +9573,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -9601,16 +9601,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         acc6[r] = v68[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                        unsigned fas[4][4];
+                                        const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                        unsigned fas[8][4];
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) {
+                                        for (int kk = 0; kk < 128; kk += 16) {
                                             unsigned fa[1][4];
                                             for (int i = 0; i < 1; i++) {
-                                                const int f = (i * 8 + kk / 8) * 4;
+                                                const int f = (i * 16 + kk / 8) * 4;
                                                 fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                                 fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                                 fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -9623,7 +9623,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -9632,11 +9632,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     /* acc6 += v53: accumulated by the dot above */
                                 }
                             }
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 32768), 0);
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
                         __syncthreads();
                     }
                     float v34[2];
@@ -9668,13 +9668,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
     }
 }
 
-#ifndef DT_WGMMA_M64N64K16_F16
-#define DT_WGMMA_M64N64K16_F16
+#ifndef DT_WGMMA_M64N128K16_F16
+#define DT_WGMMA_M64N128K16_F16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n128k16_f16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -9696,7 +9696,7 @@ DT_FN void dt_wgmma_m64n128k16_f16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_causal_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 132120 bytes of shared memory */
+/* kernel attention_causal_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164880 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -9804,94 +9804,94 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_90a_128.tensorize(j:64) num_stages(3) + rsum attention_causal_90a_128.tensorize(j:64) num_stages(3) + rdot attention_causal_90a_128.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_causal_90a_128.tensorize(j:128) num_stages(2) + rsum attention_causal_90a_128.tensorize(j:128) num_stages(2) + rdot attention_causal_90a_128.tensorize(j:128) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 32768) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 64;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
                                 if (st == 0) {
                                     /* v3: Q, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
                                 }
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                     /* v52: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 32768) + 8 * rd16, ph18);
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 128) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
                             __syncthreads();
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
                                 if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                     /* v52: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + wr17 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                            if (o15 + 128 <= s3 && o15 + 127 <= o3) {
                                 /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
-                                float v2[32];
+                                float v2[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l21 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 64; r++) {
+                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l21 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                     v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
-                                float acc1[32];
+                                float acc1[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v5: accumulated by the dot above */
-                                float v6[32];
+                                float v6[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v69[32];
+                                float v69[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
-                                float v70[32];
+                                float v70[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
                                 float v71[2];
@@ -9901,7 +9901,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -9968,24 +9968,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 for (int r = 0; r < 2; r++) {
                                     v73[r] = (v62[r] * v72[0]);
                                 }
-                                float v76[32];
+                                float v76[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v76[r] = (v69[r] * v75[0]);
                                 }
-                                float v77[32];
+                                float v77[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 64; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v31[32];
+                                float v31[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v31[r] = dt_fast_exp2(v77[r]);
                                 }
-                                float v32[32];
+                                float v32[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v32[r] = (1) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
@@ -9995,7 +9995,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -10023,16 +10023,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     acc6[r] = v68[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                    unsigned fas[4][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                    unsigned fas[8][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
+                                    for (int kk = 0; kk < 128; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
+                                            const int f = (i * 16 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                             fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                             fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -10045,7 +10045,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -10053,55 +10053,55 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                if (o15 + 64 <= s3) {
+                                if (o15 + 128 <= s3) {
                                     /* a full step: every lane valid */
                                     /* v0: the index along j, computed where it is read */
                                     /* v1: the index along i, computed where it is read */
-                                    float v2[32];
+                                    float v2[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                         v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
-                                    float acc1[32];
+                                    float acc1[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         acc1[r] = 0e0f;
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     }
                                     /* acc1 += v5: accumulated by the dot above */
-                                    float v6[32];
+                                    float v6[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v6[r] = acc1[r];
                                     }
-                                    float v69[32];
+                                    float v69[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                     }
-                                    float v70[32];
+                                    float v70[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v70[r] = (1) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
@@ -10111,7 +10111,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -10178,24 +10178,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     for (int r = 0; r < 2; r++) {
                                         v73[r] = (v62[r] * v72[0]);
                                     }
-                                    float v76[32];
+                                    float v76[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v76[r] = (v69[r] * v75[0]);
                                     }
-                                    float v77[32];
+                                    float v77[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    for (int r = 0; r < 64; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
-                                    float v31[32];
+                                    float v31[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v31[r] = dt_fast_exp2(v77[r]);
                                     }
-                                    float v32[32];
+                                    float v32[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v32[r] = (1) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
@@ -10205,7 +10205,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -10233,16 +10233,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         acc6[r] = v68[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                        unsigned fas[4][4];
+                                        const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                        unsigned fas[8][4];
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) {
+                                        for (int kk = 0; kk < 128; kk += 16) {
                                             unsigned fa[1][4];
                                             for (int i = 0; i < 1; i++) {
-                                                const int f = (i * 8 + kk / 8) * 4;
+                                                const int f = (i * 16 + kk / 8) * 4;
                                                 fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                                 fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                                 fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -10255,7 +10255,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -10265,52 +10265,52 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 } else {
                                     /* v0: the index along j, computed where it is read */
                                     /* v1: the index along i, computed where it is read */
-                                    float v2[32];
+                                    float v2[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                         v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
-                                    float acc1[32];
+                                    float acc1[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         acc1[r] = 0e0f;
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     }
                                     /* acc1 += v5: accumulated by the dot above */
-                                    float v6[32];
+                                    float v6[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v6[r] = acc1[r];
                                     }
-                                    float v69[32];
+                                    float v69[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                     }
-                                    float v70[32];
+                                    float v70[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                         v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
@@ -10320,7 +10320,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -10387,25 +10387,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     for (int r = 0; r < 2; r++) {
                                         v73[r] = (v62[r] * v72[0]);
                                     }
-                                    float v76[32];
+                                    float v76[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v76[r] = (v69[r] * v75[0]);
                                     }
-                                    float v77[32];
+                                    float v77[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    for (int r = 0; r < 64; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
-                                    float v31[32];
+                                    float v31[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v31[r] = dt_fast_exp2(v77[r]);
                                     }
-                                    float v32[32];
+                                    float v32[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                         v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
@@ -10415,7 +10415,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -10443,16 +10443,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         acc6[r] = v68[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                        unsigned fas[4][4];
+                                        const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                        unsigned fas[8][4];
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) {
+                                        for (int kk = 0; kk < 128; kk += 16) {
                                             unsigned fa[1][4];
                                             for (int i = 0; i < 1; i++) {
-                                                const int f = (i * 8 + kk / 8) * 4;
+                                                const int f = (i * 16 + kk / 8) * 4;
                                                 fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                                 fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                                 fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -10465,7 +10465,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -10474,11 +10474,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     /* acc6 += v53: accumulated by the dot above */
                                 }
                             }
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 32768), 0);
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
                         __syncthreads();
                     }
                     float v34[2];
@@ -10510,13 +10510,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
     }
 }
 
-#ifndef DT_WGMMA_M64N64K16_BF16
-#define DT_WGMMA_M64N64K16_BF16
+#ifndef DT_WGMMA_M64N128K16_BF16
+#define DT_WGMMA_M64N128K16_BF16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n128k16_bf16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -10538,7 +10538,7 @@ DT_FN void dt_wgmma_m64n128k16_bf16_rs(float* d, const unsigned* a, unsigned lon
 #endif
 }
 #endif
-/* kernel attention_causal_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 132120 bytes of shared memory */
+/* kernel attention_causal_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164880 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -10646,94 +10646,94 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_90a_128.tensorize(j:64) num_stages(3) + rsum attention_causal_90a_128.tensorize(j:64) num_stages(3) + rdot attention_causal_90a_128.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_causal_90a_128.tensorize(j:128) num_stages(2) + rsum attention_causal_90a_128.tensorize(j:128) num_stages(2) + rdot attention_causal_90a_128.tensorize(j:128) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 32768) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 64;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
                                 if (st == 0) {
                                     /* v3: Q, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
                                 }
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                     /* v52: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 32768) + 8 * rd16, ph18);
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 128) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
                             __syncthreads();
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
                                 if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                     /* v52: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + wr17 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                            if (o15 + 128 <= s3 && o15 + 127 <= o3) {
                                 /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
-                                float v2[32];
+                                float v2[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l21 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 64; r++) {
+                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l21 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                     v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
-                                float acc1[32];
+                                float acc1[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v5: accumulated by the dot above */
-                                float v6[32];
+                                float v6[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v69[32];
+                                float v69[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
-                                float v70[32];
+                                float v70[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
                                 float v71[2];
@@ -10743,7 +10743,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -10810,24 +10810,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 for (int r = 0; r < 2; r++) {
                                     v73[r] = (v62[r] * v72[0]);
                                 }
-                                float v76[32];
+                                float v76[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v76[r] = (v69[r] * v75[0]);
                                 }
-                                float v77[32];
+                                float v77[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 64; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v31[32];
+                                float v31[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v31[r] = dt_fast_exp2(v77[r]);
                                 }
-                                float v32[32];
+                                float v32[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v32[r] = (1) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
@@ -10837,7 +10837,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -10865,16 +10865,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     acc6[r] = v68[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                    unsigned fas[4][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                    unsigned fas[8][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
+                                    for (int kk = 0; kk < 128; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
+                                            const int f = (i * 16 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                             fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                             fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -10887,7 +10887,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -10895,55 +10895,55 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                if (o15 + 64 <= s3) {
+                                if (o15 + 128 <= s3) {
                                     /* a full step: every lane valid */
                                     /* v0: the index along j, computed where it is read */
                                     /* v1: the index along i, computed where it is read */
-                                    float v2[32];
+                                    float v2[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                         v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
-                                    float acc1[32];
+                                    float acc1[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         acc1[r] = 0e0f;
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     }
                                     /* acc1 += v5: accumulated by the dot above */
-                                    float v6[32];
+                                    float v6[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v6[r] = acc1[r];
                                     }
-                                    float v69[32];
+                                    float v69[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                     }
-                                    float v70[32];
+                                    float v70[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v70[r] = (1) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
@@ -10953,7 +10953,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -11020,24 +11020,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     for (int r = 0; r < 2; r++) {
                                         v73[r] = (v62[r] * v72[0]);
                                     }
-                                    float v76[32];
+                                    float v76[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v76[r] = (v69[r] * v75[0]);
                                     }
-                                    float v77[32];
+                                    float v77[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    for (int r = 0; r < 64; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
-                                    float v31[32];
+                                    float v31[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v31[r] = dt_fast_exp2(v77[r]);
                                     }
-                                    float v32[32];
+                                    float v32[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v32[r] = (1) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
@@ -11047,7 +11047,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -11075,16 +11075,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         acc6[r] = v68[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                        unsigned fas[4][4];
+                                        const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                        unsigned fas[8][4];
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) {
+                                        for (int kk = 0; kk < 128; kk += 16) {
                                             unsigned fa[1][4];
                                             for (int i = 0; i < 1; i++) {
-                                                const int f = (i * 8 + kk / 8) * 4;
+                                                const int f = (i * 16 + kk / 8) * 4;
                                                 fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                                 fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                                 fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -11097,7 +11097,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -11107,52 +11107,52 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 } else {
                                     /* v0: the index along j, computed where it is read */
                                     /* v1: the index along i, computed where it is read */
-                                    float v2[32];
+                                    float v2[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                         v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
-                                    float acc1[32];
+                                    float acc1[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         acc1[r] = 0e0f;
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     }
                                     /* acc1 += v5: accumulated by the dot above */
-                                    float v6[32];
+                                    float v6[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v6[r] = acc1[r];
                                     }
-                                    float v69[32];
+                                    float v69[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                     }
-                                    float v70[32];
+                                    float v70[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                         v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
@@ -11162,7 +11162,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -11229,25 +11229,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     for (int r = 0; r < 2; r++) {
                                         v73[r] = (v62[r] * v72[0]);
                                     }
-                                    float v76[32];
+                                    float v76[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v76[r] = (v69[r] * v75[0]);
                                     }
-                                    float v77[32];
+                                    float v77[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    for (int r = 0; r < 64; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
-                                    float v31[32];
+                                    float v31[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v31[r] = dt_fast_exp2(v77[r]);
                                     }
-                                    float v32[32];
+                                    float v32[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                         v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
@@ -11257,7 +11257,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -11285,16 +11285,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         acc6[r] = v68[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                        unsigned fas[4][4];
+                                        const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                        unsigned fas[8][4];
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) {
+                                        for (int kk = 0; kk < 128; kk += 16) {
                                             unsigned fa[1][4];
                                             for (int i = 0; i < 1; i++) {
-                                                const int f = (i * 8 + kk / 8) * 4;
+                                                const int f = (i * 16 + kk / 8) * 4;
                                                 fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                                 fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                                 fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -11307,7 +11307,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -11316,11 +11316,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     /* acc6 += v53: accumulated by the dot above */
                                 }
                             }
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 32768), 0);
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
                         __syncthreads();
                     }
                     float v34[2];
@@ -11352,13 +11352,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
     }
 }
 
-#ifndef DT_WGMMA_M64N64K16_BF16
-#define DT_WGMMA_M64N64K16_BF16
+#ifndef DT_WGMMA_M64N128K16_BF16
+#define DT_WGMMA_M64N128K16_BF16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n128k16_bf16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -11380,7 +11380,7 @@ DT_FN void dt_wgmma_m64n128k16_bf16_rs(float* d, const unsigned* a, unsigned lon
 #endif
 }
 #endif
-/* kernel attention_causal_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 132120 bytes of shared memory */
+/* kernel attention_causal_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164880 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -11488,94 +11488,94 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_90a_128.tensorize(j:64) num_stages(3) + rsum attention_causal_90a_128.tensorize(j:64) num_stages(3) + rdot attention_causal_90a_128.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_causal_90a_128.tensorize(j:128) num_stages(2) + rsum attention_causal_90a_128.tensorize(j:128) num_stages(2) + rdot attention_causal_90a_128.tensorize(j:128) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 32768) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 64;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
                                 if (st == 0) {
                                     /* v3: Q, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
                                 }
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                     /* v52: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 32768) + 8 * rd16, ph18);
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 128) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
                             __syncthreads();
                             const long long o19 = o15 + 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 32768) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
                                 if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                     /* v52: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 20480 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + wr17 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
-                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                            if (o15 + 128 <= s3 && o15 + 127 <= o3) {
                                 /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
-                                float v2[32];
+                                float v2[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l21 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                for (int r = 0; r < 64; r++) {
+                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l21 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                     v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
-                                float acc1[32];
+                                float acc1[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v5: accumulated by the dot above */
-                                float v6[32];
+                                float v6[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v69[32];
+                                float v69[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
-                                float v70[32];
+                                float v70[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
                                 float v71[2];
@@ -11585,7 +11585,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -11652,24 +11652,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 for (int r = 0; r < 2; r++) {
                                     v73[r] = (v62[r] * v72[0]);
                                 }
-                                float v76[32];
+                                float v76[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v76[r] = (v69[r] * v75[0]);
                                 }
-                                float v77[32];
+                                float v77[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 64; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v31[32];
+                                float v31[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v31[r] = dt_fast_exp2(v77[r]);
                                 }
-                                float v32[32];
+                                float v32[64];
                                 #pragma unroll
-                                for (int r = 0; r < 32; r++) {
+                                for (int r = 0; r < 64; r++) {
                                     v32[r] = (1) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
@@ -11679,7 +11679,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -11707,16 +11707,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     acc6[r] = v68[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                    unsigned fas[4][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                    unsigned fas[8][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) {
+                                    for (int kk = 0; kk < 128; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 8 + kk / 8) * 4;
+                                            const int f = (i * 16 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                             fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                             fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -11729,7 +11729,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -11737,55 +11737,55 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                if (o15 + 64 <= s3) {
+                                if (o15 + 128 <= s3) {
                                     /* a full step: every lane valid */
                                     /* v0: the index along j, computed where it is read */
                                     /* v1: the index along i, computed where it is read */
-                                    float v2[32];
+                                    float v2[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                         v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
-                                    float acc1[32];
+                                    float acc1[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         acc1[r] = 0e0f;
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     }
                                     /* acc1 += v5: accumulated by the dot above */
-                                    float v6[32];
+                                    float v6[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v6[r] = acc1[r];
                                     }
-                                    float v69[32];
+                                    float v69[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                     }
-                                    float v70[32];
+                                    float v70[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v70[r] = (1) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
@@ -11795,7 +11795,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -11862,24 +11862,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     for (int r = 0; r < 2; r++) {
                                         v73[r] = (v62[r] * v72[0]);
                                     }
-                                    float v76[32];
+                                    float v76[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v76[r] = (v69[r] * v75[0]);
                                     }
-                                    float v77[32];
+                                    float v77[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    for (int r = 0; r < 64; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
-                                    float v31[32];
+                                    float v31[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v31[r] = dt_fast_exp2(v77[r]);
                                     }
-                                    float v32[32];
+                                    float v32[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v32[r] = (1) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
@@ -11889,7 +11889,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -11917,16 +11917,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         acc6[r] = v68[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                        unsigned fas[4][4];
+                                        const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                        unsigned fas[8][4];
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) {
+                                        for (int kk = 0; kk < 128; kk += 16) {
                                             unsigned fa[1][4];
                                             for (int i = 0; i < 1; i++) {
-                                                const int f = (i * 8 + kk / 8) * 4;
+                                                const int f = (i * 16 + kk / 8) * 4;
                                                 fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                                 fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                                 fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -11939,7 +11939,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -11949,52 +11949,52 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 } else {
                                     /* v0: the index along j, computed where it is read */
                                     /* v1: the index along i, computed where it is read */
-                                    float v2[32];
+                                    float v2[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                         v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
-                                    float acc1[32];
+                                    float acc1[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         acc1[r] = 0e0f;
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                                     }
                                     /* acc1 += v5: accumulated by the dot above */
-                                    float v6[32];
+                                    float v6[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v6[r] = acc1[r];
                                     }
-                                    float v69[32];
+                                    float v69[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                     }
-                                    float v70[32];
+                                    float v70[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                         v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
@@ -12004,7 +12004,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -12071,25 +12071,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     for (int r = 0; r < 2; r++) {
                                         v73[r] = (v62[r] * v72[0]);
                                     }
-                                    float v76[32];
+                                    float v76[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v76[r] = (v69[r] * v75[0]);
                                     }
-                                    float v77[32];
+                                    float v77[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    for (int r = 0; r < 64; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
-                                    float v31[32];
+                                    float v31[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
+                                    for (int r = 0; r < 64; r++) {
                                         v31[r] = dt_fast_exp2(v77[r]);
                                     }
-                                    float v32[32];
+                                    float v32[64];
                                     #pragma unroll
-                                    for (int r = 0; r < 32; r++) {
-                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    for (int r = 0; r < 64; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
                                         v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
@@ -12099,7 +12099,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                         #pragma unroll
-                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -12127,16 +12127,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         acc6[r] = v68[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 20480 + rd16 * 4096));
-                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
-                                        unsigned fas[4][4];
+                                        const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                        unsigned fas[8][4];
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) {
+                                        for (int kk = 0; kk < 128; kk += 16) {
                                             unsigned fa[1][4];
                                             for (int i = 0; i < 1; i++) {
-                                                const int f = (i * 8 + kk / 8) * 4;
+                                                const int f = (i * 16 + kk / 8) * 4;
                                                 fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                                 fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                                 fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -12149,7 +12149,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -12158,11 +12158,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     /* acc6 += v53: accumulated by the dot above */
                                 }
                             }
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 32768), 0);
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
                         __syncthreads();
                     }
                     float v34[2];

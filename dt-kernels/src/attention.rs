@@ -1,7 +1,7 @@
 //! Scaled dot-product attention (spec `specs/attention.dt`, kernels `attention` and
 //! `attention_causal`, each in size classes by head dimension: `_64` and `_128` for f16 and
 //! bf16 up to those, the plain kernel for any): one program per 64 or 128 queries of one (batch, head),
-//! keys in steps of 64, in the online form the compiler derives from the spec's algorithm (pass
+//! keys in steps of 64 (128 in the Hopper class for head dimensions above 64), in the online form the compiler derives from the spec's algorithm (pass
 //! `flash`: the row maximum, sum and output in one loop over the keys, which a causal program
 //! stops at its last query). In f16 and bf16 both dots run on tensor cores, the weights rounded
 //! to the element type first (docs/language.md, "Precision of dots"), K and V copied steps ahead

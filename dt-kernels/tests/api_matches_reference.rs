@@ -605,7 +605,7 @@ fn hopper_run<T: Element>(gpu: &Gpu, case: &Case, placements: &[Placement]) -> (
 
 /// The wgmma attention classes (`attention_90a_64`, `attention_90a_128` and their causal twins:
 /// TMA rings, wgmma) at head dimensions up to and at their bounds, query and key counts that are
-/// no multiple of their blocks (128 queries, 64 keys), contiguous and padded rows (which tensor
+/// no multiple of their blocks (128 queries; 64 keys at head dimension 64, 128 above), contiguous and padded rows (which tensor
 /// maps describe: they run the wgmma class on sm_90), transposed ones and rows padded by 1
 /// (which run the class for any layout); f16 and bf16. On a GPU without sm_90 every case runs
 /// the other classes.

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Times the same bench rows with variants of one library spec, alternating ROUNDS times in one
+# run on the GPU machine with one bench binary (.gpu/xtask, which compiles the checkout's specs
+# when it runs): each variant file is copied over dt-kernels/specs/SPEC.dt in turn (the
+# checkout's own spec is the variant `base`), and the spec is put back at the end.
+# Usage: OP=attention SPEC=attention [DTYPES=f16] [BASELINE=sdpa_cudnn] [ROUNDS=2] \
+#        scripts/device/spec_ab.sh VARIANT.dt... -- SHAPE...
+set -uo pipefail
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+: "${OP:?}" "${SPEC:?}"
+spec="dt-kernels/specs/$SPEC.dt"
+base=$(mktemp)
+cp "$spec" "$base"
+trap 'cp "$base" "$spec"' EXIT
+variants=("$base")
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do variants+=("$1"); shift; done
+shift
+args=(--op "$OP" --baseline "${BASELINE:-sdpa_cudnn}" --budget "${BUDGET:-0.3}")
+for t in ${DTYPES:-f16}; do args+=(--dtype "$t"); done
+for s in "$@"; do args+=(--shape "$s"); done
+for round in $(seq "${ROUNDS:-2}"); do
+  for v in "${variants[@]}"; do
+    cp "$v" "$spec"
+    if [ "$v" = "$base" ]; then echo "== round $round: base"; else echo "== round $round: $v"; fi
+    timeout "${T_RUN:-150}" .gpu/xtask bench "${args[@]}" 2>&1 | grep -E "^\| $OP|rror" | cut -d'|' -f3,4,6,9,10,11
+  done
+done
