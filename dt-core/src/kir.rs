@@ -345,6 +345,9 @@ pub struct Grid {
     /// run of `N` consecutive programs is one cluster. Programs whose block of `d` starts past
     /// the end still run (with every lane masked), since the cluster's reductions need them.
     pub cluster: Option<(DimId, u32)>,
+    /// Dimensions whose blocks the programs take last first (pass `heaviest_first`): block `n - 1
+    /// - g` where the program's coordinate is `g`, so that the longest programs start first.
+    pub descending: Vec<DimId>,
     /// The schedule primitives behind the grid.
     pub origin: String,
 }
@@ -581,7 +584,10 @@ pub fn print(k: &Kernel) -> String {
         .order
         .iter()
         .map(|e| match e {
-            MapEntry::Whole(d) => format!("{}/{}", k.dim_name(*d), k.grid.block_extent(*d).unwrap_or(1)),
+            MapEntry::Whole(d) => {
+                let last_first = if k.grid.descending.contains(d) { " last first" } else { "" };
+                format!("{}/{}{last_first}", k.dim_name(*d), k.grid.block_extent(*d).unwrap_or(1))
+            }
             MapEntry::Outer { dim, factor } => format!("{}/{}:outer/{factor}", k.dim_name(*dim), k.grid.block_extent(*dim).unwrap_or(1)),
             MapEntry::Inner { dim, factor, name } => format!("{name}={}:inner/{factor}", k.dim_name(*dim)),
         })

@@ -1,6 +1,7 @@
 //! Causal attention's key loop stops at the end of the program's block of queries (pass
 //! `flash`, `Loop::until`): the steps after it hold only `-inf` scores. Only a causal mask to
-//! `-inf` stops it, and the interpreter, which stops there too, agrees with the evaluator.
+//! `-inf` stops it, and the interpreter, which stops there too, agrees with the evaluator. The
+//! grid then takes the blocks of queries last first.
 
 mod common;
 
@@ -53,6 +54,19 @@ fn a_causal_loop_knows_the_condition_that_holds_below_the_diagonal() {
         });
         assert!(matches!(def, Some(Op::Binary(BinOp::Le | BinOp::Lt | BinOp::Ge | BinOp::Gt, ..))), "{cond}: {def:?}");
     }
+}
+
+/// The grid takes the blocks of queries last first where the key loop stops at the block's last
+/// query (pass `heaviest_first`): the programs with the most key steps start first.
+#[test]
+fn the_longest_programs_start_first() {
+    let descending = |src: &str| {
+        let (_, k) = lowered(src);
+        k.grid.descending.iter().map(|d| k.dim_name(*d).to_string()).collect::<Vec<_>>()
+    };
+    assert_eq!(descending(&spec("j <= i", "-inf")), ["i"]);
+    assert!(descending(&spec("j >= i", "-inf")).is_empty());
+    assert!(descending(&spec("j <= i", "0")).is_empty());
 }
 
 #[test]

@@ -888,7 +888,7 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
         if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
-        const long long b2 = g2; /* block index along i */
+        const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
         if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 64)) continue; /* past the end of a short group */
@@ -1296,7 +1296,7 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
         if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
-        const long long b2 = g2; /* block index along i */
+        const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
         if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 64)) continue; /* past the end of a short group */
@@ -2476,7 +2476,7 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
         if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
-        const long long b2 = g2; /* block index along i */
+        const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
         if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
@@ -2884,7 +2884,7 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
         if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
-        const long long b2 = g2; /* block index along i */
+        const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
         if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
@@ -4432,7 +4432,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
         if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
-        const long long b2 = g2; /* block index along i */
+        const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
         if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
@@ -4843,7 +4843,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
         if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
-        const long long b2 = g2; /* block index along i */
+        const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
         if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
@@ -5254,7 +5254,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
         if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
         if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
-        const long long b2 = g2; /* block index along i */
+        const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
         if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */

@@ -3152,7 +3152,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
@@ -3994,7 +3994,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
@@ -4836,7 +4836,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
@@ -5678,7 +5678,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
@@ -8884,7 +8884,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -9726,7 +9726,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -10568,7 +10568,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -11410,7 +11410,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -14864,7 +14864,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
@@ -15774,7 +15774,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
@@ -16684,7 +16684,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
@@ -17594,7 +17594,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
@@ -21168,7 +21168,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -22078,7 +22078,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -22988,7 +22988,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -23898,7 +23898,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -27134,7 +27134,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -27549,7 +27549,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -27964,7 +27964,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -28379,7 +28379,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -28794,7 +28794,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -29220,7 +29220,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */

@@ -1566,7 +1566,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
@@ -1995,7 +1995,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
@@ -3230,7 +3230,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -3659,7 +3659,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -5836,7 +5836,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -6256,7 +6256,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -6676,7 +6676,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
@@ -7192,7 +7192,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = g2; /* block index along i */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
     if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */

@@ -101,6 +101,8 @@ pub fn program_coords(k: &Kernel, skip: &str, index: &str) -> Vec<String> {
         let mut parts = Vec::new();
         for (i, m) in k.grid.order.iter().enumerate() {
             match m {
+                // Last first (pass `heaviest_first`): block n - 1 - g.
+                MapEntry::Whole(x) if x == d && k.grid.descending.contains(x) => parts.push(format!("((long long)n{i} - 1 - g{i})")),
                 MapEntry::Whole(x) if x == d => parts.push(format!("g{i}")),
                 MapEntry::Outer { dim, factor } if dim == d => parts.push(format!("g{i} * {factor}")),
                 MapEntry::Inner { dim, .. } if dim == d => parts.push(format!("g{i}")),

@@ -34,6 +34,9 @@
 //! 15. [`full_steps::split_full_steps`]: a `whole` or `reduce` loop runs its full steps without
 //!     masks or lane tests, and its partial last step, if any, with them; [`dead`] then runs
 //!     again.
+//! 16. [`heaviest_first::take_heaviest_first`]: a grid whose programs run longer the later their
+//!     block of a dimension (causal attention's queries, [`kir::Loop::until`]) takes that
+//!     dimension's blocks last first, the longest programs starting first.
 //!
 //! Set `DT_PRINT_KIR=1` to print the kernel IR after each pass (on stderr). The verifier
 //! ([`verify::verify`]) checks it after each pass in debug builds and tests, and wherever
@@ -48,6 +51,7 @@ mod exp2;
 mod flash;
 mod full_steps;
 mod grid;
+mod heaviest_first;
 mod hoist;
 mod layout;
 mod masks;
@@ -143,6 +147,8 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
     full_steps::split_full_steps(&mut kernel);
     dead::drop_dead_code(&mut kernel);
     after_pass("full_steps", &kernel)?;
+    heaviest_first::take_heaviest_first(&mut kernel);
+    after_pass("heaviest_first", &kernel)?;
     if kernel.max_tile_elements() > MAX_TILE_ELEMENTS {
         return Err(LowerError(format!(
             "kernel `{}` has a tile of {} elements; at most {MAX_TILE_ELEMENTS} are supported",
