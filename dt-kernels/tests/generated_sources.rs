@@ -132,24 +132,47 @@ fn capped_held_layernorm_does_not_spill() {
     }
 }
 
-/// ptxas keeps a kernel's `wgmma` products in flight only where nothing else touches their
-/// accumulators between a product and its wait, in the layout of the code; otherwise it waits
-/// after every product, says so as information (C7514, C7515: "wgmma.mma_async instructions are
-/// serialized"), not as a warning, and the kernel runs far slower (decision 0021): a
-/// serialized product here is a regression that `-Werror` would not catch.
+/// What ptxas must not report of the Hopper classes (`_90a_` in their names: `wgmma()`
+/// attention, warp-specialized matmuls), which `-Werror` would not catch; one compile of each
+/// file that holds them checks both:
+/// - a serialized product: ptxas keeps a kernel's `wgmma` products in flight only where nothing
+///   else touches their accumulators between a product and its wait, in the layout of the code;
+///   otherwise it waits after every product and says so as information (C7514, C7515:
+///   "wgmma.mma_async instructions are serialized"), and the kernel runs far slower (decision
+///   0021);
+/// - a spill: attention's causal class at head dimension 128 uses 254 of its 255 registers, and a
+///   spill in a loop of tensor-core products costs more than the products (decision 0027).
 #[test]
-fn warpgroup_products_are_not_serialized() {
+fn hopper_classes_are_not_serialized_and_do_not_spill() {
     let Some(nvcc) = require("nvcc", nvcc()) else { return };
-    let dir = out_dir("serialized");
+    let dir = out_dir("hopper");
     let sources: Vec<PathBuf> =
-        generated("cu").into_iter().filter(|p| std::fs::read_to_string(p).is_ok_and(|s| s.contains("wgmma.mma_async"))).collect();
-    assert!(!sources.is_empty(), "no generated CUDA issues wgmma");
+        generated("cu").into_iter().filter(|p| std::fs::read_to_string(p).is_ok_and(|s| s.contains("_90a_"))).collect();
+    assert!(
+        sources.iter().any(|p| std::fs::read_to_string(p).is_ok_and(|s| s.contains("wgmma.mma_async"))),
+        "no generated CUDA issues wgmma"
+    );
     compile_all(sources, |src| {
         let log = ptxas_log(&nvcc, &src, &dir)?;
-        let serialized: Vec<&str> = log.lines().filter(|l| l.contains("wgmma.mma_async instructions are serialized")).collect();
-        match serialized[..] {
-            [] => Ok(()),
-            _ => Err(format!("{}: {}", src.display(), serialized.join("\n"))),
+        let mut found: Vec<String> =
+            log.lines().filter(|l| l.contains("wgmma.mma_async instructions are serialized")).map(str::to_string).collect();
+        let mut kernels = 0;
+        for (at, _) in log.match_indices("Function properties for ") {
+            let mut lines = log[at..].lines();
+            let name = lines.next().unwrap_or_default().trim_start_matches("Function properties for ");
+            if !name.contains("_90a_") {
+                continue;
+            }
+            kernels += 1;
+            let props = lines.next().unwrap_or_default();
+            if !props.contains(" 0 bytes spill stores, 0 bytes spill loads") {
+                found.push(format!("{name} spills: {}", props.trim()));
+            }
+        }
+        match (kernels, &found[..]) {
+            (0, _) => Err(format!("{}: ptxas reported no Hopper class:\n{log}", src.display())),
+            (_, []) => Ok(()),
+            _ => Err(format!("{}: {}", src.display(), found.join("\n"))),
         }
     });
 }
