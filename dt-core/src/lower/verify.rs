@@ -7,12 +7,19 @@
 //!   operand that spans more than one lane is a dimension of the result, with the same extent.
 //! - A reduction's result and a dot's result have no lanes along the dimension they combine,
 //!   and a dot's two operands agree on that dimension's extent.
+//! - A dimension whose blocks the grid takes last first ([`crate::kir::Grid::descending`]) has
+//!   a grid entry of its own (`n - 1 - g` is a block only there) and is not clustered.
 
 use crate::kir::{Kernel, Op, Shape, Stmt, ValueId, VarId};
 use std::collections::HashSet;
 
 /// Checks kernel `k`; the first broken rule, in words, where one is.
 pub fn verify(k: &Kernel) -> Result<(), String> {
+    for d in &k.grid.descending {
+        if !k.grid.order.contains(&crate::schedule::MapEntry::Whole(*d)) || k.grid.cluster_size(*d).is_some() {
+            return Err(format!("the grid takes the blocks of {} last first, which need a grid entry of their own", k.dim_name(*d)));
+        }
+    }
     let mut scope = Scope { values: HashSet::new(), vars: HashSet::new(), defined: HashSet::new() };
     check_list(k, &k.body, &mut scope)
 }
@@ -221,5 +228,20 @@ mod tests {
         }
         let err = verify(&k).unwrap_err();
         assert!(err.contains("store of"), "{err}");
+    }
+
+    #[test]
+    fn blocks_taken_last_first_need_a_grid_entry_of_their_own() {
+        let mut k = kernel();
+        let x = k.grid.blocked[0].0;
+        k.grid.descending.push(x);
+        verify(&k).unwrap();
+        // `map(x:x1/2, x1)` splits x's blocks over two entries.
+        k.grid.order = vec![
+            crate::schedule::MapEntry::Outer { dim: x, factor: 2 },
+            crate::schedule::MapEntry::Inner { dim: x, factor: 2, name: "x1".into() },
+        ];
+        let err = verify(&k).unwrap_err();
+        assert!(err.contains("last first"), "{err}");
     }
 }
