@@ -6,7 +6,8 @@
 //! over a block of no more steps than stages holds the block there for the loops after it
 //! (`dt-codegen/tests/cluster/held_rows_cluster.dt` runs such kernels on the GPU).
 
-use dt_codegen::emit::gpu::{self, Dialect, LaunchInfo, MAX_STAGED_SHARED_BYTES};
+use dt_codegen::emit::gpu::{self, Dialect, LaunchInfo};
+use dt_codegen::plan::shared::MAX_STAGED_SHARED_BYTES;
 use dt_core::DType;
 
 /// A looped row mean in f16 with steps of `step` columns over 32 warps and `stages` stages.

@@ -89,18 +89,6 @@ pub struct LaunchInfo {
     pub persistent: bool,
 }
 
-/// Most dynamic shared memory a program may ask for (bytes): the portable target's, so a kernel
-/// runs on every supported GPU.
-pub const MAX_SHARED_BYTES: u32 = crate::plan::Target::PORTABLE.shared_bytes_per_block;
-
-/// Most shared memory a kernel with loads staged in shared memory (`num_stages` above 2) may take,
-/// its tiles' slots included: sm_80's. A loop whose stages do not fit keeps its loads one step
-/// ahead in registers.
-pub const MAX_STAGED_SHARED_BYTES: u32 = crate::plan::Target::SM80.shared_bytes_per_block;
-/// The same for a clustered kernel's loop that holds its block in shared memory (see
-/// `Emitter::staged_rows`): such a kernel runs only on sm_90 and newer, less room here for the
-/// slots of its cluster reductions (static shared memory).
-pub const MAX_CLUSTER_STAGED_SHARED_BYTES: u32 = crate::plan::Target::SM90A.shared_bytes_per_block - 3 * 1024;
 /// 32-bit registers of one multiprocessor (sm_80, sm_90).
 const REGISTERS_PER_SM: u32 = 64 * 1024;
 
@@ -209,44 +197,12 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     let vector = mapping.vector;
     let plan = crate::plan::register_layouts(k, dtype, dialect, ws.as_ref(), mapping);
     let publishing = plan_publishing(k, &plan, mapping);
-    let mut offsets = Vec::new();
-    // A warp-specialized kernel's ring comes first, its slots after it.
-    let mut total = ws.as_ref().map_or(0, |w| w.shared_bytes as usize / 4);
-    for n in &publishing.slot_elements {
-        offsets.push(total);
-        // Every slot starts 16-byte aligned, as `ldmatrix` rows must.
-        total += n.next_multiple_of(4);
-    }
-    // The rings of loops that feed several dots (`plan::dot_rings`) come after the slots; in a
-    // `wgmma()` kernel, at a multiple of 1024 bytes from a base of 1024-byte alignment (1024
-    // bytes more to find it), where `wgmma`'s swizzle atoms start.
     if k.wgmma {
         hopper::check_warpgroup_dots(k, &plan)?;
-        total = total.next_multiple_of(hopper::ATOM_WORDS);
     }
-    let dot_rings = total;
-    total += plan.ring_words;
-    let shared_bytes = (total * 4) as u32 + if k.wgmma { hopper::ATOM_WORDS as u32 * 4 } else { 0 };
-    let limit = if k.wgmma {
-        crate::plan::Target::SM90A.shared_bytes_per_block
-    } else if plan.ring_words > 0 {
-        MAX_STAGED_SHARED_BYTES
-    } else {
-        MAX_SHARED_BYTES
-    };
-    if let Some(t) = target.filter(|_| ws.is_some()) {
-        if shared_bytes > t.shared_bytes_per_block {
-            return Err(EmitError(format!(
-                "kernel `{}` needs {shared_bytes} bytes of shared memory for its ring and tiles (at most {} on {}); lower num_stages",
-                k.name, t.shared_bytes_per_block, t.name
-            )));
-        }
-    } else if shared_bytes > limit {
-        return Err(EmitError(format!(
-            "kernel `{}` needs {shared_bytes} bytes of shared memory for its tiles (at most {limit}); use smaller tiles",
-            k.name
-        )));
-    }
+    let ws_target = ws.as_ref().zip(target.as_ref());
+    let shared = crate::plan::shared::lay_out(k, ws_target, &publishing.slot_elements, &plan).map_err(|e| EmitError(e.0))?;
+    let shared_bytes = shared.bytes;
     let mut e = Emitter {
         k,
         dtype,
@@ -258,7 +214,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         offsets: Vec::new(),
         next: 0,
         publishing,
-        slot_offsets: offsets,
+        slot_offsets: shared.slot_offsets,
         plan,
         partials: Partials::default(),
         prefetched: Vec::new(),
@@ -268,8 +224,8 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         cluster_arrived: false,
         pairs: Vec::new(),
         dialect,
-        dot_rings,
-        ring_offset: total,
+        dot_rings: shared.dot_rings,
+        ring_offset: shared.staged_rings,
         ring_used: 0,
         ring_words: 0,
         held: Vec::new(),
@@ -754,8 +710,8 @@ impl Emitter<'_> {
         // registers they spilled, and staged in a ring they ran slower
         // (docs/decisions/0007-loads-in-flight.md).
         let loads = if self.dtype.size_bytes() == 2 || holds { loads } else { Vec::new() };
-        let limit = if self.k.grid.cluster.is_some() && holds { MAX_CLUSTER_STAGED_SHARED_BYTES } else { MAX_STAGED_SHARED_BYTES };
-        let ring_fits = (self.ring_offset + self.ring_used + self.ring_words_for(l, &loads, holds)) * 4 <= limit as usize;
+        let ring_fits =
+            crate::plan::shared::staged_ring_fits(self.k, holds, self.ring_offset + self.ring_used + self.ring_words_for(l, &loads, holds));
         if !loads.is_empty() && l.stages > 2 && self.dialect == Dialect::Cuda && ring_fits {
             return self.staged_rows(l, &loads, holds);
         }

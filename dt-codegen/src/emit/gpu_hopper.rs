@@ -9,6 +9,7 @@ use super::{EmitError, Emitter};
 use crate::abi;
 use crate::plan::layouts::MmaDot;
 use crate::plan::layouts::MmaTile;
+use crate::plan::shared::ATOM_WORDS;
 use crate::plan::warp_specialize::{
     Major, StagedOperand, StagedStore, WarpSpecialized, ROWS_PER_CONSUMER, ROW_BYTES, STEP, STORE_BUFFERS, STORE_COLS,
 };
@@ -678,10 +679,6 @@ impl Emitter<'_> {
         self.line("}");
     }
 }
-
-/// 4-byte words of a 128-byte swizzle atom (eight lines of 128 bytes), the alignment `wgmma`
-/// reads swizzled operands at.
-pub(super) const ATOM_WORDS: usize = 256;
 
 /// Refuses a `wgmma()` kernel whose dots are not all warpgroup products
 /// ([`crate::plan::layouts::warpgroup_fits`]), saying what each lacks; checks that the rings

@@ -23,7 +23,7 @@ use super::layouts::{MmaDot, Plan, RingBuffers};
 use dt_core::kir::*;
 
 /// Most shared memory the rings of one kernel may take: what leaves room for the slots within
-/// sm_80's 99 KiB, the staged path's limit (`emit::gpu::MAX_STAGED_SHARED_BYTES`).
+/// sm_80's 99 KiB, the staged path's limit (`shared::MAX_STAGED_SHARED_BYTES`).
 pub(crate) const RING_BYTES: usize = crate::plan::Target::SM80.shared_bytes_per_block as usize - 3 * 1024;
 
 /// Shared memory a `wgmma()` kernel (sm_90a only, which gives a block 227 KiB) keeps out of its

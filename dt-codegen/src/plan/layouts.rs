@@ -742,7 +742,7 @@ fn pipeline(stmts: &[Stmt], p: &mut Plan) {
             continue;
         }
         let words = d.buffer_words(0) + d.buffer_words(1);
-        let fit = (crate::emit::gpu::MAX_SHARED_BYTES as usize / 4 / words) as u32;
+        let fit = (super::shared::MAX_SHARED_BYTES as usize / 4 / words) as u32;
         d.stages = l.stages.min(fit).max(1);
     }
 }

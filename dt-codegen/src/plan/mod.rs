@@ -25,10 +25,11 @@
 //! `dot_rings` for loops of several dots, which in a `wgmma()` kernel feed warpgroup dots
 //! through bulk tensor copies), `rows` (row statistics
 //! in the accumulator's rows), `replicate` and `runs`, `verify::verify_registers` after each in debug builds and tests; then
-//! `publishing` (which operands go through shared memory). The GPU printer
+//! `publishing` (which operands go through shared memory), then `shared` (where the slots and rings
+//! lie, and whether the kernel fits the shared memory of its GPUs). The GPU printer
 //! runs them and prints what they decide; `dtc emit --target gpu-plan` prints them too. Still
 //! decided while printing: the order of copies, barriers and loads within a statement, the
-//! element-wise code of each layout. That path's shared-memory limits are target descriptions
+//! element-wise code of each layout. That path's shared-memory limits (`shared`) are target descriptions
 //! ([`Target::PORTABLE`], [`Target::SM80`], [`Target::SM90A`]) read as constants, not a target
 //! passed in; a `cp.async` pipeline of one dot (`layouts::pipeline`) and the rings of several
 //! (`dot_rings`) take fewer stages than `num_stages` asks where those do not fit, which the
@@ -40,6 +41,7 @@ pub(crate) mod publishing;
 mod replicate;
 mod rows;
 mod runs;
+pub mod shared;
 pub mod target;
 pub mod verify;
 pub mod warp_specialize;

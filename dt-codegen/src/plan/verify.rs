@@ -238,7 +238,7 @@ pub(crate) fn verify_registers(k: &Kernel, p: &super::layouts::Plan) -> Result<(
             }
         }
         let words = (d.buffer_words(0) + d.buffer_words(1)) * d.stages as usize;
-        if d.stages > 1 && words * 4 > crate::emit::gpu::MAX_SHARED_BYTES as usize {
+        if d.stages > 1 && words * 4 > super::shared::MAX_SHARED_BYTES as usize {
             return Err(format!("dot %{}'s {} pipeline buffers take {} bytes of shared memory", id.0, d.stages, words * 4));
         }
     }
