@@ -345,8 +345,9 @@ pub struct Grid {
     /// run of `N` consecutive programs is one cluster. Programs whose block of `d` starts past
     /// the end still run (with every lane masked), since the cluster's reductions need them.
     pub cluster: Option<(DimId, u32)>,
-    /// Dimensions whose blocks the programs take last first (pass `heaviest_first`): block `n - 1
-    /// - g` where the program's coordinate is `g`, so that the longest programs start first.
+    /// Dimensions whose blocks the programs take last first (pass `heaviest_first`), so that the
+    /// longest programs start first: block `n - 1 - g` at coordinate `g`. Each has a grid entry of
+    /// its own ([`Grid::has_own_entry`]).
     pub descending: Vec<DimId>,
     /// The schedule primitives behind the grid.
     pub origin: String,
@@ -374,6 +375,12 @@ impl Grid {
     /// contraction (`block(k:B)` with `cluster(k:N)`).
     pub fn reduces_a_cluster_share(&self, l: &Loop) -> bool {
         l.kind == LoopKind::Block && self.cluster_size(l.dim).is_some()
+    }
+
+    /// Whether the blocks of `d` are one grid entry of their own: not split by `map`, not
+    /// clustered (so the program's coordinate there is its block of `d`).
+    pub fn has_own_entry(&self, d: DimId) -> bool {
+        self.order.contains(&MapEntry::Whole(d)) && self.cluster_size(d).is_none()
     }
 
     /// The programs per cluster when `d` is the clustered dimension (its number of blocks).

@@ -17,14 +17,13 @@
 //! cache. No result changes: every program computes its own block. It applies to a dimension
 //! whose blocks have a grid entry of their own (not split by `map`, not clustered).
 
-use crate::kir::{Grid, Kernel, Stmt};
-use crate::schedule::MapEntry;
+use crate::kir::{Kernel, Stmt};
 
 pub fn take_heaviest_first(k: &mut Kernel) {
     let mut dims = Vec::new();
     collect_until(&k.body, &mut dims);
     for d in dims {
-        if own_entry(&k.grid, d) && !k.grid.descending.contains(&d) {
+        if k.grid.has_own_entry(d) && !k.grid.descending.contains(&d) {
             k.grid.descending.push(d);
         }
     }
@@ -37,8 +36,4 @@ fn collect_until(stmts: &[Stmt], out: &mut Vec<crate::algo::DimId>) {
             collect_until(&l.body, out);
         }
     }
-}
-
-fn own_entry(g: &Grid, d: crate::algo::DimId) -> bool {
-    g.order.contains(&MapEntry::Whole(d)) && g.cluster_size(d).is_none()
 }

@@ -16,7 +16,7 @@ use std::collections::HashSet;
 /// Checks kernel `k`; the first broken rule, in words, where one is.
 pub fn verify(k: &Kernel) -> Result<(), String> {
     for d in &k.grid.descending {
-        if !k.grid.order.contains(&crate::schedule::MapEntry::Whole(*d)) || k.grid.cluster_size(*d).is_some() {
+        if !k.grid.has_own_entry(*d) {
             return Err(format!("the grid takes the blocks of {} last first, which need a grid entry of their own", k.dim_name(*d)));
         }
     }
