@@ -857,7 +857,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                     /* rmax attention_90a_64.tensorize(j:64) num_stages(3) + rsum attention_90a_64.tensorize(j:64) num_stages(3) + rdot attention_90a_64.tensorize(j:64) num_stages(3), online */
                     /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
                         unsigned ph18 = 0;
@@ -1448,7 +1448,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                     /* rmax attention_90a_64.tensorize(j:64) num_stages(3) + rsum attention_90a_64.tensorize(j:64) num_stages(3) + rdot attention_90a_64.tensorize(j:64) num_stages(3), online */
                     /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
                         unsigned ph18 = 0;
@@ -2039,7 +2039,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                     /* rmax attention_90a_64.tensorize(j:64) num_stages(3) + rsum attention_90a_64.tensorize(j:64) num_stages(3) + rdot attention_90a_64.tensorize(j:64) num_stages(3), online */
                     /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
                         unsigned ph18 = 0;
@@ -2630,7 +2630,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                     /* rmax attention_90a_64.tensorize(j:64) num_stages(3) + rsum attention_90a_64.tensorize(j:64) num_stages(3) + rdot attention_90a_64.tensorize(j:64) num_stages(3), online */
                     /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
                         unsigned ph18 = 0;
@@ -3233,7 +3233,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                     /* rmax attention_causal_90a_64.tensorize(j:64) num_stages(3) + rsum attention_causal_90a_64.tensorize(j:64) num_stages(3) + rdot attention_causal_90a_64.tensorize(j:64) num_stages(3), online */
                     /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
                         unsigned ph18 = 0;
@@ -4075,7 +4075,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                     /* rmax attention_causal_90a_64.tensorize(j:64) num_stages(3) + rsum attention_causal_90a_64.tensorize(j:64) num_stages(3) + rdot attention_causal_90a_64.tensorize(j:64) num_stages(3), online */
                     /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
                         unsigned ph18 = 0;
@@ -4917,7 +4917,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                     /* rmax attention_causal_90a_64.tensorize(j:64) num_stages(3) + rsum attention_causal_90a_64.tensorize(j:64) num_stages(3) + rdot attention_causal_90a_64.tensorize(j:64) num_stages(3), online */
                     /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
                         unsigned ph18 = 0;
@@ -5759,7 +5759,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                     /* rmax attention_causal_90a_64.tensorize(j:64) num_stages(3) + rsum attention_causal_90a_64.tensorize(j:64) num_stages(3) + rdot attention_causal_90a_64.tensorize(j:64) num_stages(3), online */
                     /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0, wr17 = 2;
                         unsigned ph18 = 0;
@@ -6490,7 +6490,7 @@ DT_FN void dt_wgmma_m64n128k16_f16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164880 bytes of shared memory */
+/* kernel attention_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164888 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -6587,13 +6587,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_90a_128.tensorize(j:128) num_stages(2) + rsum attention_90a_128.tensorize(j:128) num_stages(2) + rdot attention_90a_128.tensorize(j:128) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 2; st++) dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); ((unsigned*)(dt_smem + 40964))[st] = 0u; } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 1;
+                        int rd16 = 0;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 1; st++) {
+                        for (int st = 0; st < 2; st++) {
                             const long long o15 = (long long)st * 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
@@ -6611,20 +6611,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                             }
                         }
                         for (long long o15 = 0; o15 < s3; o15 += 128) {
-                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            /* wait for the copies of this step (buffer rd16) */
                             dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
-                            __syncthreads();
-                            const long long o19 = o15 + 128;
-                            if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < s3 ? 65536u : 0u));
-                                if (o19 < s3) {
-                                    /* v1: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
-                                    /* v34: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + wr17 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
-                                }
-                            }
                             if (o15 + 128 <= s3) {
                                 /* a full step: every lane valid */
                                 /* rdot accumulator */
@@ -6854,8 +6842,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 float v51[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l110 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
+                                    const int l109 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l109) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
                                 float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -6949,8 +6937,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 float v20[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l161 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l161) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -7017,8 +7005,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             }
+                            __syncwarp();
+                            if ((tid & 31) == 0) {
+                                __threadfence_block();
+                                if (atomicAdd(((unsigned*)(dt_smem + 40964)) + rd16, 1u) == 7u) { /* the last warp done with stage rd16 refills it */
+                                    ((unsigned*)(dt_smem + 40964))[rd16] = 0u;
+                                    __threadfence_block();
+                                    const long long o177 = o15 + 256;
+                                    const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * rd16;
+                                    dt_mbar_expect_tx(bar, (o177 < s3 ? 65536u : 0u));
+                                    if (o177 < s3) {
+                                        /* v1: K, 2 pieces of 64 along its last axis */
+                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rd16 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o177), (int)(o2), (int)(o1));
+                                        /* v34: V, 2 pieces of 64 along its last axis */
+                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + rd16 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o177), (int)(o2), (int)(o1));
+                                    }
+                                }
+                            }
                             rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
                         if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
@@ -7081,7 +7085,7 @@ DT_FN void dt_wgmma_m64n128k16_f16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164880 bytes of shared memory */
+/* kernel attention_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164888 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -7178,13 +7182,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_90a_128.tensorize(j:128) num_stages(2) + rsum attention_90a_128.tensorize(j:128) num_stages(2) + rdot attention_90a_128.tensorize(j:128) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 2; st++) dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); ((unsigned*)(dt_smem + 40964))[st] = 0u; } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 1;
+                        int rd16 = 0;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 1; st++) {
+                        for (int st = 0; st < 2; st++) {
                             const long long o15 = (long long)st * 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
@@ -7202,20 +7206,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                             }
                         }
                         for (long long o15 = 0; o15 < s3; o15 += 128) {
-                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            /* wait for the copies of this step (buffer rd16) */
                             dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
-                            __syncthreads();
-                            const long long o19 = o15 + 128;
-                            if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < s3 ? 65536u : 0u));
-                                if (o19 < s3) {
-                                    /* v1: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
-                                    /* v34: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + wr17 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
-                                }
-                            }
                             if (o15 + 128 <= s3) {
                                 /* a full step: every lane valid */
                                 /* rdot accumulator */
@@ -7445,8 +7437,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 float v51[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l110 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
+                                    const int l109 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l109) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
                                 float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -7540,8 +7532,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 float v20[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l161 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l161) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -7608,8 +7600,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             }
+                            __syncwarp();
+                            if ((tid & 31) == 0) {
+                                __threadfence_block();
+                                if (atomicAdd(((unsigned*)(dt_smem + 40964)) + rd16, 1u) == 7u) { /* the last warp done with stage rd16 refills it */
+                                    ((unsigned*)(dt_smem + 40964))[rd16] = 0u;
+                                    __threadfence_block();
+                                    const long long o177 = o15 + 256;
+                                    const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * rd16;
+                                    dt_mbar_expect_tx(bar, (o177 < s3 ? 65536u : 0u));
+                                    if (o177 < s3) {
+                                        /* v1: K, 2 pieces of 64 along its last axis */
+                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rd16 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o177), (int)(o2), (int)(o1));
+                                        /* v34: V, 2 pieces of 64 along its last axis */
+                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + rd16 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o177), (int)(o2), (int)(o1));
+                                    }
+                                }
+                            }
                             rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
                         if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
@@ -7672,7 +7680,7 @@ DT_FN void dt_wgmma_m64n128k16_bf16_rs(float* d, const unsigned* a, unsigned lon
 #endif
 }
 #endif
-/* kernel attention_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164880 bytes of shared memory */
+/* kernel attention_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164888 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -7769,13 +7777,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_90a_128.tensorize(j:128) num_stages(2) + rsum attention_90a_128.tensorize(j:128) num_stages(2) + rdot attention_90a_128.tensorize(j:128) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 2; st++) dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); ((unsigned*)(dt_smem + 40964))[st] = 0u; } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 1;
+                        int rd16 = 0;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 1; st++) {
+                        for (int st = 0; st < 2; st++) {
                             const long long o15 = (long long)st * 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
@@ -7793,20 +7801,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                             }
                         }
                         for (long long o15 = 0; o15 < s3; o15 += 128) {
-                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            /* wait for the copies of this step (buffer rd16) */
                             dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
-                            __syncthreads();
-                            const long long o19 = o15 + 128;
-                            if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < s3 ? 65536u : 0u));
-                                if (o19 < s3) {
-                                    /* v1: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
-                                    /* v34: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + wr17 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
-                                }
-                            }
                             if (o15 + 128 <= s3) {
                                 /* a full step: every lane valid */
                                 /* rdot accumulator */
@@ -8036,8 +8032,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 float v51[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l110 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
+                                    const int l109 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l109) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
                                 float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -8131,8 +8127,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 float v20[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l161 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l161) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -8199,8 +8195,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             }
+                            __syncwarp();
+                            if ((tid & 31) == 0) {
+                                __threadfence_block();
+                                if (atomicAdd(((unsigned*)(dt_smem + 40964)) + rd16, 1u) == 7u) { /* the last warp done with stage rd16 refills it */
+                                    ((unsigned*)(dt_smem + 40964))[rd16] = 0u;
+                                    __threadfence_block();
+                                    const long long o177 = o15 + 256;
+                                    const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * rd16;
+                                    dt_mbar_expect_tx(bar, (o177 < s3 ? 65536u : 0u));
+                                    if (o177 < s3) {
+                                        /* v1: K, 2 pieces of 64 along its last axis */
+                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rd16 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o177), (int)(o2), (int)(o1));
+                                        /* v34: V, 2 pieces of 64 along its last axis */
+                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + rd16 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o177), (int)(o2), (int)(o1));
+                                    }
+                                }
+                            }
                             rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
                         if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
@@ -8263,7 +8275,7 @@ DT_FN void dt_wgmma_m64n128k16_bf16_rs(float* d, const unsigned* a, unsigned lon
 #endif
 }
 #endif
-/* kernel attention_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164880 bytes of shared memory */
+/* kernel attention_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164888 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -8360,13 +8372,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_90a_128.tensorize(j:128) num_stages(2) + rsum attention_90a_128.tensorize(j:128) num_stages(2) + rdot attention_90a_128.tensorize(j:128) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 2; st++) dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); ((unsigned*)(dt_smem + 40964))[st] = 0u; } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 1;
+                        int rd16 = 0;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 1; st++) {
+                        for (int st = 0; st < 2; st++) {
                             const long long o15 = (long long)st * 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
@@ -8384,20 +8396,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                             }
                         }
                         for (long long o15 = 0; o15 < s3; o15 += 128) {
-                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            /* wait for the copies of this step (buffer rd16) */
                             dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
-                            __syncthreads();
-                            const long long o19 = o15 + 128;
-                            if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < s3 ? 65536u : 0u));
-                                if (o19 < s3) {
-                                    /* v1: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
-                                    /* v34: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + wr17 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
-                                }
-                            }
                             if (o15 + 128 <= s3) {
                                 /* a full step: every lane valid */
                                 /* rdot accumulator */
@@ -8627,8 +8627,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 float v51[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l110 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
+                                    const int l109 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l109) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
                                 float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -8722,8 +8722,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 float v20[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l162 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l161 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l161) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -8790,8 +8790,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             }
+                            __syncwarp();
+                            if ((tid & 31) == 0) {
+                                __threadfence_block();
+                                if (atomicAdd(((unsigned*)(dt_smem + 40964)) + rd16, 1u) == 7u) { /* the last warp done with stage rd16 refills it */
+                                    ((unsigned*)(dt_smem + 40964))[rd16] = 0u;
+                                    __threadfence_block();
+                                    const long long o177 = o15 + 256;
+                                    const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * rd16;
+                                    dt_mbar_expect_tx(bar, (o177 < s3 ? 65536u : 0u));
+                                    if (o177 < s3) {
+                                        /* v1: K, 2 pieces of 64 along its last axis */
+                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rd16 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o177), (int)(o2), (int)(o1));
+                                        /* v34: V, 2 pieces of 64 along its last axis */
+                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + rd16 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o177), (int)(o2), (int)(o1));
+                                    }
+                                }
+                            }
                             rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
                         if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
@@ -8854,7 +8870,7 @@ DT_FN void dt_wgmma_m64n128k16_f16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_causal_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164880 bytes of shared memory */
+/* kernel attention_causal_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164888 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -8963,13 +8979,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_90a_128.tensorize(j:128) num_stages(2) + rsum attention_causal_90a_128.tensorize(j:128) num_stages(2) + rdot attention_causal_90a_128.tensorize(j:128) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 2; st++) dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); ((unsigned*)(dt_smem + 40964))[st] = 0u; } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 1;
+                        int rd16 = 0;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 1; st++) {
+                        for (int st = 0; st < 2; st++) {
                             const long long o15 = (long long)st * 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
@@ -8987,20 +9003,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                             }
                         }
                         for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 128) {
-                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            /* wait for the copies of this step (buffer rd16) */
                             dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
-                            __syncthreads();
-                            const long long o19 = o15 + 128;
-                            if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
-                                if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
-                                    /* v4: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
-                                    /* v52: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + wr17 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
-                                }
-                            }
                             if (o15 + 128 <= s3 && o15 + 127 <= o3) {
                                 /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
@@ -9008,9 +9012,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 float v2[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l21 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
+                                    const int l19 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l20 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l20)) <= ((float)(o3 + l19)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[64];
@@ -9218,9 +9222,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     float v2[64];
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l106 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
+                                        const int l104 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l105 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l105)) <= ((float)(o3 + l104)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
                                     float acc1[64];
@@ -9426,9 +9430,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     float v2[64];
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l191 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
+                                        const int l189 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l190 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l190)) <= ((float)(o3 + l189)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
                                     float acc1[64];
@@ -9468,8 +9472,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     float v70[64];
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        const int l207 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                        const int l206 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l206) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
                                     /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -9563,8 +9567,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     float v32[64];
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        const int l259 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
+                                        const int l258 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l258) < (unsigned)s3) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
                                     /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -9632,8 +9636,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     /* acc6 += v53: accumulated by the dot above */
                                 }
                             }
+                            __syncwarp();
+                            if ((tid & 31) == 0) {
+                                __threadfence_block();
+                                if (atomicAdd(((unsigned*)(dt_smem + 40964)) + rd16, 1u) == 7u) { /* the last warp done with stage rd16 refills it */
+                                    ((unsigned*)(dt_smem + 40964))[rd16] = 0u;
+                                    __threadfence_block();
+                                    const long long o274 = o15 + 256;
+                                    const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * rd16;
+                                    dt_mbar_expect_tx(bar, (o274 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
+                                    if (o274 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                        /* v4: K, 2 pieces of 64 along its last axis */
+                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rd16 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o274), (int)(o2), (int)(o1));
+                                        /* v52: V, 2 pieces of 64 along its last axis */
+                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + rd16 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o274), (int)(o2), (int)(o1));
+                                    }
+                                }
+                            }
                             rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
                         if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
@@ -9696,7 +9716,7 @@ DT_FN void dt_wgmma_m64n128k16_f16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_causal_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164880 bytes of shared memory */
+/* kernel attention_causal_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164888 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -9805,13 +9825,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_90a_128.tensorize(j:128) num_stages(2) + rsum attention_causal_90a_128.tensorize(j:128) num_stages(2) + rdot attention_causal_90a_128.tensorize(j:128) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 2; st++) dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); ((unsigned*)(dt_smem + 40964))[st] = 0u; } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 1;
+                        int rd16 = 0;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 1; st++) {
+                        for (int st = 0; st < 2; st++) {
                             const long long o15 = (long long)st * 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
@@ -9829,20 +9849,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                             }
                         }
                         for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 128) {
-                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            /* wait for the copies of this step (buffer rd16) */
                             dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
-                            __syncthreads();
-                            const long long o19 = o15 + 128;
-                            if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
-                                if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
-                                    /* v4: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
-                                    /* v52: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + wr17 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
-                                }
-                            }
                             if (o15 + 128 <= s3 && o15 + 127 <= o3) {
                                 /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
@@ -9850,9 +9858,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 float v2[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l21 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
+                                    const int l19 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l20 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l20)) <= ((float)(o3 + l19)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[64];
@@ -10060,9 +10068,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     float v2[64];
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l106 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
+                                        const int l104 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l105 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l105)) <= ((float)(o3 + l104)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
                                     float acc1[64];
@@ -10268,9 +10276,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     float v2[64];
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l191 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
+                                        const int l189 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l190 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l190)) <= ((float)(o3 + l189)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
                                     float acc1[64];
@@ -10310,8 +10318,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     float v70[64];
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        const int l207 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                        const int l206 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l206) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
                                     /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -10405,8 +10413,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     float v32[64];
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        const int l259 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
+                                        const int l258 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l258) < (unsigned)s3) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
                                     /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -10474,8 +10482,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     /* acc6 += v53: accumulated by the dot above */
                                 }
                             }
+                            __syncwarp();
+                            if ((tid & 31) == 0) {
+                                __threadfence_block();
+                                if (atomicAdd(((unsigned*)(dt_smem + 40964)) + rd16, 1u) == 7u) { /* the last warp done with stage rd16 refills it */
+                                    ((unsigned*)(dt_smem + 40964))[rd16] = 0u;
+                                    __threadfence_block();
+                                    const long long o274 = o15 + 256;
+                                    const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * rd16;
+                                    dt_mbar_expect_tx(bar, (o274 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
+                                    if (o274 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                        /* v4: K, 2 pieces of 64 along its last axis */
+                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rd16 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o274), (int)(o2), (int)(o1));
+                                        /* v52: V, 2 pieces of 64 along its last axis */
+                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + rd16 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o274), (int)(o2), (int)(o1));
+                                    }
+                                }
+                            }
                             rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
                         if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
@@ -10538,7 +10562,7 @@ DT_FN void dt_wgmma_m64n128k16_bf16_rs(float* d, const unsigned* a, unsigned lon
 #endif
 }
 #endif
-/* kernel attention_causal_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164880 bytes of shared memory */
+/* kernel attention_causal_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164888 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -10647,13 +10671,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_90a_128.tensorize(j:128) num_stages(2) + rsum attention_causal_90a_128.tensorize(j:128) num_stages(2) + rdot attention_causal_90a_128.tensorize(j:128) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 2; st++) dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); ((unsigned*)(dt_smem + 40964))[st] = 0u; } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 1;
+                        int rd16 = 0;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 1; st++) {
+                        for (int st = 0; st < 2; st++) {
                             const long long o15 = (long long)st * 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
@@ -10671,20 +10695,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                             }
                         }
                         for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 128) {
-                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            /* wait for the copies of this step (buffer rd16) */
                             dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
-                            __syncthreads();
-                            const long long o19 = o15 + 128;
-                            if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
-                                if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
-                                    /* v4: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
-                                    /* v52: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + wr17 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
-                                }
-                            }
                             if (o15 + 128 <= s3 && o15 + 127 <= o3) {
                                 /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
@@ -10692,9 +10704,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 float v2[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l21 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
+                                    const int l19 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l20 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l20)) <= ((float)(o3 + l19)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[64];
@@ -10902,9 +10914,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     float v2[64];
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l106 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
+                                        const int l104 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l105 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l105)) <= ((float)(o3 + l104)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
                                     float acc1[64];
@@ -11110,9 +11122,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     float v2[64];
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l191 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
+                                        const int l189 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l190 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l190)) <= ((float)(o3 + l189)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
                                     float acc1[64];
@@ -11152,8 +11164,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     float v70[64];
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        const int l207 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                        const int l206 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l206) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
                                     /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -11247,8 +11259,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     float v32[64];
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        const int l259 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
+                                        const int l258 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l258) < (unsigned)s3) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
                                     /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -11316,8 +11328,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     /* acc6 += v53: accumulated by the dot above */
                                 }
                             }
+                            __syncwarp();
+                            if ((tid & 31) == 0) {
+                                __threadfence_block();
+                                if (atomicAdd(((unsigned*)(dt_smem + 40964)) + rd16, 1u) == 7u) { /* the last warp done with stage rd16 refills it */
+                                    ((unsigned*)(dt_smem + 40964))[rd16] = 0u;
+                                    __threadfence_block();
+                                    const long long o274 = o15 + 256;
+                                    const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * rd16;
+                                    dt_mbar_expect_tx(bar, (o274 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
+                                    if (o274 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                        /* v4: K, 2 pieces of 64 along its last axis */
+                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rd16 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o274), (int)(o2), (int)(o1));
+                                        /* v52: V, 2 pieces of 64 along its last axis */
+                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + rd16 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o274), (int)(o2), (int)(o1));
+                                    }
+                                }
+                            }
                             rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
                         if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
@@ -11380,7 +11408,7 @@ DT_FN void dt_wgmma_m64n128k16_bf16_rs(float* d, const unsigned* a, unsigned lon
 #endif
 }
 #endif
-/* kernel attention_causal_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164880 bytes of shared memory */
+/* kernel attention_causal_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164888 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -11489,13 +11517,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                         acc0[r] = (-INFINITY);
                     }
                     /* rmax attention_causal_90a_128.tensorize(j:128) num_stages(2) + rsum attention_causal_90a_128.tensorize(j:128) num_stages(2) + rdot attention_causal_90a_128.tensorize(j:128) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 2; st++) dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); ((unsigned*)(dt_smem + 40964))[st] = 0u; } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 1;
+                        int rd16 = 0;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 1; st++) {
+                        for (int st = 0; st < 2; st++) {
                             const long long o15 = (long long)st * 128;
                             if (tid == 0) {
                                 const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
@@ -11513,20 +11541,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                             }
                         }
                         for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 128) {
-                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            /* wait for the copies of this step (buffer rd16) */
                             dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
-                            __syncthreads();
-                            const long long o19 = o15 + 128;
-                            if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
-                                if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
-                                    /* v4: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
-                                    /* v52: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + wr17 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
-                                }
-                            }
                             if (o15 + 128 <= s3 && o15 + 127 <= o3) {
                                 /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
@@ -11534,9 +11550,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 float v2[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l21 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
+                                    const int l19 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l20 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l20)) <= ((float)(o3 + l19)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
                                 float acc1[64];
@@ -11744,9 +11760,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     float v2[64];
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l106 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
+                                        const int l104 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l105 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l105)) <= ((float)(o3 + l104)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
                                     float acc1[64];
@@ -11952,9 +11968,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     float v2[64];
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l191 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
+                                        const int l189 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l190 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l190)) <= ((float)(o3 + l189)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
                                     float acc1[64];
@@ -11994,8 +12010,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     float v70[64];
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        const int l207 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                        const int l206 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l206) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
                                     /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -12089,8 +12105,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     float v32[64];
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        const int l259 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
+                                        const int l258 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l258) < (unsigned)s3) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
                                     /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -12158,8 +12174,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     /* acc6 += v53: accumulated by the dot above */
                                 }
                             }
+                            __syncwarp();
+                            if ((tid & 31) == 0) {
+                                __threadfence_block();
+                                if (atomicAdd(((unsigned*)(dt_smem + 40964)) + rd16, 1u) == 7u) { /* the last warp done with stage rd16 refills it */
+                                    ((unsigned*)(dt_smem + 40964))[rd16] = 0u;
+                                    __threadfence_block();
+                                    const long long o274 = o15 + 256;
+                                    const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * rd16;
+                                    dt_mbar_expect_tx(bar, (o274 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
+                                    if (o274 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                        /* v4: K, 2 pieces of 64 along its last axis */
+                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rd16 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o274), (int)(o2), (int)(o1));
+                                        /* v52: V, 2 pieces of 64 along its last axis */
+                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + rd16 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o274), (int)(o2), (int)(o1));
+                                    }
+                                }
+                            }
                             rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
                         if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);

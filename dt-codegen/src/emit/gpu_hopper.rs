@@ -502,7 +502,8 @@ impl Emitter<'_> {
     /// the loop's steps share (into their one buffer): thread 0 announces their bytes on the buffer's
     /// barrier in `bars` (which completes its phase with none when there are none) and issues
     /// one copy per 64-element piece of each operand's lines. What lies outside a tensor is
-    /// read as zeros, as the loads' fill is.
+    /// read as zeros, as the loads' fill is. `issuer`: the condition that picks the thread that
+    /// issues them, or `None` where the code runs in that thread alone.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn ring_bulk_copies(
         &mut self,
@@ -513,6 +514,7 @@ impl Emitter<'_> {
         buf: &str,
         bars: &str,
         held: Option<&str>,
+        issuer: Option<&str>,
     ) {
         self.offsets.push((dim, at.to_string()));
         let bytes = |want_held: bool| -> u32 {
@@ -532,8 +534,10 @@ impl Emitter<'_> {
             Some(when) => format!("({when} ? {}u : 0u) + ", bytes(true)),
             None => String::new(),
         };
-        self.line("if (tid == 0) {");
-        self.depth += 1;
+        if let Some(issuer) = issuer {
+            self.line(&format!("if ({issuer}) {{"));
+            self.depth += 1;
+        }
         self.line(&format!("const unsigned bar = {bars} + 8 * {buf};"));
         self.line(&format!("dt_mbar_expect_tx(bar, {held_bytes}({at} < {size} ? {step_bytes}u : 0u));"));
         for want_held in [true, false] {
@@ -555,8 +559,10 @@ impl Emitter<'_> {
             self.depth -= 1;
             self.line("}");
         }
-        self.depth -= 1;
-        self.line("}");
+        if issuer.is_some() {
+            self.depth -= 1;
+            self.line("}");
+        }
         self.offsets.pop();
     }
 

@@ -77,7 +77,9 @@ impl Emitter<'_> {
     /// (`plan::dot_rings`). The held operands and the copies of the first S - 1 steps start
     /// before it; step i waits for its own copies, starts those of step i + S - 1 (into the
     /// buffers step i - 1 read, which the barrier after the wait has freed) and then runs its
-    /// statements, each dot reading buffer i % S.
+    /// statements, each dot reading buffer i % S. Where the last warp done with a stage refills
+    /// it (`RingBuffers::done_counts`), the first S steps' copies start before the loop and
+    /// step i's last warp starts those of step i + S, with no barrier in the loop.
     pub(super) fn ring_loop(&mut self, l: &Loop, dots: &[(ValueId, MmaDot)]) -> Result<(), super::EmitError> {
         let s = dots[0].1.ring.map_or(dots[0].1.stages, |r| r.stages);
         let steps = crate::emit::LoopSteps::of(self.k, l);
@@ -93,22 +95,32 @@ impl Emitter<'_> {
         // Bulk tensor copies (a `wgmma()` kernel): the first thread copies, the stages'
         // barriers say when they have landed; `ph` is the parity of buffer `rd`'s phase.
         let bulk = dots[0].1.ring.and_then(|r| r.barriers).map(|b| format!("dt_smem_u32(dt_smem + {})", self.dot_rings + b));
+        let counts = dots[0].1.ring.and_then(|r| r.done_counts).map(|c| format!("((unsigned*)(dt_smem + {}))", self.dot_rings + c));
         let ph = self.fresh("ph");
         self.line(&format!(
             "/* num_stages({s}): the operands of the next {} steps are copied ({}) while the dots work on this one{} */",
             s - 1,
-            if bulk.is_some() { "bulk tensor copies by thread 0" } else { "cp.async" },
+            match (&bulk, &counts) {
+                (Some(_), Some(_)) =>
+                    "bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage",
+                (Some(_), None) => "bulk tensor copies by thread 0",
+                _ => "cp.async",
+            },
             if held { "; those the steps share, once" } else { "" }
         ));
         self.line("{");
         self.depth += 1;
         if let Some(bars) = &bulk {
+            let zero = counts.as_ref().map_or(String::new(), |c| format!(" {c}[st] = 0u;"));
             self.line(&format!(
-                "if (tid == 0) {{ for (int st = 0; st < {s}; st++) dt_mbar_init({bars} + 8 * st, 1); dt_mbar_fence_init(); }}"
+                "if (tid == 0) {{ for (int st = 0; st < {s}; st++) {{ dt_mbar_init({bars} + 8 * st, 1);{zero} }} dt_mbar_fence_init(); }}"
             ));
         }
         self.barrier();
-        self.line(&format!("int {rd} = 0, {wr} = {};", s - 1));
+        match &counts {
+            Some(_) => self.line(&format!("int {rd} = 0;")),
+            None => self.line(&format!("int {rd} = 0, {wr} = {};", s - 1)),
+        }
         if bulk.is_some() {
             self.line(&format!("unsigned {ph} = 0;"));
         } else {
@@ -120,12 +132,13 @@ impl Emitter<'_> {
                 }
             }
         }
-        self.line(&format!("for (int st = 0; st < {}; st++) {{", s - 1));
+        let ahead_steps = if counts.is_some() { s } else { s - 1 };
+        self.line(&format!("for (int st = 0; st < {ahead_steps}; st++) {{"));
         self.depth += 1;
         let from = if first == "0" { String::new() } else { format!("{first} + ") };
         self.line(&format!("const long long {o} = {from}(long long)st * {step};"));
         match &bulk {
-            Some(bars) => self.ring_bulk_copies(dots, l.dim, &o, &size, "st", bars, Some("st == 0")),
+            Some(bars) => self.ring_bulk_copies(dots, l.dim, &o, &size, "st", bars, Some("st == 0"), Some("tid == 0")),
             None => self.ring_copies(dots, l.dim, &o, &size, "st"),
         }
         self.depth -= 1;
@@ -133,17 +146,26 @@ impl Emitter<'_> {
         self.line(&super::super::loop_header(self.k, l, &o));
         self.depth += 1;
         self.offsets.push((l.dim, o.clone()));
-        self.line(&format!("/* wait for the copies of this step (buffer {rd}), then start those {} steps ahead (buffer {wr}) */", s - 1));
+        if counts.is_some() {
+            self.line(&format!("/* wait for the copies of this step (buffer {rd}) */"));
+        } else {
+            self.line(&format!(
+                "/* wait for the copies of this step (buffer {rd}), then start those {} steps ahead (buffer {wr}) */",
+                s - 1
+            ));
+        }
         match &bulk {
             Some(bars) => self.line(&format!("dt_mbar_wait({bars} + 8 * {rd}, {ph});")),
             None => self.line(&format!("dt_cp_async_wait<{}>();", s - 2)),
         }
-        self.barrier();
-        let ahead = self.fresh("o");
-        self.line(&format!("const long long {ahead} = {o} + {};", (s - 1) * step));
-        match &bulk {
-            Some(bars) => self.ring_bulk_copies(dots, l.dim, &ahead, &size, &wr, bars, None),
-            None => self.ring_copies(dots, l.dim, &ahead, &size, &wr),
+        if counts.is_none() {
+            self.barrier();
+            let ahead = self.fresh("o");
+            self.line(&format!("const long long {ahead} = {o} + {};", (s - 1) * step));
+            match &bulk {
+                Some(bars) => self.ring_bulk_copies(dots, l.dim, &ahead, &size, &wr, bars, None, Some("tid == 0")),
+                None => self.ring_copies(dots, l.dim, &ahead, &size, &wr),
+            }
         }
         // A body that masks the lanes past the end of the loop's dimension runs unmasked in the
         // steps that lie wholly inside it (all but the last), as a loop split by pass
@@ -186,8 +208,13 @@ impl Emitter<'_> {
             self.depth -= 1;
             self.line("}");
         }
+        if let (Some(bars), Some(c)) = (&bulk, &counts) {
+            self.refill_by_last_warp(dots, l.dim, &o, (step, s), &size, &rd, bars, c);
+        }
         self.line(&format!("{rd} = {rd} + 1 == {s} ? 0 : {rd} + 1;"));
-        self.line(&format!("{wr} = {wr} + 1 == {s} ? 0 : {wr} + 1;"));
+        if counts.is_none() {
+            self.line(&format!("{wr} = {wr} + 1 == {s} ? 0 : {wr} + 1;"));
+        }
         if bulk.is_some() {
             self.line(&format!("{ph} ^= {rd} == 0 ? 1u : 0u;"));
         }
@@ -204,6 +231,42 @@ impl Emitter<'_> {
         self.depth -= 1;
         self.line("}");
         Ok(())
+    }
+
+    /// The end of a step at offset `o` of a loop of `(step, stages)` whose last warp done with
+    /// a stage refills it (`RingBuffers::done_counts`): each warp, its products waited for,
+    /// counts itself done with stage `rd` (in `counts[rd]`), and the one that completes the
+    /// count (the warps' number) resets it and issues the copies of the step `stages` ahead
+    /// into it. The fences order the warps' reads of the stage before the copies' writes, as
+    /// the block-wide barrier they replace did.
+    #[allow(clippy::too_many_arguments)]
+    fn refill_by_last_warp(
+        &mut self,
+        dots: &[(ValueId, MmaDot)],
+        dim: DimId,
+        o: &str,
+        (step, stages): (u32, u32),
+        size: &str,
+        rd: &str,
+        bars: &str,
+        counts: &str,
+    ) {
+        let warps = self.threads / 32;
+        self.line("__syncwarp();");
+        self.line("if ((tid & 31) == 0) {");
+        self.depth += 1;
+        self.line("__threadfence_block();");
+        self.line(&format!("if (atomicAdd({counts} + {rd}, 1u) == {}u) {{ /* the last warp done with stage {rd} refills it */", warps - 1));
+        self.depth += 1;
+        self.line(&format!("{counts}[{rd}] = 0u;"));
+        self.line("__threadfence_block();");
+        let ahead = self.fresh("o");
+        self.line(&format!("const long long {ahead} = {o} + {};", stages * step));
+        self.ring_bulk_copies(dots, dim, &ahead, size, rd, bars, None, None);
+        self.depth -= 1;
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
     }
 
     /// The statements of ring loop `l`'s body, its dots reading buffer `rd`.

@@ -91,7 +91,8 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
             let start = p.ring_words;
             let Some((_, d)) = p.dots.iter_mut().find(|(x, _)| x == v) else { continue };
             *d = with_swizzle(d, swizzle);
-            let mut ring = RingBuffers { at: [None, None], held: [false, false], stages, maps: [None, None], barriers: None };
+            let mut ring =
+                RingBuffers { at: [None, None], held: [false, false], stages, maps: [None, None], barriers: None, done_counts: None };
             let mut next = start;
             for i in 0..2 {
                 if d.direct[i].is_none() {
@@ -161,13 +162,16 @@ fn bulk_copies(k: &Kernel, dots: &[ValueId], p: &mut Plan) {
     if maps.is_empty() || p.tensor_maps.len() + maps.len() > dt_core::abi::MAX_TENSOR_MAPS {
         return;
     }
-    // The barriers after the rings, 8-byte aligned (the buffers are whole swizzle atoms).
+    // The barriers after the rings, 8-byte aligned (the buffers are whole swizzle atoms), and
+    // where one program fills a multiprocessor, the stages' counts of warps done after them.
     let stages = p.dots[fed[0]].1.ring.expect("fed by a ring").stages as usize;
     let barriers = p.ring_words.next_multiple_of(2);
-    p.ring_words = barriers + 2 * stages;
+    let done_counts = (!two_programs_fit(barriers + 3 * stages)).then_some(barriers + 2 * stages);
+    p.ring_words = barriers + 2 * stages + done_counts.map_or(0, |_| stages);
     for x in &fed {
         if let Some(r) = &mut p.dots[*x].1.ring {
             r.barriers = Some(barriers);
+            r.done_counts = done_counts;
         }
     }
     for (x, i, spec) in maps {
@@ -176,6 +180,17 @@ fn bulk_copies(k: &Kernel, dots: &[ValueId], p: &mut Plan) {
         }
         p.tensor_maps.push(spec);
     }
+}
+
+/// Whether two programs of a `wgmma()` kernel whose rings take `ring_words` fit one
+/// multiprocessor's shared memory (with the slots' reserve each). Where they do, the other
+/// program runs while one waits at its step's block-wide barrier, and the first thread refills
+/// the stages after it. Where they do not, the warps of the one program would idle there: the
+/// last warp done with a stage refills it instead ([`RingBuffers::done_counts`]), and no
+/// barrier holds the warpgroups in step, so one computes its softmax while the other's
+/// products run.
+fn two_programs_fit(ring_words: usize) -> bool {
+    2 * (ring_words * 4 + SLOTS_RESERVE) <= crate::plan::Target::SM90A.shared_bytes_per_sm as usize
 }
 
 /// `d` with every operand it stages that can be swizzled swizzled, when `swizzle` or when the

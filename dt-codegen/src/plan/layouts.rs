@@ -305,6 +305,11 @@ pub(crate) struct RingBuffers {
     /// every thread.
     pub maps: [Option<usize>; 2],
     pub barriers: Option<usize>,
+    /// Where the loop's `stages` counts of warps done with each stage start (one word each,
+    /// after the barriers), in a loop of bulk copies whose stages the last warp done with one
+    /// refills ([`super::dot_rings`]); `None`: the first thread refills the stage that the
+    /// step before read, after a block-wide barrier at every step.
+    pub done_counts: Option<usize>,
 }
 
 /// A load of input `input`, axis `i` along `axes[i]`.
@@ -1079,6 +1084,16 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
             if d.warpgroup {
                 let _ = writeln!(out, "           {}", d.wgmma_descriptor(i).describe());
             }
+        }
+        if let Some(r) = d.ring.filter(|r| r.barriers.is_some()) {
+            let refills = match r.done_counts {
+                Some(at) => format!(
+                    "the last warp done with a stage (counts of warps at word {at}) refills it with the step {} ahead; no block-wide barrier in the loop",
+                    r.stages
+                ),
+                None => "thread 0 refills the stage the step before read, after the step's block-wide barrier".to_string(),
+            };
+            let _ = writeln!(out, "    refills   {refills}");
         }
         if d.stages > 1 {
             let _ = writeln!(out, "    pipeline  {} buffers per operand, cp.async ({})", d.stages, stages_asked(k, *id, d.stages));

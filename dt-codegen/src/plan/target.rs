@@ -26,6 +26,8 @@ pub struct Target {
     pub name: &'static str,
     /// Most shared memory one program may have, in bytes (with the opt-in above 48 KiB).
     pub shared_bytes_per_block: u32,
+    /// Shared memory of one multiprocessor, which its resident programs share, in bytes.
+    pub shared_bytes_per_sm: u32,
     /// 32-bit registers of one multiprocessor.
     pub registers_per_sm: u32,
     /// Most registers one thread may have.
@@ -41,6 +43,7 @@ impl Target {
     pub const PORTABLE: Target = Target {
         name: "sm_80 and newer, gfx90a",
         shared_bytes_per_block: 64 * 1024,
+        shared_bytes_per_sm: 64 * 1024,
         registers_per_sm: 64 * 1024,
         max_registers_per_thread: 255,
         features: Features { cp_async: false, mma_sync: false, tma: false, wgmma: false, setmaxnreg: false, clusters: false },
@@ -51,6 +54,7 @@ impl Target {
     pub const SM80: Target = Target {
         name: "sm_80",
         shared_bytes_per_block: 99 * 1024,
+        shared_bytes_per_sm: 100 * 1024,
         registers_per_sm: 64 * 1024,
         max_registers_per_thread: 255,
         features: Features { cp_async: true, mma_sync: true, tma: false, wgmma: false, setmaxnreg: false, clusters: false },
@@ -61,6 +65,7 @@ impl Target {
     pub const SM90A: Target = Target {
         name: "sm_90a",
         shared_bytes_per_block: 227 * 1024,
+        shared_bytes_per_sm: 228 * 1024,
         registers_per_sm: 64 * 1024,
         max_registers_per_thread: 255,
         features: Features { cp_async: true, mma_sync: true, tma: true, wgmma: true, setmaxnreg: true, clusters: true },

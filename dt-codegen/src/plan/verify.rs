@@ -236,6 +236,16 @@ pub(crate) fn verify_registers(k: &Kernel, p: &super::layouts::Plan) -> Result<(
                     id.0
                 ));
             }
+            // The stages' counts of warps done follow the barriers, in the rings' words.
+            let counted = r
+                .barriers
+                .is_some_and(|b| r.done_counts.is_none_or(|c| c == b + 2 * r.stages as usize && c + r.stages as usize <= p.ring_words));
+            if r.done_counts.is_some() && !counted {
+                return Err(format!(
+                    "dot %{}'s stages are refilled by the last warp done with them, but their counts are not one word per stage right after the loop's barriers, within the rings",
+                    id.0
+                ));
+            }
         }
         let words = (d.buffer_words(0) + d.buffer_words(1)) * d.stages as usize;
         if d.stages > 1 && words * 4 > super::shared::MAX_SHARED_BYTES as usize {
@@ -305,6 +315,30 @@ mod tests {
             let mut broken = plan.clone();
             broken.dots[1].1.ring.as_mut().expect("a ring").barriers = None;
             assert!(verify_registers(k, &broken).unwrap_err().contains("bulk tensor copies"), "{name}");
+        }
+    }
+
+    /// A `wgmma()` class whose rings leave room for a second program on a multiprocessor keeps
+    /// the step's barrier; one whose rings fill it has its stages refilled by the last warp done
+    /// with them, and counts placed anywhere but right after the barriers are caught.
+    #[test]
+    fn the_last_warp_refills_where_one_program_fills_a_multiprocessor() {
+        let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../dt-kernels/specs/attention.dt")).expect("spec");
+        let p = dt_core::compile_spec(&src).expect("checks");
+        let kernels = dt_core::lower::lower_all(&p).expect("lowers");
+        for (name, by_last_warp) in [("attention_90a_64", false), ("attention_90a_128", true), ("attention_causal_90a_128", true)] {
+            let k = kernels.iter().find(|k| k.name == name).expect("the class");
+            let mapping = Mapping::of(k, DType::F16, Dialect::Cuda);
+            let plan = crate::plan::register_layouts(k, DType::F16, Dialect::Cuda, None, mapping);
+            let rings: Vec<_> = plan.dots.iter().map(|(_, d)| d.ring.expect("a ring")).collect();
+            assert!(rings.iter().all(|r| r.done_counts.is_some() == by_last_warp), "{name}: {rings:?}");
+            let bytes = plan.ring_words * 4;
+            assert_eq!(2 * (bytes + crate::plan::dot_rings::SLOTS_RESERVE) > 228 * 1024, by_last_warp, "{name}: {bytes} bytes of rings");
+            if by_last_warp {
+                let mut broken = plan.clone();
+                broken.dots[0].1.ring.as_mut().expect("a ring").done_counts = rings[0].barriers;
+                assert!(verify_registers(k, &broken).unwrap_err().contains("last warp"), "{name}");
+            }
         }
     }
 
