@@ -12,13 +12,13 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 variants=("")
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do variants+=("$1"); shift; done
 shift
-args=(--op "$OP" --baseline "${BASELINE:-sdpa_cudnn}" --budget "${BUDGET:-0.3}")
-for t in ${DTYPES:-f16}; do args+=(--dtype "$t"); done
-for s in "$@"; do args+=(--shape "$s"); done
+# shellcheck source=scripts/device/ab_common.sh
+. "$(dirname "$0")/ab_common.sh"
+bench_args "$@"
 for round in $(seq "${ROUNDS:-2}"); do
   for v in "${variants[@]}"; do
     echo "== round $round: ${v:-base}"
     # shellcheck disable=SC2086 # each variant is a list of settings
-    timeout "${T_RUN:-150}" env $v .gpu/xtask bench "${args[@]}" 2>&1 | grep -E "^\| $OP|rror" | cut -d"|" -f3,4,5,6,10,11
+    bench_rows $v
   done
 done

@@ -17,13 +17,13 @@ trap 'cp "$base" "$spec"' EXIT
 variants=("$base")
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do variants+=("$1"); shift; done
 shift
-args=(--op "$OP" --baseline "${BASELINE:-sdpa_cudnn}" --budget "${BUDGET:-0.3}")
-for t in ${DTYPES:-f16}; do args+=(--dtype "$t"); done
-for s in "$@"; do args+=(--shape "$s"); done
+# shellcheck source=scripts/device/ab_common.sh
+. "$(dirname "$0")/ab_common.sh"
+bench_args "$@"
 for round in $(seq "${ROUNDS:-2}"); do
   for v in "${variants[@]}"; do
     cp "$v" "$spec"
     if [ "$v" = "$base" ]; then echo "== round $round: base"; else echo "== round $round: $v"; fi
-    timeout "${T_RUN:-150}" .gpu/xtask bench "${args[@]}" 2>&1 | grep -E "^\| $OP|rror" | cut -d'|' -f3,4,6,9,10,11
+    bench_rows
   done
 done
