@@ -9,16 +9,12 @@
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 : "${OP:?}"
-variants=("")
-while [ $# -gt 0 ] && [ "$1" != "--" ]; do variants+=("$1"); shift; done
-shift
+# One bench run with the settings $2 (none for the base), in round $1.
+run_variant() {
+  echo "== round $1: ${2:-base}"
+  # shellcheck disable=SC2086 # a variant is a list of settings
+  bench_rows $2
+}
 # shellcheck source=scripts/device/ab_common.sh
 . "$(dirname "$0")/ab_common.sh"
-bench_args "$@"
-for round in $(seq "${ROUNDS:-2}"); do
-  for v in "${variants[@]}"; do
-    echo "== round $round: ${v:-base}"
-    # shellcheck disable=SC2086 # each variant is a list of settings
-    bench_rows $v
-  done
-done
+ab_rounds run_variant "" "$@"

@@ -14,16 +14,12 @@ spec="dt-kernels/specs/$SPEC.dt"
 base=$(mktemp)
 cp "$spec" "$base"
 trap 'cp "$base" "$spec"' EXIT
-variants=("$base")
-while [ $# -gt 0 ] && [ "$1" != "--" ]; do variants+=("$1"); shift; done
-shift
+# One bench run with variant file $2 as the spec, in round $1.
+run_variant() {
+  cp "$2" "$spec"
+  if [ "$2" = "$base" ]; then echo "== round $1: base"; else echo "== round $1: $2"; fi
+  bench_rows
+}
 # shellcheck source=scripts/device/ab_common.sh
 . "$(dirname "$0")/ab_common.sh"
-bench_args "$@"
-for round in $(seq "${ROUNDS:-2}"); do
-  for v in "${variants[@]}"; do
-    cp "$v" "$spec"
-    if [ "$v" = "$base" ]; then echo "== round $round: base"; else echo "== round $round: $v"; fi
-    bench_rows
-  done
-done
+ab_rounds run_variant "$base" "$@"

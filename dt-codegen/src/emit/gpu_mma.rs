@@ -209,7 +209,7 @@ impl Emitter<'_> {
             self.line("}");
         }
         if let (Some(bars), Some(c)) = (&bulk, &counts) {
-            self.refill_by_last_warp(dots, l.dim, &o, (step, s), &size, &rd, bars, c);
+            self.refill_by_last_warp(dots, l.dim, &format!("{o} + {}", s * step), &size, &rd, bars, c);
         }
         self.line(&format!("{rd} = {rd} + 1 == {s} ? 0 : {rd} + 1;"));
         if counts.is_none() {
@@ -233,24 +233,14 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    /// The end of a step at offset `o` of a loop of `(step, stages)` whose last warp done with
-    /// a stage refills it (`RingBuffers::done_counts`): each warp, its products waited for,
-    /// counts itself done with stage `rd` (in `counts[rd]`), and the one that completes the
-    /// count (the warps' number) resets it and issues the copies of the step `stages` ahead
-    /// into it. The fences order the warps' reads of the stage before the copies' writes, as
-    /// the block-wide barrier they replace did.
+    /// The end of a step of a loop along `dim` whose last warp done with a stage refills it
+    /// (`RingBuffers::done_counts`): each warp, its products waited for, counts itself done
+    /// with stage `rd` (in `counts[rd]`), and the one that completes the count (the warps'
+    /// number) resets it and issues the copies of the step at offset `ahead` (the loop's stages
+    /// ahead) into it. The fences order the warps' reads of the stage before the copies'
+    /// writes, as the block-wide barrier they replace did.
     #[allow(clippy::too_many_arguments)]
-    fn refill_by_last_warp(
-        &mut self,
-        dots: &[(ValueId, MmaDot)],
-        dim: DimId,
-        o: &str,
-        (step, stages): (u32, u32),
-        size: &str,
-        rd: &str,
-        bars: &str,
-        counts: &str,
-    ) {
+    fn refill_by_last_warp(&mut self, dots: &[(ValueId, MmaDot)], dim: DimId, ahead: &str, size: &str, rd: &str, bars: &str, counts: &str) {
         let warps = self.threads / 32;
         self.line("__syncwarp();");
         self.line("if ((tid & 31) == 0) {");
@@ -260,9 +250,9 @@ impl Emitter<'_> {
         self.depth += 1;
         self.line(&format!("{counts}[{rd}] = 0u;"));
         self.line("__threadfence_block();");
-        let ahead = self.fresh("o");
-        self.line(&format!("const long long {ahead} = {o} + {};", stages * step));
-        self.ring_bulk_copies(dots, dim, &ahead, size, rd, bars, None, None);
+        let at = self.fresh("o");
+        self.line(&format!("const long long {at} = {ahead};"));
+        self.ring_bulk_copies(dots, dim, &at, size, rd, bars, None, None);
         self.depth -= 1;
         self.line("}");
         self.depth -= 1;

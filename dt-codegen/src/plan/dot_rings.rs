@@ -166,8 +166,9 @@ fn bulk_copies(k: &Kernel, dots: &[ValueId], p: &mut Plan) {
     // where one program fills a multiprocessor, the stages' counts of warps done after them.
     let stages = p.dots[fed[0]].1.ring.expect("fed by a ring").stages as usize;
     let barriers = p.ring_words.next_multiple_of(2);
-    let done_counts = (!two_programs_fit(barriers + 3 * stages)).then_some(barriers + 2 * stages);
-    p.ring_words = barriers + 2 * stages + done_counts.map_or(0, |_| stages);
+    let counts = barriers + 2 * stages;
+    let done_counts = (!two_programs_fit(counts + stages)).then_some(counts);
+    p.ring_words = done_counts.map_or(counts, |c| c + stages);
     for x in &fed {
         if let Some(r) = &mut p.dots[*x].1.ring {
             r.barriers = Some(barriers);
