@@ -6462,6 +6462,2370 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
     }
 }
 
+#ifndef DT_WGMMA_M64N64K16_F16
+#define DT_WGMMA_M64N64K16_F16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+#ifndef DT_WGMMA_M64N80K16_F16_RS
+#define DT_WGMMA_M64N80K16_F16_RS
+template <int TB>
+DT_FN void dt_wgmma_m64n80k16_f16_rs(float* d, const unsigned* a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, {%40, %41, %42, %43}, %44, p, 1, 1, %45; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel attention_90a_80 for f16: grid block(b:1, h:1, i:128, e:80); 256 threads, 99344 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_90a_80_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+    const dt_args_t<3, 4, 6, 1>& args = targs.args;
+    extern __shared__ float dt_smem_base[];
+    /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
+    float* const dt_smem = dt_smem_base + ((1024u - (dt_smem_u32(dt_smem_base) & 1023u)) & 1023u) / 4;
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_90a_80 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 80));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 80)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_fast_rsqrt(v4[0]);
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = (-INFINITY);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = 0e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
+    /* block(b:1) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* block(h:1) */
+        { const long long o2 = b1 * 1; /* the block's one step */
+            /* block(i:128) attention_90a_80.tensorize(i:0) */
+            { const long long o3 = b2 * 128; /* the block's one step */
+                /* block(e:80) attention_90a_80.tensorize(e:0) */
+                { const long long o4 = b4 * 80; /* the block's one step */
+                    /* rdot accumulator */
+                    float acc6[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_90a_80.tensorize(j:64) num_stages(2) + rsum attention_90a_80.tensorize(j:64) num_stages(2) + rdot attention_90a_80.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    {
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 24576) + 8 * st, 1); } dt_mbar_fence_init(); }
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 1;
+                        unsigned ph18 = 0;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 32768u : 0u));
+                                if (st == 0) {
+                                    /* v0: Q, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                }
+                                if (o15 < s3) {
+                                    /* v1: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    /* v34: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                }
+                            }
+                        }
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 24576) + 8 * rd16, ph18);
+                            __syncthreads();
+                            const long long o19 = o15 + 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < s3 ? 32768u : 0u));
+                                if (o19 < s3) {
+                                    /* v1: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    /* v34: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                }
+                            }
+                            if (o15 + 64 <= s3) {
+                                /* a full step: every lane valid */
+                                /* rdot accumulator */
+                                float acc1[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    acc1[r] = 0e0f;
+                                }
+                                /* v0: loaded by the dot that reads it (staged in shared memory) */
+                                /* v1: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                {
+                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                }
+                                /* acc1 += v2: accumulated by the dot above */
+                                float v3[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v3[r] = acc1[r];
+                                }
+                                float v51[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
+                                }
+                                float v52[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
+                                }
+                                float v39[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v39[r] = acc0[r];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc0[r] = fmaxf(acc0[r], v8[r]);
+                                }
+                                float v40[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v40[r] = acc0[r];
+                                }
+                                float v43[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                                }
+                                float v44[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                                }
+                                float v45[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v45[r] = (v39[r] - v44[r]);
+                                }
+                                float v46[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v46[r] = dt_fast_exp(v45[r]);
+                                }
+                                float v47[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v47[r] = acc3[r];
+                                }
+                                float v48[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v48[r] = (v47[r] * v46[r]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = v48[r];
+                                }
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                }
+                                float v19[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v19[r] = dt_fast_exp2(v57[r]);
+                                }
+                                float v20[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v20[r] = (1) ? v19[r] : 0e0f;
+                                }
+                                float v21[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v21[s] = p[s];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = acc3[r] + v21[r];
+                                }
+                                float v49[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v49[r] = acc6[r];
+                                }
+                                float v50[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v50[r] = (v49[r] * v46[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    acc6[r] = v50[r];
+                                }
+                                /* v34: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                {
+                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                    unsigned fas[4][4];
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) {
+                                        unsigned fa[1][4];
+                                        for (int i = 0; i < 1; i++) {
+                                            const int f = (i * 8 + kk / 8) * 4;
+                                            fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
+                                            fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
+                                            fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
+                                            fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
+                                        }
+                                        #pragma unroll
+                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                }
+                                /* acc6 += v35: accumulated by the dot above */
+                            } else {
+                                /* rdot accumulator */
+                                float acc1[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    acc1[r] = 0e0f;
+                                }
+                                /* v0: loaded by the dot that reads it (staged in shared memory) */
+                                /* v1: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                {
+                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                }
+                                /* acc1 += v2: accumulated by the dot above */
+                                float v3[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v3[r] = acc1[r];
+                                }
+                                float v51[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    const int l110 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
+                                }
+                                float v52[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
+                                }
+                                float v39[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v39[r] = acc0[r];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc0[r] = fmaxf(acc0[r], v8[r]);
+                                }
+                                float v40[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v40[r] = acc0[r];
+                                }
+                                float v43[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                                }
+                                float v44[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                                }
+                                float v45[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v45[r] = (v39[r] - v44[r]);
+                                }
+                                float v46[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v46[r] = dt_fast_exp(v45[r]);
+                                }
+                                float v47[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v47[r] = acc3[r];
+                                }
+                                float v48[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v48[r] = (v47[r] * v46[r]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = v48[r];
+                                }
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                }
+                                float v19[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v19[r] = dt_fast_exp2(v57[r]);
+                                }
+                                float v20[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
+                                }
+                                float v21[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v21[s] = p[s];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = acc3[r] + v21[r];
+                                }
+                                float v49[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v49[r] = acc6[r];
+                                }
+                                float v50[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v50[r] = (v49[r] * v46[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    acc6[r] = v50[r];
+                                }
+                                /* v34: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                {
+                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                    unsigned fas[4][4];
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) {
+                                        unsigned fa[1][4];
+                                        for (int i = 0; i < 1; i++) {
+                                            const int f = (i * 8 + kk / 8) * 4;
+                                            fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
+                                            fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
+                                            fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
+                                            fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
+                                        }
+                                        #pragma unroll
+                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                }
+                                /* acc6 += v35: accumulated by the dot above */
+                            }
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                            ph18 ^= rd16 == 0 ? 1u : 0u;
+                        }
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 24576), 0);
+                        __syncthreads();
+                    }
+                    float v22[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v22[r] = acc3[r];
+                    }
+                    float v36[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        v36[r] = acc6[r];
+                    }
+                    float v38[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                    }
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        const int l189 = 0;
+                        const int l190 = 0;
+                        const int l191 = (tid >> 5) / 1 * 16 + (r >> 2) / 10 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l192 = (tid >> 5) % 1 * 80 + (r >> 2) % 10 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l191) < (unsigned)s2 && (unsigned)(o4 + l192) < (unsigned)s4) out[(unsigned)(o1 + l189) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l190) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l191) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l192) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#ifndef DT_WGMMA_M64N64K16_F16
+#define DT_WGMMA_M64N64K16_F16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+#ifndef DT_WGMMA_M64N80K16_F16_RS
+#define DT_WGMMA_M64N80K16_F16_RS
+template <int TB>
+DT_FN void dt_wgmma_m64n80k16_f16_rs(float* d, const unsigned* a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, {%40, %41, %42, %43}, %44, p, 1, 1, %45; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel attention_90a_80 for f16: grid block(b:1, h:1, i:128, e:80); 256 threads, 99344 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_90a_80_f16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+    const dt_args_t<3, 4, 6, 1>& args = targs.args;
+    extern __shared__ float dt_smem_base[];
+    /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
+    float* const dt_smem = dt_smem_base + ((1024u - (dt_smem_u32(dt_smem_base) & 1023u)) & 1023u) / 4;
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_90a_80 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 80));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 80)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_fast_rsqrt(v4[0]);
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = (-INFINITY);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = 0e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
+    /* block(b:1) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* block(h:1) */
+        { const long long o2 = b1 * 1; /* the block's one step */
+            /* block(i:128) attention_90a_80.tensorize(i:0) */
+            { const long long o3 = b2 * 128; /* the block's one step */
+                /* block(e:80) attention_90a_80.tensorize(e:0) */
+                { const long long o4 = b4 * 80; /* the block's one step */
+                    /* rdot accumulator */
+                    float acc6[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_90a_80.tensorize(j:64) num_stages(2) + rsum attention_90a_80.tensorize(j:64) num_stages(2) + rdot attention_90a_80.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    {
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 24576) + 8 * st, 1); } dt_mbar_fence_init(); }
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 1;
+                        unsigned ph18 = 0;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 32768u : 0u));
+                                if (st == 0) {
+                                    /* v0: Q, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                }
+                                if (o15 < s3) {
+                                    /* v1: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    /* v34: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                }
+                            }
+                        }
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 24576) + 8 * rd16, ph18);
+                            __syncthreads();
+                            const long long o19 = o15 + 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < s3 ? 32768u : 0u));
+                                if (o19 < s3) {
+                                    /* v1: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    /* v34: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                }
+                            }
+                            if (o15 + 64 <= s3) {
+                                /* a full step: every lane valid */
+                                /* rdot accumulator */
+                                float acc1[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    acc1[r] = 0e0f;
+                                }
+                                /* v0: loaded by the dot that reads it (staged in shared memory) */
+                                /* v1: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                {
+                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                }
+                                /* acc1 += v2: accumulated by the dot above */
+                                float v3[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v3[r] = acc1[r];
+                                }
+                                float v51[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
+                                }
+                                float v52[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
+                                }
+                                float v39[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v39[r] = acc0[r];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc0[r] = fmaxf(acc0[r], v8[r]);
+                                }
+                                float v40[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v40[r] = acc0[r];
+                                }
+                                float v43[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                                }
+                                float v44[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                                }
+                                float v45[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v45[r] = (v39[r] - v44[r]);
+                                }
+                                float v46[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v46[r] = dt_fast_exp(v45[r]);
+                                }
+                                float v47[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v47[r] = acc3[r];
+                                }
+                                float v48[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v48[r] = (v47[r] * v46[r]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = v48[r];
+                                }
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                }
+                                float v19[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v19[r] = dt_fast_exp2(v57[r]);
+                                }
+                                float v20[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v20[r] = (1) ? v19[r] : 0e0f;
+                                }
+                                float v21[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v21[s] = p[s];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = acc3[r] + v21[r];
+                                }
+                                float v49[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v49[r] = acc6[r];
+                                }
+                                float v50[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v50[r] = (v49[r] * v46[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    acc6[r] = v50[r];
+                                }
+                                /* v34: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                {
+                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                    unsigned fas[4][4];
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) {
+                                        unsigned fa[1][4];
+                                        for (int i = 0; i < 1; i++) {
+                                            const int f = (i * 8 + kk / 8) * 4;
+                                            fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
+                                            fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
+                                            fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
+                                            fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
+                                        }
+                                        #pragma unroll
+                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                }
+                                /* acc6 += v35: accumulated by the dot above */
+                            } else {
+                                /* rdot accumulator */
+                                float acc1[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    acc1[r] = 0e0f;
+                                }
+                                /* v0: loaded by the dot that reads it (staged in shared memory) */
+                                /* v1: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                {
+                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                }
+                                /* acc1 += v2: accumulated by the dot above */
+                                float v3[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v3[r] = acc1[r];
+                                }
+                                float v51[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    const int l110 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
+                                }
+                                float v52[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
+                                }
+                                float v39[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v39[r] = acc0[r];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc0[r] = fmaxf(acc0[r], v8[r]);
+                                }
+                                float v40[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v40[r] = acc0[r];
+                                }
+                                float v43[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                                }
+                                float v44[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                                }
+                                float v45[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v45[r] = (v39[r] - v44[r]);
+                                }
+                                float v46[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v46[r] = dt_fast_exp(v45[r]);
+                                }
+                                float v47[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v47[r] = acc3[r];
+                                }
+                                float v48[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v48[r] = (v47[r] * v46[r]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = v48[r];
+                                }
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                }
+                                float v19[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v19[r] = dt_fast_exp2(v57[r]);
+                                }
+                                float v20[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
+                                }
+                                float v21[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v21[s] = p[s];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = acc3[r] + v21[r];
+                                }
+                                float v49[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v49[r] = acc6[r];
+                                }
+                                float v50[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v50[r] = (v49[r] * v46[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    acc6[r] = v50[r];
+                                }
+                                /* v34: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                {
+                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                    unsigned fas[4][4];
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) {
+                                        unsigned fa[1][4];
+                                        for (int i = 0; i < 1; i++) {
+                                            const int f = (i * 8 + kk / 8) * 4;
+                                            fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
+                                            fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
+                                            fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
+                                            fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
+                                        }
+                                        #pragma unroll
+                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                }
+                                /* acc6 += v35: accumulated by the dot above */
+                            }
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                            ph18 ^= rd16 == 0 ? 1u : 0u;
+                        }
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 24576), 0);
+                        __syncthreads();
+                    }
+                    float v22[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v22[r] = acc3[r];
+                    }
+                    float v36[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        v36[r] = acc6[r];
+                    }
+                    float v38[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                    }
+                    /* the fragments two adjacent columns at a time */
+                    #pragma unroll
+                    for (int r = 0; r < 40; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 10 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 80 + (r >> 2) % 10 * 8 + (tid & 3) * 2 + (r & 1);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v38[r], v38[r + 1]);
+                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v38[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#ifndef DT_WGMMA_M64N64K16_BF16
+#define DT_WGMMA_M64N64K16_BF16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+#ifndef DT_WGMMA_M64N80K16_BF16_RS
+#define DT_WGMMA_M64N80K16_BF16_RS
+template <int TB>
+DT_FN void dt_wgmma_m64n80k16_bf16_rs(float* d, const unsigned* a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, {%40, %41, %42, %43}, %44, p, 1, 1, %45; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel attention_90a_80 for bf16: grid block(b:1, h:1, i:128, e:80); 256 threads, 99344 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_90a_80_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+    const dt_args_t<3, 4, 6, 1>& args = targs.args;
+    extern __shared__ float dt_smem_base[];
+    /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
+    float* const dt_smem = dt_smem_base + ((1024u - (dt_smem_u32(dt_smem_base) & 1023u)) & 1023u) / 4;
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_90a_80 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 80));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 80)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_fast_rsqrt(v4[0]);
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = (-INFINITY);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = 0e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
+    /* block(b:1) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* block(h:1) */
+        { const long long o2 = b1 * 1; /* the block's one step */
+            /* block(i:128) attention_90a_80.tensorize(i:0) */
+            { const long long o3 = b2 * 128; /* the block's one step */
+                /* block(e:80) attention_90a_80.tensorize(e:0) */
+                { const long long o4 = b4 * 80; /* the block's one step */
+                    /* rdot accumulator */
+                    float acc6[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_90a_80.tensorize(j:64) num_stages(2) + rsum attention_90a_80.tensorize(j:64) num_stages(2) + rdot attention_90a_80.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    {
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 24576) + 8 * st, 1); } dt_mbar_fence_init(); }
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 1;
+                        unsigned ph18 = 0;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 32768u : 0u));
+                                if (st == 0) {
+                                    /* v0: Q, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                }
+                                if (o15 < s3) {
+                                    /* v1: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    /* v34: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                }
+                            }
+                        }
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 24576) + 8 * rd16, ph18);
+                            __syncthreads();
+                            const long long o19 = o15 + 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < s3 ? 32768u : 0u));
+                                if (o19 < s3) {
+                                    /* v1: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    /* v34: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                }
+                            }
+                            if (o15 + 64 <= s3) {
+                                /* a full step: every lane valid */
+                                /* rdot accumulator */
+                                float acc1[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    acc1[r] = 0e0f;
+                                }
+                                /* v0: loaded by the dot that reads it (staged in shared memory) */
+                                /* v1: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                {
+                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                }
+                                /* acc1 += v2: accumulated by the dot above */
+                                float v3[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v3[r] = acc1[r];
+                                }
+                                float v51[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
+                                }
+                                float v52[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
+                                }
+                                float v39[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v39[r] = acc0[r];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc0[r] = fmaxf(acc0[r], v8[r]);
+                                }
+                                float v40[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v40[r] = acc0[r];
+                                }
+                                float v43[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                                }
+                                float v44[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                                }
+                                float v45[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v45[r] = (v39[r] - v44[r]);
+                                }
+                                float v46[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v46[r] = dt_fast_exp(v45[r]);
+                                }
+                                float v47[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v47[r] = acc3[r];
+                                }
+                                float v48[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v48[r] = (v47[r] * v46[r]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = v48[r];
+                                }
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                }
+                                float v19[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v19[r] = dt_fast_exp2(v57[r]);
+                                }
+                                float v20[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v20[r] = (1) ? v19[r] : 0e0f;
+                                }
+                                float v21[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v21[s] = p[s];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = acc3[r] + v21[r];
+                                }
+                                float v49[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v49[r] = acc6[r];
+                                }
+                                float v50[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v50[r] = (v49[r] * v46[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    acc6[r] = v50[r];
+                                }
+                                /* v34: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                {
+                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                    unsigned fas[4][4];
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) {
+                                        unsigned fa[1][4];
+                                        for (int i = 0; i < 1; i++) {
+                                            const int f = (i * 8 + kk / 8) * 4;
+                                            fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
+                                            fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
+                                            fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
+                                            fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
+                                        }
+                                        #pragma unroll
+                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                }
+                                /* acc6 += v35: accumulated by the dot above */
+                            } else {
+                                /* rdot accumulator */
+                                float acc1[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    acc1[r] = 0e0f;
+                                }
+                                /* v0: loaded by the dot that reads it (staged in shared memory) */
+                                /* v1: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                {
+                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                }
+                                /* acc1 += v2: accumulated by the dot above */
+                                float v3[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v3[r] = acc1[r];
+                                }
+                                float v51[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    const int l110 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
+                                }
+                                float v52[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
+                                }
+                                float v39[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v39[r] = acc0[r];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc0[r] = fmaxf(acc0[r], v8[r]);
+                                }
+                                float v40[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v40[r] = acc0[r];
+                                }
+                                float v43[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                                }
+                                float v44[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                                }
+                                float v45[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v45[r] = (v39[r] - v44[r]);
+                                }
+                                float v46[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v46[r] = dt_fast_exp(v45[r]);
+                                }
+                                float v47[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v47[r] = acc3[r];
+                                }
+                                float v48[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v48[r] = (v47[r] * v46[r]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = v48[r];
+                                }
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                }
+                                float v19[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v19[r] = dt_fast_exp2(v57[r]);
+                                }
+                                float v20[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
+                                }
+                                float v21[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v21[s] = p[s];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = acc3[r] + v21[r];
+                                }
+                                float v49[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v49[r] = acc6[r];
+                                }
+                                float v50[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v50[r] = (v49[r] * v46[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    acc6[r] = v50[r];
+                                }
+                                /* v34: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                {
+                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                    unsigned fas[4][4];
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) {
+                                        unsigned fa[1][4];
+                                        for (int i = 0; i < 1; i++) {
+                                            const int f = (i * 8 + kk / 8) * 4;
+                                            fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
+                                            fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
+                                            fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
+                                            fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
+                                        }
+                                        #pragma unroll
+                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                }
+                                /* acc6 += v35: accumulated by the dot above */
+                            }
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                            ph18 ^= rd16 == 0 ? 1u : 0u;
+                        }
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 24576), 0);
+                        __syncthreads();
+                    }
+                    float v22[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v22[r] = acc3[r];
+                    }
+                    float v36[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        v36[r] = acc6[r];
+                    }
+                    float v38[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                    }
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        const int l189 = 0;
+                        const int l190 = 0;
+                        const int l191 = (tid >> 5) / 1 * 16 + (r >> 2) / 10 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l192 = (tid >> 5) % 1 * 80 + (r >> 2) % 10 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l191) < (unsigned)s2 && (unsigned)(o4 + l192) < (unsigned)s4) out[(unsigned)(o1 + l189) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l190) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l191) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l192) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#ifndef DT_WGMMA_M64N64K16_BF16
+#define DT_WGMMA_M64N64K16_BF16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+#ifndef DT_WGMMA_M64N80K16_BF16_RS
+#define DT_WGMMA_M64N80K16_BF16_RS
+template <int TB>
+DT_FN void dt_wgmma_m64n80k16_bf16_rs(float* d, const unsigned* a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, {%40, %41, %42, %43}, %44, p, 1, 1, %45; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel attention_90a_80 for bf16: grid block(b:1, h:1, i:128, e:80); 256 threads, 99344 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_90a_80_bf16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+    const dt_args_t<3, 4, 6, 1>& args = targs.args;
+    extern __shared__ float dt_smem_base[];
+    /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
+    float* const dt_smem = dt_smem_base + ((1024u - (dt_smem_u32(dt_smem_base) & 1023u)) & 1023u) / 4;
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_90a_80 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 80));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = g2; /* block index along i */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 80)) return; /* past the end of a short group */
+    float v4[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v4[r] = (float)s5;
+    }
+    float v5[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v5[r] = dt_fast_rsqrt(v4[0]);
+    }
+    float v41[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v41[r] = (-INFINITY);
+    }
+    float v42[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v42[r] = 0e0f;
+    }
+    float v53[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v53[r] = 1.442695e0f;
+    }
+    float v55[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v55[r] = (v5[0] * v53[0]);
+    }
+    /* block(b:1) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* block(h:1) */
+        { const long long o2 = b1 * 1; /* the block's one step */
+            /* block(i:128) attention_90a_80.tensorize(i:0) */
+            { const long long o3 = b2 * 128; /* the block's one step */
+                /* block(e:80) attention_90a_80.tensorize(e:0) */
+                { const long long o4 = b4 * 80; /* the block's one step */
+                    /* rdot accumulator */
+                    float acc6[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_90a_80.tensorize(j:64) num_stages(2) + rsum attention_90a_80.tensorize(j:64) num_stages(2) + rdot attention_90a_80.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    {
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 24576) + 8 * st, 1); } dt_mbar_fence_init(); }
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 1;
+                        unsigned ph18 = 0;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 32768u : 0u));
+                                if (st == 0) {
+                                    /* v0: Q, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                }
+                                if (o15 < s3) {
+                                    /* v1: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    /* v34: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                }
+                            }
+                        }
+                        for (long long o15 = 0; o15 < s3; o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 24576) + 8 * rd16, ph18);
+                            __syncthreads();
+                            const long long o19 = o15 + 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < s3 ? 32768u : 0u));
+                                if (o19 < s3) {
+                                    /* v1: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    /* v34: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                }
+                            }
+                            if (o15 + 64 <= s3) {
+                                /* a full step: every lane valid */
+                                /* rdot accumulator */
+                                float acc1[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    acc1[r] = 0e0f;
+                                }
+                                /* v0: loaded by the dot that reads it (staged in shared memory) */
+                                /* v1: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                {
+                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                }
+                                /* acc1 += v2: accumulated by the dot above */
+                                float v3[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v3[r] = acc1[r];
+                                }
+                                float v51[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v51[r] = (1) ? v3[r] : (-INFINITY);
+                                }
+                                float v52[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
+                                }
+                                float v39[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v39[r] = acc0[r];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc0[r] = fmaxf(acc0[r], v8[r]);
+                                }
+                                float v40[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v40[r] = acc0[r];
+                                }
+                                float v43[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                                }
+                                float v44[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                                }
+                                float v45[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v45[r] = (v39[r] - v44[r]);
+                                }
+                                float v46[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v46[r] = dt_fast_exp(v45[r]);
+                                }
+                                float v47[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v47[r] = acc3[r];
+                                }
+                                float v48[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v48[r] = (v47[r] * v46[r]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = v48[r];
+                                }
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                }
+                                float v19[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v19[r] = dt_fast_exp2(v57[r]);
+                                }
+                                float v20[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v20[r] = (1) ? v19[r] : 0e0f;
+                                }
+                                float v21[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v21[s] = p[s];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = acc3[r] + v21[r];
+                                }
+                                float v49[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v49[r] = acc6[r];
+                                }
+                                float v50[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v50[r] = (v49[r] * v46[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    acc6[r] = v50[r];
+                                }
+                                /* v34: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                {
+                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                    unsigned fas[4][4];
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) {
+                                        unsigned fa[1][4];
+                                        for (int i = 0; i < 1; i++) {
+                                            const int f = (i * 8 + kk / 8) * 4;
+                                            fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
+                                            fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
+                                            fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
+                                            fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
+                                        }
+                                        #pragma unroll
+                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                }
+                                /* acc6 += v35: accumulated by the dot above */
+                            } else {
+                                /* rdot accumulator */
+                                float acc1[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    acc1[r] = 0e0f;
+                                }
+                                /* v0: loaded by the dot that reads it (staged in shared memory) */
+                                /* v1: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                {
+                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                }
+                                /* acc1 += v2: accumulated by the dot above */
+                                float v3[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v3[r] = acc1[r];
+                                }
+                                float v51[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    const int l110 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l110) < (unsigned)s3) ? v3[r] : (-INFINITY);
+                                }
+                                float v52[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v51[r]); }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v52[s] = p[s];
+                                }
+                                float v8[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v8[r] = (v52[r] * v5[0]);
+                                }
+                                float v39[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v39[r] = acc0[r];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc0[r] = fmaxf(acc0[r], v8[r]);
+                                }
+                                float v40[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v40[r] = acc0[r];
+                                }
+                                float v43[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                                }
+                                float v44[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
+                                }
+                                float v45[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v45[r] = (v39[r] - v44[r]);
+                                }
+                                float v46[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v46[r] = dt_fast_exp(v45[r]);
+                                }
+                                float v47[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v47[r] = acc3[r];
+                                }
+                                float v48[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v48[r] = (v47[r] * v46[r]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = v48[r];
+                                }
+                                float v54[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v54[r] = (v44[r] * v53[0]);
+                                }
+                                float v56[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v56[r] = (v3[r] * v55[0]);
+                                }
+                                float v57[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v57[r] = (v56[r] - v54[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                }
+                                float v19[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v19[r] = dt_fast_exp2(v57[r]);
+                                }
+                                float v20[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    const int l162 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l162) < (unsigned)s3) ? v19[r] : 0e0f;
+                                }
+                                float v21[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v20[r]; }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v21[s] = p[s];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = acc3[r] + v21[r];
+                                }
+                                float v49[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v49[r] = acc6[r];
+                                }
+                                float v50[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v50[r] = (v49[r] * v46[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    acc6[r] = v50[r];
+                                }
+                                /* v34: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                {
+                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                    unsigned fas[4][4];
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) {
+                                        unsigned fa[1][4];
+                                        for (int i = 0; i < 1; i++) {
+                                            const int f = (i * 8 + kk / 8) * 4;
+                                            fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
+                                            fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
+                                            fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
+                                            fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
+                                        }
+                                        #pragma unroll
+                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                }
+                                /* acc6 += v35: accumulated by the dot above */
+                            }
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                            ph18 ^= rd16 == 0 ? 1u : 0u;
+                        }
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 24576), 0);
+                        __syncthreads();
+                    }
+                    float v22[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v22[r] = acc3[r];
+                    }
+                    float v36[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        v36[r] = acc6[r];
+                    }
+                    float v38[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                    }
+                    /* the fragments two adjacent columns at a time */
+                    #pragma unroll
+                    for (int r = 0; r < 40; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 10 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 80 + (r >> 2) % 10 * 8 + (tid & 3) * 2 + (r & 1);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v38[r], v38[r + 1]);
+                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v38[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
 #ifndef DT_WGMMA_M64N128K16_F16
 #define DT_WGMMA_M64N128K16_F16
 template <int TA, int TB>
@@ -8842,13 +11206,3381 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
     }
 }
 
-#ifndef DT_WGMMA_M64N128K16_F16
-#define DT_WGMMA_M64N128K16_F16
+#ifndef DT_WGMMA_M64N64K16_F16
+#define DT_WGMMA_M64N64K16_F16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n128k16_f16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+#ifndef DT_WGMMA_M64N80K16_F16_RS
+#define DT_WGMMA_M64N80K16_F16_RS
+template <int TB>
+DT_FN void dt_wgmma_m64n80k16_f16_rs(float* d, const unsigned* a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, {%40, %41, %42, %43}, %44, p, 1, 1, %45; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel attention_causal_90a_80 for f16: grid block(b:1, h:1, i:128, e:80); 256 threads, 99344 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+    const dt_args_t<3, 4, 6, 1>& args = targs.args;
+    extern __shared__ float dt_smem_base[];
+    /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
+    float* const dt_smem = dt_smem_base + ((1024u - (dt_smem_u32(dt_smem_base) & 1023u)) & 1023u) / 4;
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_90a_80 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 80));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 80)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_fast_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v59[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v59[r] = (-INFINITY);
+    }
+    float v60[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v60[r] = 0e0f;
+    }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
+    /* block(b:1) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* block(h:1) */
+        { const long long o2 = b1 * 1; /* the block's one step */
+            /* block(i:128) attention_causal_90a_80.tensorize(i:0) */
+            { const long long o3 = b2 * 128; /* the block's one step */
+                /* block(e:80) attention_causal_90a_80.tensorize(e:0) */
+                { const long long o4 = b4 * 80; /* the block's one step */
+                    /* rdot accumulator */
+                    float acc6[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_causal_90a_80.tensorize(j:64) num_stages(2) + rsum attention_causal_90a_80.tensorize(j:64) num_stages(2) + rdot attention_causal_90a_80.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    {
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 24576) + 8 * st, 1); } dt_mbar_fence_init(); }
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 1;
+                        unsigned ph18 = 0;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                if (st == 0) {
+                                    /* v3: Q, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                }
+                                if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                    /* v4: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    /* v52: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                }
+                            }
+                        }
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 24576) + 8 * rd16, ph18);
+                            __syncthreads();
+                            const long long o19 = o15 + 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                    /* v4: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    /* v52: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                }
+                            }
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
+                                /* v0: the index along j, computed where it is read */
+                                /* v1: the index along i, computed where it is read */
+                                float v2[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l21 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
+                                }
+                                /* rdot accumulator */
+                                float acc1[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    acc1[r] = 0e0f;
+                                }
+                                /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                {
+                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                }
+                                /* acc1 += v5: accumulated by the dot above */
+                                float v6[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v6[r] = acc1[r];
+                                }
+                                float v69[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
+                                }
+                                float v70[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
+                                }
+                                float v71[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
+                                }
+                                float v57[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v57[r] = acc0[r];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc0[r] = fmaxf(acc0[r], v14[r]);
+                                }
+                                float v58[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v58[r] = acc0[r];
+                                }
+                                float v61[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                }
+                                float v62[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                }
+                                float v63[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v63[r] = (v57[r] - v62[r]);
+                                }
+                                float v64[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v64[r] = dt_fast_exp(v63[r]);
+                                }
+                                float v65[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v65[r] = acc3[r];
+                                }
+                                float v66[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v66[r] = (v65[r] * v64[r]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = v66[r];
+                                }
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                }
+                                float v31[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v31[r] = dt_fast_exp2(v77[r]);
+                                }
+                                float v32[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v32[r] = (1) ? v31[r] : 0e0f;
+                                }
+                                float v33[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = acc3[r] + v33[r];
+                                }
+                                float v67[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v67[r] = acc6[r];
+                                }
+                                float v68[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v68[r] = (v67[r] * v64[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    acc6[r] = v68[r];
+                                }
+                                /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                {
+                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                    unsigned fas[4][4];
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) {
+                                        unsigned fa[1][4];
+                                        for (int i = 0; i < 1; i++) {
+                                            const int f = (i * 8 + kk / 8) * 4;
+                                            fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                            fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                            fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                            fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                        }
+                                        #pragma unroll
+                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                }
+                                /* acc6 += v53: accumulated by the dot above */
+                            } else {
+                                if (o15 + 64 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[40];
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[40];
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[40];
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[40];
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                }
+                            }
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                            ph18 ^= rd16 == 0 ? 1u : 0u;
+                        }
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 24576), 0);
+                        __syncthreads();
+                    }
+                    float v34[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v34[r] = acc3[r];
+                    }
+                    float v54[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        v54[r] = acc6[r];
+                    }
+                    float v56[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                    }
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        const int l286 = 0;
+                        const int l287 = 0;
+                        const int l288 = (tid >> 5) / 1 * 16 + (r >> 2) / 10 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l289 = (tid >> 5) % 1 * 80 + (r >> 2) % 10 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l288) < (unsigned)s2 && (unsigned)(o4 + l289) < (unsigned)s4) out[(unsigned)(o1 + l286) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l287) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l288) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l289) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#ifndef DT_WGMMA_M64N64K16_F16
+#define DT_WGMMA_M64N64K16_F16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+#ifndef DT_WGMMA_M64N80K16_F16_RS
+#define DT_WGMMA_M64N80K16_F16_RS
+template <int TB>
+DT_FN void dt_wgmma_m64n80k16_f16_rs(float* d, const unsigned* a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, {%40, %41, %42, %43}, %44, p, 1, 1, %45; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel attention_causal_90a_80 for f16: grid block(b:1, h:1, i:128, e:80); 256 threads, 99344 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_f16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+    const dt_args_t<3, 4, 6, 1>& args = targs.args;
+    extern __shared__ float dt_smem_base[];
+    /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
+    float* const dt_smem = dt_smem_base + ((1024u - (dt_smem_u32(dt_smem_base) & 1023u)) & 1023u) / 4;
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_90a_80 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 80));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 80)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_fast_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v59[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v59[r] = (-INFINITY);
+    }
+    float v60[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v60[r] = 0e0f;
+    }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
+    /* block(b:1) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* block(h:1) */
+        { const long long o2 = b1 * 1; /* the block's one step */
+            /* block(i:128) attention_causal_90a_80.tensorize(i:0) */
+            { const long long o3 = b2 * 128; /* the block's one step */
+                /* block(e:80) attention_causal_90a_80.tensorize(e:0) */
+                { const long long o4 = b4 * 80; /* the block's one step */
+                    /* rdot accumulator */
+                    float acc6[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_causal_90a_80.tensorize(j:64) num_stages(2) + rsum attention_causal_90a_80.tensorize(j:64) num_stages(2) + rdot attention_causal_90a_80.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    {
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 24576) + 8 * st, 1); } dt_mbar_fence_init(); }
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 1;
+                        unsigned ph18 = 0;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                if (st == 0) {
+                                    /* v3: Q, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                }
+                                if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                    /* v4: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    /* v52: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                }
+                            }
+                        }
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 24576) + 8 * rd16, ph18);
+                            __syncthreads();
+                            const long long o19 = o15 + 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                    /* v4: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    /* v52: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                }
+                            }
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
+                                /* v0: the index along j, computed where it is read */
+                                /* v1: the index along i, computed where it is read */
+                                float v2[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l21 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
+                                }
+                                /* rdot accumulator */
+                                float acc1[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    acc1[r] = 0e0f;
+                                }
+                                /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                {
+                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                }
+                                /* acc1 += v5: accumulated by the dot above */
+                                float v6[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v6[r] = acc1[r];
+                                }
+                                float v69[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
+                                }
+                                float v70[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
+                                }
+                                float v71[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
+                                }
+                                float v57[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v57[r] = acc0[r];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc0[r] = fmaxf(acc0[r], v14[r]);
+                                }
+                                float v58[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v58[r] = acc0[r];
+                                }
+                                float v61[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                }
+                                float v62[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                }
+                                float v63[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v63[r] = (v57[r] - v62[r]);
+                                }
+                                float v64[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v64[r] = dt_fast_exp(v63[r]);
+                                }
+                                float v65[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v65[r] = acc3[r];
+                                }
+                                float v66[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v66[r] = (v65[r] * v64[r]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = v66[r];
+                                }
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                }
+                                float v31[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v31[r] = dt_fast_exp2(v77[r]);
+                                }
+                                float v32[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v32[r] = (1) ? v31[r] : 0e0f;
+                                }
+                                float v33[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = acc3[r] + v33[r];
+                                }
+                                float v67[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v67[r] = acc6[r];
+                                }
+                                float v68[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v68[r] = (v67[r] * v64[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    acc6[r] = v68[r];
+                                }
+                                /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                {
+                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                    unsigned fas[4][4];
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) {
+                                        unsigned fa[1][4];
+                                        for (int i = 0; i < 1; i++) {
+                                            const int f = (i * 8 + kk / 8) * 4;
+                                            fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                            fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                            fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                            fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                        }
+                                        #pragma unroll
+                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                }
+                                /* acc6 += v53: accumulated by the dot above */
+                            } else {
+                                if (o15 + 64 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[40];
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[40];
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[40];
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[40];
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_f16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                }
+                            }
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                            ph18 ^= rd16 == 0 ? 1u : 0u;
+                        }
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 24576), 0);
+                        __syncthreads();
+                    }
+                    float v34[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v34[r] = acc3[r];
+                    }
+                    float v54[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        v54[r] = acc6[r];
+                    }
+                    float v56[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                    }
+                    /* the fragments two adjacent columns at a time */
+                    #pragma unroll
+                    for (int r = 0; r < 40; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 10 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 80 + (r >> 2) % 10 * 8 + (tid & 3) * 2 + (r & 1);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v56[r], v56[r + 1]);
+                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v56[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#ifndef DT_WGMMA_M64N64K16_BF16
+#define DT_WGMMA_M64N64K16_BF16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+#ifndef DT_WGMMA_M64N80K16_BF16_RS
+#define DT_WGMMA_M64N80K16_BF16_RS
+template <int TB>
+DT_FN void dt_wgmma_m64n80k16_bf16_rs(float* d, const unsigned* a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, {%40, %41, %42, %43}, %44, p, 1, 1, %45; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel attention_causal_90a_80 for bf16: grid block(b:1, h:1, i:128, e:80); 256 threads, 99344 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+    const dt_args_t<3, 4, 6, 1>& args = targs.args;
+    extern __shared__ float dt_smem_base[];
+    /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
+    float* const dt_smem = dt_smem_base + ((1024u - (dt_smem_u32(dt_smem_base) & 1023u)) & 1023u) / 4;
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_90a_80 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 80));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 80)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_fast_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v59[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v59[r] = (-INFINITY);
+    }
+    float v60[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v60[r] = 0e0f;
+    }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
+    /* block(b:1) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* block(h:1) */
+        { const long long o2 = b1 * 1; /* the block's one step */
+            /* block(i:128) attention_causal_90a_80.tensorize(i:0) */
+            { const long long o3 = b2 * 128; /* the block's one step */
+                /* block(e:80) attention_causal_90a_80.tensorize(e:0) */
+                { const long long o4 = b4 * 80; /* the block's one step */
+                    /* rdot accumulator */
+                    float acc6[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_causal_90a_80.tensorize(j:64) num_stages(2) + rsum attention_causal_90a_80.tensorize(j:64) num_stages(2) + rdot attention_causal_90a_80.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    {
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 24576) + 8 * st, 1); } dt_mbar_fence_init(); }
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 1;
+                        unsigned ph18 = 0;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                if (st == 0) {
+                                    /* v3: Q, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                }
+                                if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                    /* v4: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    /* v52: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                }
+                            }
+                        }
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 24576) + 8 * rd16, ph18);
+                            __syncthreads();
+                            const long long o19 = o15 + 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                    /* v4: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    /* v52: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                }
+                            }
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
+                                /* v0: the index along j, computed where it is read */
+                                /* v1: the index along i, computed where it is read */
+                                float v2[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l21 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
+                                }
+                                /* rdot accumulator */
+                                float acc1[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    acc1[r] = 0e0f;
+                                }
+                                /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                {
+                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                }
+                                /* acc1 += v5: accumulated by the dot above */
+                                float v6[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v6[r] = acc1[r];
+                                }
+                                float v69[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
+                                }
+                                float v70[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
+                                }
+                                float v71[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
+                                }
+                                float v57[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v57[r] = acc0[r];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc0[r] = fmaxf(acc0[r], v14[r]);
+                                }
+                                float v58[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v58[r] = acc0[r];
+                                }
+                                float v61[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                }
+                                float v62[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                }
+                                float v63[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v63[r] = (v57[r] - v62[r]);
+                                }
+                                float v64[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v64[r] = dt_fast_exp(v63[r]);
+                                }
+                                float v65[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v65[r] = acc3[r];
+                                }
+                                float v66[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v66[r] = (v65[r] * v64[r]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = v66[r];
+                                }
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                }
+                                float v31[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v31[r] = dt_fast_exp2(v77[r]);
+                                }
+                                float v32[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v32[r] = (1) ? v31[r] : 0e0f;
+                                }
+                                float v33[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = acc3[r] + v33[r];
+                                }
+                                float v67[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v67[r] = acc6[r];
+                                }
+                                float v68[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v68[r] = (v67[r] * v64[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    acc6[r] = v68[r];
+                                }
+                                /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                {
+                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                    unsigned fas[4][4];
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) {
+                                        unsigned fa[1][4];
+                                        for (int i = 0; i < 1; i++) {
+                                            const int f = (i * 8 + kk / 8) * 4;
+                                            fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                            fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                            fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                            fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                        }
+                                        #pragma unroll
+                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                }
+                                /* acc6 += v53: accumulated by the dot above */
+                            } else {
+                                if (o15 + 64 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[40];
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[40];
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[40];
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[40];
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                }
+                            }
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                            ph18 ^= rd16 == 0 ? 1u : 0u;
+                        }
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 24576), 0);
+                        __syncthreads();
+                    }
+                    float v34[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v34[r] = acc3[r];
+                    }
+                    float v54[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        v54[r] = acc6[r];
+                    }
+                    float v56[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                    }
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        const int l286 = 0;
+                        const int l287 = 0;
+                        const int l288 = (tid >> 5) / 1 * 16 + (r >> 2) / 10 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l289 = (tid >> 5) % 1 * 80 + (r >> 2) % 10 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l288) < (unsigned)s2 && (unsigned)(o4 + l289) < (unsigned)s4) out[(unsigned)(o1 + l286) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l287) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l288) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l289) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#ifndef DT_WGMMA_M64N64K16_BF16
+#define DT_WGMMA_M64N64K16_BF16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+#ifndef DT_WGMMA_M64N80K16_BF16_RS
+#define DT_WGMMA_M64N80K16_BF16_RS
+template <int TB>
+DT_FN void dt_wgmma_m64n80k16_bf16_rs(float* d, const unsigned* a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, {%40, %41, %42, %43}, %44, p, 1, 1, %45; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel attention_causal_90a_80 for bf16: grid block(b:1, h:1, i:128, e:80); 256 threads, 99344 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_bf16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+    const dt_args_t<3, 4, 6, 1>& args = targs.args;
+    extern __shared__ float dt_smem_base[];
+    /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
+    float* const dt_smem = dt_smem_base + ((1024u - (dt_smem_u32(dt_smem_base) & 1023u)) & 1023u) / 4;
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of b */
+    const long long s1 = args.sizes[1]; /* size of h */
+    const long long s2 = args.sizes[2]; /* size of i */
+    const long long s3 = args.sizes[3]; /* size of j */
+    const long long s4 = args.sizes[4]; /* size of e */
+    const long long s5 = args.sizes[5]; /* size of d */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_90a_80 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n3 = (unsigned)(dt_cdiv(s4, 80));
+    const long long g3 = rest % n3; rest /= n3;
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
+    const long long g2 = rest % n2; rest /= n2;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along b */
+    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along h */
+    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
+    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
+    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b4 = g3; /* block index along e */
+    if (b4 >= dt_cdiv(s4, 80)) return; /* past the end of a short group */
+    float v7[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v7[r] = (float)s5;
+    }
+    float v8[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v8[r] = dt_fast_rsqrt(v7[0]);
+    }
+    float v10[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v10[r] = INFINITY;
+    }
+    float v11[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v11[r] = (-v10[0]);
+    }
+    float v59[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v59[r] = (-INFINITY);
+    }
+    float v60[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v60[r] = 0e0f;
+    }
+    float v72[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v72[r] = 1.442695e0f;
+    }
+    float v75[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v75[r] = (v8[0] * v72[0]);
+    }
+    /* block(b:1) */
+    { const long long o1 = b0 * 1; /* the block's one step */
+        /* block(h:1) */
+        { const long long o2 = b1 * 1; /* the block's one step */
+            /* block(i:128) attention_causal_90a_80.tensorize(i:0) */
+            { const long long o3 = b2 * 128; /* the block's one step */
+                /* block(e:80) attention_causal_90a_80.tensorize(e:0) */
+                { const long long o4 = b4 * 80; /* the block's one step */
+                    /* rdot accumulator */
+                    float acc6[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        acc6[r] = 0e0f;
+                    }
+                    /* rsum identity */
+                    float acc3[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc3[r] = 0e0f;
+                    }
+                    /* rmax identity */
+                    float acc0[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        acc0[r] = (-INFINITY);
+                    }
+                    /* rmax attention_causal_90a_80.tensorize(j:64) num_stages(2) + rsum attention_causal_90a_80.tensorize(j:64) num_stages(2) + rdot attention_causal_90a_80.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    {
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 24576) + 8 * st, 1); } dt_mbar_fence_init(); }
+                        __syncthreads();
+                        int rd16 = 0, wr17 = 1;
+                        unsigned ph18 = 0;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                if (st == 0) {
+                                    /* v3: Q, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
+                                }
+                                if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                    /* v4: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    /* v52: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                }
+                            }
+                        }
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 24576) + 8 * rd16, ph18);
+                            __syncthreads();
+                            const long long o19 = o15 + 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                    /* v4: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    /* v52: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                }
+                            }
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
+                                /* a step below the diagonal: v2 holds in every lane */
+                                /* v0: the index along j, computed where it is read */
+                                /* v1: the index along i, computed where it is read */
+                                float v2[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l21 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
+                                }
+                                /* rdot accumulator */
+                                float acc1[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    acc1[r] = 0e0f;
+                                }
+                                /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                {
+                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                }
+                                /* acc1 += v5: accumulated by the dot above */
+                                float v6[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v6[r] = acc1[r];
+                                }
+                                float v69[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
+                                }
+                                float v70[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v70[r] = (1) ? v69[r] : (-INFINITY);
+                                }
+                                float v71[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                }
+                                float v14[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v14[r] = (v71[r] * v8[0]);
+                                }
+                                float v57[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v57[r] = acc0[r];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc0[r] = fmaxf(acc0[r], v14[r]);
+                                }
+                                float v58[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v58[r] = acc0[r];
+                                }
+                                float v61[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                }
+                                float v62[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                }
+                                float v63[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v63[r] = (v57[r] - v62[r]);
+                                }
+                                float v64[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v64[r] = dt_fast_exp(v63[r]);
+                                }
+                                float v65[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v65[r] = acc3[r];
+                                }
+                                float v66[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v66[r] = (v65[r] * v64[r]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = v66[r];
+                                }
+                                float v73[2];
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    v73[r] = (v62[r] * v72[0]);
+                                }
+                                float v76[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v76[r] = (v69[r] * v75[0]);
+                                }
+                                float v77[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                }
+                                float v31[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v31[r] = dt_fast_exp2(v77[r]);
+                                }
+                                float v32[32];
+                                #pragma unroll
+                                for (int r = 0; r < 32; r++) {
+                                    v32[r] = (1) ? v31[r] : 0e0f;
+                                }
+                                float v33[2];
+                                /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                {
+                                    float p[2];
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) {
+                                        #pragma unroll
+                                        for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                    }
+                                    #pragma unroll
+                                    for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 2; r++) {
+                                    acc3[r] = acc3[r] + v33[r];
+                                }
+                                float v67[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v67[r] = acc6[r];
+                                }
+                                float v68[40];
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    v68[r] = (v67[r] * v64[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                }
+                                #pragma unroll
+                                for (int r = 0; r < 40; r++) {
+                                    acc6[r] = v68[r];
+                                }
+                                /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                {
+                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                    unsigned fas[4][4];
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) {
+                                        unsigned fa[1][4];
+                                        for (int i = 0; i < 1; i++) {
+                                            const int f = (i * 8 + kk / 8) * 4;
+                                            fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                            fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                            fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                            fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                        }
+                                        #pragma unroll
+                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    dt_wgmma_fence();
+                                    #pragma unroll
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    dt_wgmma_commit();
+                                    dt_wgmma_wait<0>();
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                }
+                                /* acc6 += v53: accumulated by the dot above */
+                            } else {
+                                if (o15 + 64 <= s3) {
+                                    /* a full step: every lane valid */
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v70[r] = (1) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v32[r] = (1) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[40];
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[40];
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                } else {
+                                    /* v0: the index along j, computed where it is read */
+                                    /* v1: the index along i, computed where it is read */
+                                    float v2[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
+                                    }
+                                    /* rdot accumulator */
+                                    float acc1[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        acc1[r] = 0e0f;
+                                    }
+                                    /* v3: loaded by the dot that reads it (staged in shared memory) */
+                                    /* v4: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    {
+                                        const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                        const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 80; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
+                                    }
+                                    /* acc1 += v5: accumulated by the dot above */
+                                    float v6[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v6[r] = acc1[r];
+                                    }
+                                    float v69[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                                    }
+                                    float v70[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    }
+                                    float v71[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 4));
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v71[s] = p[s];
+                                    }
+                                    float v14[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v14[r] = (v71[r] * v8[0]);
+                                    }
+                                    float v57[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v57[r] = acc0[r];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc0[r] = fmaxf(acc0[r], v14[r]);
+                                    }
+                                    float v58[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v58[r] = acc0[r];
+                                    }
+                                    float v61[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                                    }
+                                    float v62[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
+                                    }
+                                    float v63[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v63[r] = (v57[r] - v62[r]);
+                                    }
+                                    float v64[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v64[r] = dt_fast_exp(v63[r]);
+                                    }
+                                    float v65[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v65[r] = acc3[r];
+                                    }
+                                    float v66[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v66[r] = (v65[r] * v64[r]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = v66[r];
+                                    }
+                                    float v73[2];
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        v73[r] = (v62[r] * v72[0]);
+                                    }
+                                    float v76[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v76[r] = (v69[r] * v75[0]);
+                                    }
+                                    float v77[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    float v31[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        v31[r] = dt_fast_exp2(v77[r]);
+                                    }
+                                    float v32[32];
+                                    #pragma unroll
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    }
+                                    float v33[2];
+                                    /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
+                                    {
+                                        float p[2];
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) p[s] = 0e0f;
+                                        #pragma unroll
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) {
+                                            #pragma unroll
+                                            for (int m = 1; m < 4; m <<= 1) p[s] = p[s] + dt_shfl_xor(p[s], m, 4);
+                                        }
+                                        #pragma unroll
+                                        for (int s = 0; s < 2; s++) v33[s] = p[s];
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 2; r++) {
+                                        acc3[r] = acc3[r] + v33[r];
+                                    }
+                                    float v67[40];
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        v67[r] = acc6[r];
+                                    }
+                                    float v68[40];
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        v68[r] = (v67[r] * v64[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                                    }
+                                    #pragma unroll
+                                    for (int r = 0; r < 40; r++) {
+                                        acc6[r] = v68[r];
+                                    }
+                                    /* v52: loaded by the dot that reads it (staged in shared memory) */
+                                    /* rdot on tensor cores: [i:128, e:80] over j:64 by 8 x 1 warps of 1 x 10 m16n8k16 fragments */
+                                    {
+                                        const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                        unsigned fas[4][4];
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) {
+                                            unsigned fa[1][4];
+                                            for (int i = 0; i < 1; i++) {
+                                                const int f = (i * 8 + kk / 8) * 4;
+                                                fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
+                                                fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
+                                                fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
+                                                fa[i][3] = dt_pack2_bf16(v32[f + 6], v32[f + 7]);
+                                            }
+                                            #pragma unroll
+                                            for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                        }
+                                        #pragma unroll
+                                        for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                        dt_wgmma_fence();
+                                        #pragma unroll
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n80k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        dt_wgmma_commit();
+                                        dt_wgmma_wait<0>();
+                                        #pragma unroll
+                                        for (int r = 0; r < 40; r++) dt_reg_fence(acc6[r]);
+                                    }
+                                    /* acc6 += v53: accumulated by the dot above */
+                                }
+                            }
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
+                            ph18 ^= rd16 == 0 ? 1u : 0u;
+                        }
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 24576), 0);
+                        __syncthreads();
+                    }
+                    float v34[2];
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        v34[r] = acc3[r];
+                    }
+                    float v54[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        v54[r] = acc6[r];
+                    }
+                    float v56[40];
+                    #pragma unroll
+                    for (int r = 0; r < 40; r++) {
+                        v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
+                    }
+                    /* the fragments two adjacent columns at a time */
+                    #pragma unroll
+                    for (int r = 0; r < 40; r += 2) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 10 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 80 + (r >> 2) % 10 * 8 + (tid & 3) * 2 + (r & 1);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v56[r], v56[r + 1]);
+                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v56[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#ifndef DT_WGMMA_M64N64K16_F16
+#define DT_WGMMA_M64N64K16_F16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -8870,8 +14602,8 @@ DT_FN void dt_wgmma_m64n128k16_f16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_causal_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164888 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+/* kernel attention_causal_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 99344 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
     /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
@@ -8953,13 +14685,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
         v75[r] = (v8[0] * v72[0]);
     }
     /* block(b:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* block(h:1) */
-        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+        { const long long o2 = b1 * 1; /* the block's one step */
             /* block(i:128) attention_causal_90a_128.tensorize(i:0) */
-            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
+            { const long long o3 = b2 * 128; /* the block's one step */
                 /* block(e:128) attention_causal_90a_128.tensorize(e:0) */
-                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
+                { const long long o4 = b4 * 128; /* the block's one step */
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll
@@ -8978,82 +14710,94 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_90a_128.tensorize(j:128) num_stages(2) + rsum attention_causal_90a_128.tensorize(j:128) num_stages(2) + rdot attention_causal_90a_128.tensorize(j:128) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_causal_90a_128.tensorize(j:64) num_stages(2) + rsum attention_causal_90a_128.tensorize(j:64) num_stages(2) + rdot attention_causal_90a_128.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); ((unsigned*)(dt_smem + 40964))[st] = 0u; } dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 24576) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 128;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
                                 if (st == 0) {
                                     /* v3: Q, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
                                 }
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                     /* v52: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 128) {
-                            /* wait for the copies of this step (buffer rd16) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
-                            if (o15 + 128 <= s3 && o15 + 127 <= o3) {
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 24576) + 8 * rd16, ph18);
+                            __syncthreads();
+                            const long long o19 = o15 + 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                    /* v4: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    /* v52: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                }
+                            }
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
                                 /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
-                                float v2[64];
+                                float v2[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l19 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l20 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l20)) <= ((float)(o3 + l19)) ? 1.0f : 0.0f);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l21 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v5: accumulated by the dot above */
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v69[64];
+                                float v69[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
-                                float v70[64];
+                                float v70[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
                                 float v71[2];
@@ -9063,7 +14807,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -9130,24 +14874,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 for (int r = 0; r < 2; r++) {
                                     v73[r] = (v62[r] * v72[0]);
                                 }
-                                float v76[64];
+                                float v76[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v76[r] = (v69[r] * v75[0]);
                                 }
-                                float v77[64];
+                                float v77[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v31[64];
+                                float v31[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v31[r] = dt_fast_exp2(v77[r]);
                                 }
-                                float v32[64];
+                                float v32[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v32[r] = (1) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
@@ -9157,7 +14901,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -9185,16 +14929,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     acc6[r] = v68[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                             fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                             fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -9207,7 +14951,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -9215,55 +14959,55 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                if (o15 + 128 <= s3) {
+                                if (o15 + 64 <= s3) {
                                     /* a full step: every lane valid */
                                     /* v0: the index along j, computed where it is read */
                                     /* v1: the index along i, computed where it is read */
-                                    float v2[64];
+                                    float v2[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        const int l104 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l105 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v2[r] = (((float)(o15 + l105)) <= ((float)(o3 + l104)) ? 1.0f : 0.0f);
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
-                                    float acc1[64];
+                                    float acc1[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         acc1[r] = 0e0f;
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     }
                                     /* acc1 += v5: accumulated by the dot above */
-                                    float v6[64];
+                                    float v6[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v6[r] = acc1[r];
                                     }
-                                    float v69[64];
+                                    float v69[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                     }
-                                    float v70[64];
+                                    float v70[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v70[r] = (1) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
@@ -9273,7 +15017,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -9340,24 +15084,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     for (int r = 0; r < 2; r++) {
                                         v73[r] = (v62[r] * v72[0]);
                                     }
-                                    float v76[64];
+                                    float v76[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v76[r] = (v69[r] * v75[0]);
                                     }
-                                    float v77[64];
+                                    float v77[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
-                                    float v31[64];
+                                    float v31[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v31[r] = dt_fast_exp2(v77[r]);
                                     }
-                                    float v32[64];
+                                    float v32[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v32[r] = (1) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
@@ -9367,7 +15111,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -9395,16 +15139,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         acc6[r] = v68[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                        unsigned fas[8][4];
+                                        const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                        unsigned fas[4][4];
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) {
+                                        for (int kk = 0; kk < 64; kk += 16) {
                                             unsigned fa[1][4];
                                             for (int i = 0; i < 1; i++) {
-                                                const int f = (i * 16 + kk / 8) * 4;
+                                                const int f = (i * 8 + kk / 8) * 4;
                                                 fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                                 fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                                 fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -9417,7 +15161,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -9427,53 +15171,53 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 } else {
                                     /* v0: the index along j, computed where it is read */
                                     /* v1: the index along i, computed where it is read */
-                                    float v2[64];
+                                    float v2[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        const int l189 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l190 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v2[r] = (((float)(o15 + l190)) <= ((float)(o3 + l189)) ? 1.0f : 0.0f);
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
-                                    float acc1[64];
+                                    float acc1[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         acc1[r] = 0e0f;
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     }
                                     /* acc1 += v5: accumulated by the dot above */
-                                    float v6[64];
+                                    float v6[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v6[r] = acc1[r];
                                     }
-                                    float v69[64];
+                                    float v69[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                     }
-                                    float v70[64];
+                                    float v70[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        const int l206 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v70[r] = ((unsigned)(o15 + l206) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
                                     /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -9482,7 +15226,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -9549,26 +15293,26 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     for (int r = 0; r < 2; r++) {
                                         v73[r] = (v62[r] * v72[0]);
                                     }
-                                    float v76[64];
+                                    float v76[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v76[r] = (v69[r] * v75[0]);
                                     }
-                                    float v77[64];
+                                    float v77[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
-                                    float v31[64];
+                                    float v31[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v31[r] = dt_fast_exp2(v77[r]);
                                     }
-                                    float v32[64];
+                                    float v32[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        const int l258 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v32[r] = ((unsigned)(o15 + l258) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
                                     /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -9577,7 +15321,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -9605,16 +15349,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         acc6[r] = v68[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                        unsigned fas[8][4];
+                                        const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                        unsigned fas[4][4];
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) {
+                                        for (int kk = 0; kk < 64; kk += 16) {
                                             unsigned fa[1][4];
                                             for (int i = 0; i < 1; i++) {
-                                                const int f = (i * 16 + kk / 8) * 4;
+                                                const int f = (i * 8 + kk / 8) * 4;
                                                 fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                                 fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                                 fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -9627,7 +15371,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -9636,27 +15380,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     /* acc6 += v53: accumulated by the dot above */
                                 }
                             }
-                            __syncwarp();
-                            if ((tid & 31) == 0) {
-                                __threadfence_block();
-                                if (atomicAdd(((unsigned*)(dt_smem + 40964)) + rd16, 1u) == 7u) { /* the last warp done with stage rd16 refills it */
-                                    ((unsigned*)(dt_smem + 40964))[rd16] = 0u;
-                                    __threadfence_block();
-                                    const long long o274 = o15 + 256;
-                                    const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * rd16;
-                                    dt_mbar_expect_tx(bar, (o274 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
-                                    if (o274 < dt_min_ll(s3, b2 * 128 + 128)) {
-                                        /* v4: K, 2 pieces of 64 along its last axis */
-                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rd16 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o274), (int)(o2), (int)(o1));
-                                        /* v52: V, 2 pieces of 64 along its last axis */
-                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + rd16 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o274), (int)(o2), (int)(o1));
-                                    }
-                                }
-                            }
                             rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 24576), 0);
                         __syncthreads();
                     }
                     float v34[2];
@@ -9688,13 +15416,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
     }
 }
 
-#ifndef DT_WGMMA_M64N128K16_F16
-#define DT_WGMMA_M64N128K16_F16
+#ifndef DT_WGMMA_M64N64K16_F16
+#define DT_WGMMA_M64N64K16_F16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n128k16_f16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -9716,8 +15444,8 @@ DT_FN void dt_wgmma_m64n128k16_f16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_causal_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164888 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+/* kernel attention_causal_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 99344 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128_f16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
     /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
@@ -9799,13 +15527,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
         v75[r] = (v8[0] * v72[0]);
     }
     /* block(b:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* block(h:1) */
-        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+        { const long long o2 = b1 * 1; /* the block's one step */
             /* block(i:128) attention_causal_90a_128.tensorize(i:0) */
-            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
+            { const long long o3 = b2 * 128; /* the block's one step */
                 /* block(e:128) attention_causal_90a_128.tensorize(e:0) */
-                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
+                { const long long o4 = b4 * 128; /* the block's one step */
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll
@@ -9824,82 +15552,94 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_90a_128.tensorize(j:128) num_stages(2) + rsum attention_causal_90a_128.tensorize(j:128) num_stages(2) + rdot attention_causal_90a_128.tensorize(j:128) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_causal_90a_128.tensorize(j:64) num_stages(2) + rsum attention_causal_90a_128.tensorize(j:64) num_stages(2) + rdot attention_causal_90a_128.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); ((unsigned*)(dt_smem + 40964))[st] = 0u; } dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 24576) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 128;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
                                 if (st == 0) {
                                     /* v3: Q, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
                                 }
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                     /* v52: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 128) {
-                            /* wait for the copies of this step (buffer rd16) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
-                            if (o15 + 128 <= s3 && o15 + 127 <= o3) {
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 24576) + 8 * rd16, ph18);
+                            __syncthreads();
+                            const long long o19 = o15 + 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                    /* v4: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    /* v52: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                }
+                            }
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
                                 /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
-                                float v2[64];
+                                float v2[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l19 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l20 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l20)) <= ((float)(o3 + l19)) ? 1.0f : 0.0f);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l21 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v5: accumulated by the dot above */
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v69[64];
+                                float v69[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
-                                float v70[64];
+                                float v70[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
                                 float v71[2];
@@ -9909,7 +15649,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -9976,24 +15716,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 for (int r = 0; r < 2; r++) {
                                     v73[r] = (v62[r] * v72[0]);
                                 }
-                                float v76[64];
+                                float v76[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v76[r] = (v69[r] * v75[0]);
                                 }
-                                float v77[64];
+                                float v77[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v31[64];
+                                float v31[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v31[r] = dt_fast_exp2(v77[r]);
                                 }
-                                float v32[64];
+                                float v32[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v32[r] = (1) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
@@ -10003,7 +15743,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -10031,16 +15771,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     acc6[r] = v68[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                             fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                             fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -10053,7 +15793,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -10061,55 +15801,55 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                if (o15 + 128 <= s3) {
+                                if (o15 + 64 <= s3) {
                                     /* a full step: every lane valid */
                                     /* v0: the index along j, computed where it is read */
                                     /* v1: the index along i, computed where it is read */
-                                    float v2[64];
+                                    float v2[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        const int l104 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l105 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v2[r] = (((float)(o15 + l105)) <= ((float)(o3 + l104)) ? 1.0f : 0.0f);
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
-                                    float acc1[64];
+                                    float acc1[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         acc1[r] = 0e0f;
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     }
                                     /* acc1 += v5: accumulated by the dot above */
-                                    float v6[64];
+                                    float v6[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v6[r] = acc1[r];
                                     }
-                                    float v69[64];
+                                    float v69[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                     }
-                                    float v70[64];
+                                    float v70[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v70[r] = (1) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
@@ -10119,7 +15859,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -10186,24 +15926,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     for (int r = 0; r < 2; r++) {
                                         v73[r] = (v62[r] * v72[0]);
                                     }
-                                    float v76[64];
+                                    float v76[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v76[r] = (v69[r] * v75[0]);
                                     }
-                                    float v77[64];
+                                    float v77[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
-                                    float v31[64];
+                                    float v31[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v31[r] = dt_fast_exp2(v77[r]);
                                     }
-                                    float v32[64];
+                                    float v32[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v32[r] = (1) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
@@ -10213,7 +15953,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -10241,16 +15981,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         acc6[r] = v68[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                        unsigned fas[8][4];
+                                        const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                        unsigned fas[4][4];
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) {
+                                        for (int kk = 0; kk < 64; kk += 16) {
                                             unsigned fa[1][4];
                                             for (int i = 0; i < 1; i++) {
-                                                const int f = (i * 16 + kk / 8) * 4;
+                                                const int f = (i * 8 + kk / 8) * 4;
                                                 fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                                 fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                                 fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -10263,7 +16003,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -10273,53 +16013,53 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                 } else {
                                     /* v0: the index along j, computed where it is read */
                                     /* v1: the index along i, computed where it is read */
-                                    float v2[64];
+                                    float v2[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        const int l189 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l190 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v2[r] = (((float)(o15 + l190)) <= ((float)(o3 + l189)) ? 1.0f : 0.0f);
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
-                                    float acc1[64];
+                                    float acc1[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         acc1[r] = 0e0f;
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     }
                                     /* acc1 += v5: accumulated by the dot above */
-                                    float v6[64];
+                                    float v6[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v6[r] = acc1[r];
                                     }
-                                    float v69[64];
+                                    float v69[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                     }
-                                    float v70[64];
+                                    float v70[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        const int l206 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v70[r] = ((unsigned)(o15 + l206) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
                                     /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -10328,7 +16068,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -10395,26 +16135,26 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     for (int r = 0; r < 2; r++) {
                                         v73[r] = (v62[r] * v72[0]);
                                     }
-                                    float v76[64];
+                                    float v76[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v76[r] = (v69[r] * v75[0]);
                                     }
-                                    float v77[64];
+                                    float v77[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
-                                    float v31[64];
+                                    float v31[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v31[r] = dt_fast_exp2(v77[r]);
                                     }
-                                    float v32[64];
+                                    float v32[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        const int l258 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v32[r] = ((unsigned)(o15 + l258) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
                                     /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -10423,7 +16163,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -10451,16 +16191,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         acc6[r] = v68[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                        unsigned fas[8][4];
+                                        const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                        unsigned fas[4][4];
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) {
+                                        for (int kk = 0; kk < 64; kk += 16) {
                                             unsigned fa[1][4];
                                             for (int i = 0; i < 1; i++) {
-                                                const int f = (i * 16 + kk / 8) * 4;
+                                                const int f = (i * 8 + kk / 8) * 4;
                                                 fa[i][0] = dt_pack2_f16(v32[f + 0], v32[f + 1]);
                                                 fa[i][1] = dt_pack2_f16(v32[f + 2], v32[f + 3]);
                                                 fa[i][2] = dt_pack2_f16(v32[f + 4], v32[f + 5]);
@@ -10473,7 +16213,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -10482,27 +16222,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
                                     /* acc6 += v53: accumulated by the dot above */
                                 }
                             }
-                            __syncwarp();
-                            if ((tid & 31) == 0) {
-                                __threadfence_block();
-                                if (atomicAdd(((unsigned*)(dt_smem + 40964)) + rd16, 1u) == 7u) { /* the last warp done with stage rd16 refills it */
-                                    ((unsigned*)(dt_smem + 40964))[rd16] = 0u;
-                                    __threadfence_block();
-                                    const long long o274 = o15 + 256;
-                                    const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * rd16;
-                                    dt_mbar_expect_tx(bar, (o274 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
-                                    if (o274 < dt_min_ll(s3, b2 * 128 + 128)) {
-                                        /* v4: K, 2 pieces of 64 along its last axis */
-                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rd16 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o274), (int)(o2), (int)(o1));
-                                        /* v52: V, 2 pieces of 64 along its last axis */
-                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + rd16 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o274), (int)(o2), (int)(o1));
-                                    }
-                                }
-                            }
                             rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 24576), 0);
                         __syncthreads();
                     }
                     float v34[2];
@@ -10534,13 +16258,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_f1
     }
 }
 
-#ifndef DT_WGMMA_M64N128K16_BF16
-#define DT_WGMMA_M64N128K16_BF16
+#ifndef DT_WGMMA_M64N64K16_BF16
+#define DT_WGMMA_M64N64K16_BF16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n128k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -10562,8 +16286,8 @@ DT_FN void dt_wgmma_m64n128k16_bf16_rs(float* d, const unsigned* a, unsigned lon
 #endif
 }
 #endif
-/* kernel attention_causal_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164888 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+/* kernel attention_causal_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 99344 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
     /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
@@ -10645,13 +16369,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
         v75[r] = (v8[0] * v72[0]);
     }
     /* block(b:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* block(h:1) */
-        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+        { const long long o2 = b1 * 1; /* the block's one step */
             /* block(i:128) attention_causal_90a_128.tensorize(i:0) */
-            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
+            { const long long o3 = b2 * 128; /* the block's one step */
                 /* block(e:128) attention_causal_90a_128.tensorize(e:0) */
-                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
+                { const long long o4 = b4 * 128; /* the block's one step */
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll
@@ -10670,82 +16394,94 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_90a_128.tensorize(j:128) num_stages(2) + rsum attention_causal_90a_128.tensorize(j:128) num_stages(2) + rdot attention_causal_90a_128.tensorize(j:128) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_causal_90a_128.tensorize(j:64) num_stages(2) + rsum attention_causal_90a_128.tensorize(j:64) num_stages(2) + rdot attention_causal_90a_128.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); ((unsigned*)(dt_smem + 40964))[st] = 0u; } dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 24576) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 128;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
                                 if (st == 0) {
                                     /* v3: Q, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
                                 }
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                     /* v52: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 128) {
-                            /* wait for the copies of this step (buffer rd16) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
-                            if (o15 + 128 <= s3 && o15 + 127 <= o3) {
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 24576) + 8 * rd16, ph18);
+                            __syncthreads();
+                            const long long o19 = o15 + 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                    /* v4: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    /* v52: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                }
+                            }
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
                                 /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
-                                float v2[64];
+                                float v2[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l19 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l20 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l20)) <= ((float)(o3 + l19)) ? 1.0f : 0.0f);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l21 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v5: accumulated by the dot above */
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v69[64];
+                                float v69[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
-                                float v70[64];
+                                float v70[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
                                 float v71[2];
@@ -10755,7 +16491,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -10822,24 +16558,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 for (int r = 0; r < 2; r++) {
                                     v73[r] = (v62[r] * v72[0]);
                                 }
-                                float v76[64];
+                                float v76[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v76[r] = (v69[r] * v75[0]);
                                 }
-                                float v77[64];
+                                float v77[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v31[64];
+                                float v31[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v31[r] = dt_fast_exp2(v77[r]);
                                 }
-                                float v32[64];
+                                float v32[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v32[r] = (1) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
@@ -10849,7 +16585,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -10877,16 +16613,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     acc6[r] = v68[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                             fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                             fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -10899,7 +16635,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -10907,55 +16643,55 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                if (o15 + 128 <= s3) {
+                                if (o15 + 64 <= s3) {
                                     /* a full step: every lane valid */
                                     /* v0: the index along j, computed where it is read */
                                     /* v1: the index along i, computed where it is read */
-                                    float v2[64];
+                                    float v2[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        const int l104 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l105 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v2[r] = (((float)(o15 + l105)) <= ((float)(o3 + l104)) ? 1.0f : 0.0f);
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
-                                    float acc1[64];
+                                    float acc1[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         acc1[r] = 0e0f;
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     }
                                     /* acc1 += v5: accumulated by the dot above */
-                                    float v6[64];
+                                    float v6[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v6[r] = acc1[r];
                                     }
-                                    float v69[64];
+                                    float v69[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                     }
-                                    float v70[64];
+                                    float v70[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v70[r] = (1) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
@@ -10965,7 +16701,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -11032,24 +16768,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     for (int r = 0; r < 2; r++) {
                                         v73[r] = (v62[r] * v72[0]);
                                     }
-                                    float v76[64];
+                                    float v76[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v76[r] = (v69[r] * v75[0]);
                                     }
-                                    float v77[64];
+                                    float v77[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
-                                    float v31[64];
+                                    float v31[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v31[r] = dt_fast_exp2(v77[r]);
                                     }
-                                    float v32[64];
+                                    float v32[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v32[r] = (1) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
@@ -11059,7 +16795,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -11087,16 +16823,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         acc6[r] = v68[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                        unsigned fas[8][4];
+                                        const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                        unsigned fas[4][4];
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) {
+                                        for (int kk = 0; kk < 64; kk += 16) {
                                             unsigned fa[1][4];
                                             for (int i = 0; i < 1; i++) {
-                                                const int f = (i * 16 + kk / 8) * 4;
+                                                const int f = (i * 8 + kk / 8) * 4;
                                                 fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                                 fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                                 fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -11109,7 +16845,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -11119,53 +16855,53 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 } else {
                                     /* v0: the index along j, computed where it is read */
                                     /* v1: the index along i, computed where it is read */
-                                    float v2[64];
+                                    float v2[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        const int l189 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l190 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v2[r] = (((float)(o15 + l190)) <= ((float)(o3 + l189)) ? 1.0f : 0.0f);
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
-                                    float acc1[64];
+                                    float acc1[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         acc1[r] = 0e0f;
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     }
                                     /* acc1 += v5: accumulated by the dot above */
-                                    float v6[64];
+                                    float v6[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v6[r] = acc1[r];
                                     }
-                                    float v69[64];
+                                    float v69[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                     }
-                                    float v70[64];
+                                    float v70[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        const int l206 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v70[r] = ((unsigned)(o15 + l206) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
                                     /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -11174,7 +16910,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -11241,26 +16977,26 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     for (int r = 0; r < 2; r++) {
                                         v73[r] = (v62[r] * v72[0]);
                                     }
-                                    float v76[64];
+                                    float v76[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v76[r] = (v69[r] * v75[0]);
                                     }
-                                    float v77[64];
+                                    float v77[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
-                                    float v31[64];
+                                    float v31[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v31[r] = dt_fast_exp2(v77[r]);
                                     }
-                                    float v32[64];
+                                    float v32[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        const int l258 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v32[r] = ((unsigned)(o15 + l258) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
                                     /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -11269,7 +17005,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -11297,16 +17033,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         acc6[r] = v68[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                        unsigned fas[8][4];
+                                        const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                        unsigned fas[4][4];
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) {
+                                        for (int kk = 0; kk < 64; kk += 16) {
                                             unsigned fa[1][4];
                                             for (int i = 0; i < 1; i++) {
-                                                const int f = (i * 16 + kk / 8) * 4;
+                                                const int f = (i * 8 + kk / 8) * 4;
                                                 fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                                 fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                                 fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -11319,7 +17055,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -11328,27 +17064,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     /* acc6 += v53: accumulated by the dot above */
                                 }
                             }
-                            __syncwarp();
-                            if ((tid & 31) == 0) {
-                                __threadfence_block();
-                                if (atomicAdd(((unsigned*)(dt_smem + 40964)) + rd16, 1u) == 7u) { /* the last warp done with stage rd16 refills it */
-                                    ((unsigned*)(dt_smem + 40964))[rd16] = 0u;
-                                    __threadfence_block();
-                                    const long long o274 = o15 + 256;
-                                    const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * rd16;
-                                    dt_mbar_expect_tx(bar, (o274 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
-                                    if (o274 < dt_min_ll(s3, b2 * 128 + 128)) {
-                                        /* v4: K, 2 pieces of 64 along its last axis */
-                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rd16 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o274), (int)(o2), (int)(o1));
-                                        /* v52: V, 2 pieces of 64 along its last axis */
-                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + rd16 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o274), (int)(o2), (int)(o1));
-                                    }
-                                }
-                            }
                             rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 24576), 0);
                         __syncthreads();
                     }
                     float v34[2];
@@ -11380,13 +17100,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
     }
 }
 
-#ifndef DT_WGMMA_M64N128K16_BF16
-#define DT_WGMMA_M64N128K16_BF16
+#ifndef DT_WGMMA_M64N64K16_BF16
+#define DT_WGMMA_M64N64K16_BF16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n128k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -11408,8 +17128,8 @@ DT_FN void dt_wgmma_m64n128k16_bf16_rs(float* d, const unsigned* a, unsigned lon
 #endif
 }
 #endif
-/* kernel attention_causal_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164888 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+/* kernel attention_causal_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 99344 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128_bf16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
     /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
@@ -11491,13 +17211,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
         v75[r] = (v8[0] * v72[0]);
     }
     /* block(b:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* block(h:1) */
-        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
+        { const long long o2 = b1 * 1; /* the block's one step */
             /* block(i:128) attention_causal_90a_128.tensorize(i:0) */
-            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
+            { const long long o3 = b2 * 128; /* the block's one step */
                 /* block(e:128) attention_causal_90a_128.tensorize(e:0) */
-                for (long long o4 = b4 * 128; o4 < dt_min_ll(b4 * 128 + 128, s4); o4 += 128) {
+                { const long long o4 = b4 * 128; /* the block's one step */
                     /* rdot accumulator */
                     float acc6[64];
                     #pragma unroll
@@ -11516,82 +17236,94 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_90a_128.tensorize(j:128) num_stages(2) + rsum attention_causal_90a_128.tensorize(j:128) num_stages(2) + rdot attention_causal_90a_128.tensorize(j:128) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_causal_90a_128.tensorize(j:64) num_stages(2) + rsum attention_causal_90a_128.tensorize(j:64) num_stages(2) + rdot attention_causal_90a_128.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); ((unsigned*)(dt_smem + 40964))[st] = 0u; } dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 24576) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
-                            const long long o15 = (long long)st * 128;
+                        for (int st = 0; st < 1; st++) {
+                            const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
                                 if (st == 0) {
                                     /* v3: Q, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 0)) + c * 16384, &targs.maps[0], bar, (int)(0 + c * 64), (int)(o3), (int)(o2), (int)(o1));
                                 }
                                 if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
                                     /* v4: K, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                     /* v52: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + st * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 128) {
-                            /* wait for the copies of this step (buffer rd16) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
-                            if (o15 + 128 <= s3 && o15 + 127 <= o3) {
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 24576) + 8 * rd16, ph18);
+                            __syncthreads();
+                            const long long o19 = o15 + 64;
+                            if (tid == 0) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 24576) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 32768u : 0u));
+                                if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                    /* v4: K, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + wr17 * 4096)) + c * 8192, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                    /* v52: V, 2 pieces of 64 along its last axis */
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 16384 + wr17 * 4096)) + c * 8192, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o19), (int)(o2), (int)(o1));
+                                }
+                            }
+                            if (o15 + 64 <= s3 && o15 + 63 <= o3) {
                                 /* a step below the diagonal: v2 holds in every lane */
                                 /* v0: the index along j, computed where it is read */
                                 /* v1: the index along i, computed where it is read */
-                                float v2[64];
+                                float v2[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    const int l19 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                    const int l20 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v2[r] = (((float)(o15 + l20)) <= ((float)(o3 + l19)) ? 1.0f : 0.0f);
+                                for (int r = 0; r < 32; r++) {
+                                    const int l20 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                    const int l21 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v2[r] = (((float)(o15 + l21)) <= ((float)(o3 + l20)) ? 1.0f : 0.0f);
                                 }
                                 /* rdot accumulator */
-                                float acc1[64];
+                                float acc1[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     acc1[r] = 0e0f;
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                    for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                 }
                                 /* acc1 += v5: accumulated by the dot above */
-                                float v6[64];
+                                float v6[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v6[r] = acc1[r];
                                 }
-                                float v69[64];
+                                float v69[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v69[r] = (v2[r] != 0.0f || true) ? v6[r] : v11[0];
                                 }
-                                float v70[64];
+                                float v70[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v70[r] = (1) ? v69[r] : (-INFINITY);
                                 }
                                 float v71[2];
@@ -11601,7 +17333,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -11668,24 +17400,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 for (int r = 0; r < 2; r++) {
                                     v73[r] = (v62[r] * v72[0]);
                                 }
-                                float v76[64];
+                                float v76[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v76[r] = (v69[r] * v75[0]);
                                 }
-                                float v77[64];
+                                float v77[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                for (int r = 0; r < 32; r++) {
+                                    v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
-                                float v31[64];
+                                float v31[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v31[r] = dt_fast_exp2(v77[r]);
                                 }
-                                float v32[64];
+                                float v32[32];
                                 #pragma unroll
-                                for (int r = 0; r < 64; r++) {
+                                for (int r = 0; r < 32; r++) {
                                     v32[r] = (1) ? v31[r] : 0e0f;
                                 }
                                 float v33[2];
@@ -11695,7 +17427,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                    for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                     #pragma unroll
                                     for (int s = 0; s < 2; s++) {
                                         #pragma unroll
@@ -11723,16 +17455,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     acc6[r] = v68[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                    unsigned fas[8][4];
+                                    const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                    unsigned fas[4][4];
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
+                                    for (int kk = 0; kk < 64; kk += 16) {
                                         unsigned fa[1][4];
                                         for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
+                                            const int f = (i * 8 + kk / 8) * 4;
                                             fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                             fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                             fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -11745,7 +17477,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -11753,55 +17485,55 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 }
                                 /* acc6 += v53: accumulated by the dot above */
                             } else {
-                                if (o15 + 128 <= s3) {
+                                if (o15 + 64 <= s3) {
                                     /* a full step: every lane valid */
                                     /* v0: the index along j, computed where it is read */
                                     /* v1: the index along i, computed where it is read */
-                                    float v2[64];
+                                    float v2[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        const int l104 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l105 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v2[r] = (((float)(o15 + l105)) <= ((float)(o3 + l104)) ? 1.0f : 0.0f);
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l105 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l106 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l106)) <= ((float)(o3 + l105)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
-                                    float acc1[64];
+                                    float acc1[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         acc1[r] = 0e0f;
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     }
                                     /* acc1 += v5: accumulated by the dot above */
-                                    float v6[64];
+                                    float v6[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v6[r] = acc1[r];
                                     }
-                                    float v69[64];
+                                    float v69[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                     }
-                                    float v70[64];
+                                    float v70[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v70[r] = (1) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
@@ -11811,7 +17543,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -11878,24 +17610,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     for (int r = 0; r < 2; r++) {
                                         v73[r] = (v62[r] * v72[0]);
                                     }
-                                    float v76[64];
+                                    float v76[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v76[r] = (v69[r] * v75[0]);
                                     }
-                                    float v77[64];
+                                    float v77[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
-                                    float v31[64];
+                                    float v31[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v31[r] = dt_fast_exp2(v77[r]);
                                     }
-                                    float v32[64];
+                                    float v32[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v32[r] = (1) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
@@ -11905,7 +17637,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -11933,16 +17665,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         acc6[r] = v68[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                        unsigned fas[8][4];
+                                        const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                        unsigned fas[4][4];
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) {
+                                        for (int kk = 0; kk < 64; kk += 16) {
                                             unsigned fa[1][4];
                                             for (int i = 0; i < 1; i++) {
-                                                const int f = (i * 16 + kk / 8) * 4;
+                                                const int f = (i * 8 + kk / 8) * 4;
                                                 fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                                 fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                                 fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -11955,7 +17687,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -11965,53 +17697,53 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                 } else {
                                     /* v0: the index along j, computed where it is read */
                                     /* v1: the index along i, computed where it is read */
-                                    float v2[64];
+                                    float v2[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        const int l189 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                                        const int l190 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v2[r] = (((float)(o15 + l190)) <= ((float)(o3 + l189)) ? 1.0f : 0.0f);
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                                        const int l191 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v2[r] = (((float)(o15 + l191)) <= ((float)(o3 + l190)) ? 1.0f : 0.0f);
                                     }
                                     /* rdot accumulator */
-                                    float acc1[64];
+                                    float acc1[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         acc1[r] = 0e0f;
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, j:64] over d:128 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 4096));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                        for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     }
                                     /* acc1 += v5: accumulated by the dot above */
-                                    float v6[64];
+                                    float v6[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v6[r] = acc1[r];
                                     }
-                                    float v69[64];
+                                    float v69[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                                     }
-                                    float v70[64];
+                                    float v70[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        const int l206 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v70[r] = ((unsigned)(o15 + l206) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l207 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v70[r] = ((unsigned)(o15 + l207) < (unsigned)s3) ? v69[r] : (-INFINITY);
                                     }
                                     float v71[2];
                                     /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -12020,7 +17752,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = (-INFINITY);
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = fmaxf(p[s], v70[r]); }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -12087,26 +17819,26 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     for (int r = 0; r < 2; r++) {
                                         v73[r] = (v62[r] * v72[0]);
                                     }
-                                    float v76[64];
+                                    float v76[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v76[r] = (v69[r] * v75[0]);
                                     }
-                                    float v77[64];
+                                    float v77[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        v77[r] = (v76[r] - v73[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
+                                    for (int r = 0; r < 32; r++) {
+                                        v77[r] = (v76[r] - v73[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
-                                    float v31[64];
+                                    float v31[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
+                                    for (int r = 0; r < 32; r++) {
                                         v31[r] = dt_fast_exp2(v77[r]);
                                     }
-                                    float v32[64];
+                                    float v32[32];
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) {
-                                        const int l258 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                        v32[r] = ((unsigned)(o15 + l258) < (unsigned)s3) ? v31[r] : 0e0f;
+                                    for (int r = 0; r < 32; r++) {
+                                        const int l259 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                                        v32[r] = ((unsigned)(o15 + l259) < (unsigned)s3) ? v31[r] : 0e0f;
                                     }
                                     float v33[2];
                                     /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -12115,7 +17847,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) p[s] = 0e0f;
                                         #pragma unroll
-                                        for (int r = 0; r < 64; r++) { const int s = (r >> 2) / 16 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
+                                        for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 8 * 2 + ((r >> 1) & 1); p[s] = p[s] + v32[r]; }
                                         #pragma unroll
                                         for (int s = 0; s < 2; s++) {
                                             #pragma unroll
@@ -12143,16 +17875,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         acc6[r] = v68[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:128, e:128] over j:64 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                        unsigned fas[8][4];
+                                        const unsigned fb = dt_smem_u32((dt_smem + 16384 + rd16 * 4096));
+                                        const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
+                                        unsigned fas[4][4];
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) {
+                                        for (int kk = 0; kk < 64; kk += 16) {
                                             unsigned fa[1][4];
                                             for (int i = 0; i < 1; i++) {
-                                                const int f = (i * 16 + kk / 8) * 4;
+                                                const int f = (i * 8 + kk / 8) * 4;
                                                 fa[i][0] = dt_pack2_bf16(v32[f + 0], v32[f + 1]);
                                                 fa[i][1] = dt_pack2_bf16(v32[f + 2], v32[f + 3]);
                                                 fa[i][2] = dt_pack2_bf16(v32[f + 4], v32[f + 5]);
@@ -12165,7 +17897,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                         for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -12174,27 +17906,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_128_bf
                                     /* acc6 += v53: accumulated by the dot above */
                                 }
                             }
-                            __syncwarp();
-                            if ((tid & 31) == 0) {
-                                __threadfence_block();
-                                if (atomicAdd(((unsigned*)(dt_smem + 40964)) + rd16, 1u) == 7u) { /* the last warp done with stage rd16 refills it */
-                                    ((unsigned*)(dt_smem + 40964))[rd16] = 0u;
-                                    __threadfence_block();
-                                    const long long o274 = o15 + 256;
-                                    const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * rd16;
-                                    dt_mbar_expect_tx(bar, (o274 < dt_min_ll(s3, b2 * 128 + 128) ? 65536u : 0u));
-                                    if (o274 < dt_min_ll(s3, b2 * 128 + 128)) {
-                                        /* v4: K, 2 pieces of 64 along its last axis */
-                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rd16 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o274), (int)(o2), (int)(o1));
-                                        /* v52: V, 2 pieces of 64 along its last axis */
-                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + rd16 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o274), (int)(o2), (int)(o1));
-                                    }
-                                }
-                            }
                             rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
+                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 24576), 0);
                         __syncthreads();
                     }
                     float v34[2];

@@ -603,25 +603,33 @@ fn hopper_run<T: Element>(gpu: &Gpu, case: &Case, placements: &[Placement]) -> (
     (out.unwrap().to_host().unwrap().into_iter().map(T::to_f32).collect(), symbol.unwrap())
 }
 
-/// The wgmma attention classes (`attention_90a_64`, `attention_90a_128` and their causal twins:
-/// TMA rings, wgmma) at head dimensions up to and at their bounds, query and key counts that are
-/// no multiple of their blocks (128 queries; 64 keys at head dimension 64, 128 above), contiguous and padded rows (which tensor
-/// maps describe: they run the wgmma class on sm_90), transposed ones and rows padded by 1
-/// (which run the class for any layout); f16 and bf16. On a GPU without sm_90 every case runs
+/// The wgmma attention classes (`attention_90a_64`, `_80`, `_128` and their causal twins: TMA
+/// rings, wgmma) at head dimensions up to and at their bounds, query and key counts that are no
+/// multiple of their blocks (128 queries; 64 keys at head dimension 64, 128 above), V wider and
+/// narrower than its block of columns, contiguous and padded rows (which tensor maps describe:
+/// they run the wgmma class of the head dimension on sm_90), transposed ones and rows padded by
+/// 1 (which run the class for any layout); f16 and bf16. On a GPU without sm_90 every case runs
 /// the other classes.
 #[test]
 fn hopper_attention_matches_reference() {
     let Some((gpu, hopper, [contiguous, padded, transposed, odd])) = hopper_setup("hopper_attention_matches_reference", 4) else { return };
-    // (batch, heads, seq_q, seq_k, d, e): the `_64` class up to 64, the `_128` class above.
-    let shapes: [AttentionShape; 7] = [
+    // (batch, heads, seq_q, seq_k, d, e): the `_64` class up to 64, `_80` up to 80, `_128` above.
+    let shapes: [AttentionShape; 9] = [
         (1, 2, 1, 1, 64, 64),
         (2, 3, 127, 65, 64, 64),
         (2, 2, 65, 300, 40, 24),
         (1, 2, 300, 200, 128, 128),
         (1, 1, 129, 257, 128, 128),
         (1, 2, 200, 130, 80, 80),
+        (1, 1, 77, 300, 72, 168),
+        (2, 1, 129, 129, 80, 40),
         (1, 1, 64, 190, 128, 64),
     ];
+    let class = |d: usize| match d {
+        0..=64 => "_90a_64",
+        65..=80 => "_90a_80",
+        _ => "_90a_128",
+    };
     for (i, &shape) in shapes.iter().enumerate() {
         for (name, placement, tma) in [
             ("contiguous", contiguous.clone(), true),
@@ -639,7 +647,7 @@ fn hopper_attention_matches_reference() {
                     };
                     let what = format!("attention{} {shape:?} {dtype} {name} ({symbol})", if causal { " causal" } else { "" });
                     case.check(&what, &got).unwrap_or_else(|e| panic!("{what}: {e}"));
-                    assert_eq!(symbol.contains("_90a_"), hopper && tma, "{what}: ran `{symbol}`");
+                    assert_eq!(symbol.contains(class(shape.4)), hopper && tma, "{what}: ran `{symbol}`");
                 };
                 run(dt_core::DType::F16);
                 run(dt_core::DType::BF16);

@@ -645,13 +645,13 @@ impl Emitter<'_> {
             self.line(&format!("const unsigned long long {name}_desc = dt_wgmma_desc({name}, {}, {});", desc.lbo, desc.sbo));
             descs.push(format!("{name}_desc + (unsigned long long)(({offset}) >> 4)"));
         }
-        let steps = d.depth / 16;
+        let steps = d.reach / 16;
         let regs = t.cols / 2;
         if d.a_in_fragments {
             // Every step's A registers before the fence that orders them before the wgmma.
             self.line(&format!("unsigned fas[{steps}][4];"));
             self.line("#pragma unroll");
-            self.line(&format!("for (int kk = 0; kk < {}; kk += 16) {{", d.depth));
+            self.line(&format!("for (int kk = 0; kk < {}; kk += 16) {{", d.reach));
             self.depth += 1;
             self.line("unsigned fa[1][4];");
             self.a_from_fragments(d, 1);
@@ -676,7 +676,7 @@ impl Emitter<'_> {
                 descs[1]
             )
         };
-        self.line(&format!("for (int kk = 0; kk < {}; kk += 16) {call};", d.depth));
+        self.line(&format!("for (int kk = 0; kk < {}; kk += 16) {call};", d.reach));
         self.line("dt_wgmma_commit();");
         self.line("dt_wgmma_wait<0>();");
         self.line("#pragma unroll");

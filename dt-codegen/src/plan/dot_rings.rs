@@ -199,7 +199,7 @@ fn two_programs_fit(ring_words: usize) -> bool {
 fn with_swizzle(d: &MmaDot, swizzle: bool) -> MmaDot {
     let mut d = d.clone();
     for i in 0..2 {
-        d.swizzle[i] = (swizzle || d.warpgroup) && d.direct[i].is_some() && d.can_swizzle(i);
+        d.swizzle[i] = d.direct[i].is_some() && ((swizzle && d.can_swizzle(i)) || (d.warpgroup && d.fits_atoms(i)));
     }
     d
 }

@@ -245,6 +245,12 @@ pub(crate) struct MmaDot {
     pub b: ValueId,
     pub k: DimId,
     pub depth: u32,
+    /// The elements of `k` that the products cover: `depth`, or, for a warpgroup product whose
+    /// kernel bounds `k` below its tile (a whole-extent tile is the bound rounded up to a power
+    /// of two, `bound(d:80)` gives 128), the bound rounded up to a k16 step. A dot's operands
+    /// are zero past the size of its contraction (their loads are masked else 0, computed
+    /// ones masked), so the steps past the bound would only add zeros.
+    pub reach: u32,
     /// The accumulator the dot is summed into right away: `mma.sync` accumulates into its
     /// registers directly and the [`Stmt::Update`] prints nothing.
     pub into: Option<VarId>,
@@ -329,6 +335,7 @@ impl MmaDot {
             b,
             k,
             depth,
+            reach: depth,
             into: None,
             direct: [None, None],
             stages: 1,
@@ -377,6 +384,24 @@ impl MmaDot {
         self.tile.isa == MatrixIsa::MmaSync && self.line_len(i).is_multiple_of(64)
     }
 
+    /// Whether operand `i` of a warpgroup product can lie in 128-byte swizzle atoms: an
+    /// `mma.sync`-typed operand (16-bit elements) whose lines are whole 16-byte units. Lines
+    /// that are not whole atoms are staged padded to them ([`Self::staged_len`]): the bulk
+    /// copies fill the padding (with zeros past the input, else with elements no product reads).
+    pub fn fits_atoms(&self, i: usize) -> bool {
+        self.tile.isa == MatrixIsa::MmaSync && self.line_len(i).is_multiple_of(8)
+    }
+
+    /// Elements per line of operand `i` in its buffer before any padding: its lines' length, up
+    /// to whole 64-element atoms where swizzled.
+    fn staged_len(&self, i: usize) -> u32 {
+        if self.swizzled(i) {
+            self.line_len(i).next_multiple_of(64)
+        } else {
+            self.line_len(i)
+        }
+    }
+
     /// Elements per staged line of operand `i`: a swizzled line's length, or the length plus
     /// padding that makes the pitch an odd number of 16-byte units, so that the eight lines an
     /// `ldmatrix` reads at once (the four consecutive lines an `Fma` warp reads of an operand
@@ -384,7 +409,7 @@ impl MmaDot {
     /// `ldmatrix` and 16-byte loads need. (An `Fma` B staged [rows][K], attention's K, reads
     /// lines 4 apart, with 4-way conflicts.)
     pub fn pitch(&self, i: usize) -> u32 {
-        let len = self.line_len(i);
+        let len = self.staged_len(i);
         if self.swizzled(i) {
             return len;
         }
@@ -404,7 +429,7 @@ impl MmaDot {
     /// copies write one box per piece; `ldmatrix` operands keep whole lines (cut so, `mma.sync`
     /// attention at d = 128 spilled 240 bytes).
     pub fn atom_pieces(&self, i: usize) -> (u32, u32) {
-        (self.line_len(i) / 64, self.lines(i) * 128)
+        (self.staged_len(i) / 64, self.lines(i) * 128)
     }
 
     /// The `wgmma` matrix descriptor of a warpgroup dot's operand `i` in its buffer (see
@@ -660,10 +685,14 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
     }
     pipeline(&k.body, &mut p);
     super::dot_rings::plan_rings(k, &k.body, &mut p);
-    // A warpgroup dot reads its operands from a ring, swizzled as `wgmma` reads them.
+    // A warpgroup dot reads its operands from a ring, swizzled as `wgmma` reads them, and
+    // stops its products at the bound of its contraction.
     for (_, d) in &mut p.dots {
         let swizzled = (0..2).all(|i| d.direct[i].is_none() || d.swizzled(i));
         d.warpgroup &= d.ring.is_some() && swizzled;
+        if d.warpgroup {
+            d.reach = k.bound(d.k).map_or(d.depth, |n| d.depth.min((n as u32).next_multiple_of(16)));
+        }
     }
     p
 }
@@ -671,8 +700,9 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
 /// Whether dot `d` of a `wgmma()` kernel can be a warpgroup product ([`MmaDot::warpgroup`]):
 /// a tensor-core dot whose warps each hold 16 whole rows, in warpgroups of four (64 rows each),
 /// of at most 256 columns (`m64nNk16`, N a multiple of 8); `b` copied by the dot, `a` copied
-/// too or read from fragments; every copied operand in lines of whole 128-byte swizzle atoms
-/// (64 elements). The rings then give it its buffers (`super::dot_rings`).
+/// too or read from fragments; every copied operand in lines of whole 16-byte units, staged in
+/// whole 128-byte swizzle atoms (64 elements, [`MmaDot::fits_atoms`]). The rings then give it
+/// its buffers (`super::dot_rings`).
 pub(crate) fn warpgroup_fits(d: &MmaDot) -> bool {
     warpgroup_misfit(d).is_none()
 }
@@ -695,14 +725,14 @@ pub(crate) fn warpgroup_misfit(d: &MmaDot) -> Option<String> {
         return Some(format!("its {} columns are not a multiple of 8 up to 256", t.cols));
     }
     let copied = d.direct[1].is_some() && (d.direct[0].is_some() || d.a_in_fragments);
-    if !copied || (0..2).any(|i| d.direct[i].is_some() && !d.can_swizzle(i)) {
+    if !copied || (0..2).any(|i| d.direct[i].is_some() && !d.fits_atoms(i)) {
         return Some(RINGS_MISFIT.into());
     }
     None
 }
 
 /// Why a dot that could be a warpgroup product is not one: its loop's rings do not feed it.
-pub(crate) const RINGS_MISFIT: &str = "its operands are not copied through the rings of a reduction loop with num_stages(2) or more that does more than this dot (a loop of the dot alone, a matmul's, is warp_specialize()'s), or its staged lines are not a multiple of 64 elements";
+pub(crate) const RINGS_MISFIT: &str = "its operands are not copied through the rings of a reduction loop with num_stages(2) or more that does more than this dot (a loop of the dot alone, a matmul's, is warp_specialize()'s), or its staged lines are not whole 16-byte units";
 
 /// Whether operand `a` of dot `d`, in `layout`, is held as `d`'s warps want their A fragments
 /// (see [`MmaDot::a_in_fragments`]): `mma.sync` accumulator fragments over the dot's rows and
@@ -1032,7 +1062,7 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
         };
         let _ = writeln!(
             out,
-            "  dot       %{} [{}:{}, {}:{}] over {}:{}: {unit}, {} x {} warps of {fm} x {fn_} fragments{}",
+            "  dot       %{} [{}:{}, {}:{}] over {}:{}{}: {unit}, {} x {} warps of {fm} x {fn_} fragments{}",
             id.0,
             dim(t.m),
             t.rows,
@@ -1040,6 +1070,7 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
             t.cols,
             dim(d.k),
             d.depth,
+            if d.reach < d.depth { format!(" (products over the first {}, its bound)", d.reach) } else { String::new() },
             t.wm,
             t.wn,
             d.into.map_or(String::new(), |v| format!(", into $acc{}", v.0))

@@ -210,10 +210,17 @@ pub(crate) fn verify_registers(k: &Kernel, p: &super::layouts::Plan) -> Result<(
                 return Err(format!("dot %{} copies operand %{} from global memory, but it is no load", id.0, operand.0));
             }
         }
+        if d.reach > d.depth || !d.reach.is_multiple_of(d.tile.isa.k_step()) || (d.reach < d.depth && !d.warpgroup) {
+            return Err(format!(
+                "dot %{}'s products cover {} of its {} elements of the contraction: only a warpgroup product stops short, at a k step",
+                id.0, d.reach, d.depth
+            ));
+        }
         for i in 0..2 {
-            if d.swizzled(i) && !(d.can_swizzle(i) && d.ring.is_some() && d.direct[i].is_some()) {
+            let atoms = d.can_swizzle(i) || (d.warpgroup && d.fits_atoms(i));
+            if d.swizzled(i) && !(atoms && d.ring.is_some() && d.direct[i].is_some()) {
                 return Err(format!(
-                    "dot %{}'s operand {i} is swizzled, but only an mma.sync operand it copies into a ring, in lines of 64 elements, can be",
+                    "dot %{}'s operand {i} is swizzled, but only an mma.sync operand it copies into a ring, in lines of 64 elements (of whole 16-byte units for a warpgroup product), can be",
                     id.0
                 ));
             }
@@ -301,7 +308,7 @@ mod tests {
         let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../dt-kernels/specs/attention.dt")).expect("spec");
         let p = dt_core::compile_spec(&src).expect("checks");
         let kernels = dt_core::lower::lower_all(&p).expect("lowers");
-        for name in ["attention_90a_64", "attention_90a_128", "attention_causal_90a_128"] {
+        for name in ["attention_90a_64", "attention_90a_80", "attention_90a_128", "attention_causal_90a_80", "attention_causal_90a_128"] {
             let k = kernels.iter().find(|k| k.name == name).expect("the class");
             let mapping = Mapping::of(k, DType::BF16, Dialect::Cuda);
             let plan = crate::plan::register_layouts(k, DType::BF16, Dialect::Cuda, None, mapping);
@@ -326,7 +333,9 @@ mod tests {
         let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../dt-kernels/specs/attention.dt")).expect("spec");
         let p = dt_core::compile_spec(&src).expect("checks");
         let kernels = dt_core::lower::lower_all(&p).expect("lowers");
-        for (name, by_last_warp) in [("attention_90a_64", false), ("attention_90a_128", true), ("attention_causal_90a_128", true)] {
+        for (name, by_last_warp) in
+            [("attention_90a_64", false), ("attention_90a_80", false), ("attention_90a_128", true), ("attention_causal_90a_128", false)]
+        {
             let k = kernels.iter().find(|k| k.name == name).expect("the class");
             let mapping = Mapping::of(k, DType::F16, Dialect::Cuda);
             let plan = crate::plan::register_layouts(k, DType::F16, Dialect::Cuda, None, mapping);
@@ -339,6 +348,29 @@ mod tests {
                 broken.dots[0].1.ring.as_mut().expect("a ring").done_counts = rings[0].barriers;
                 assert!(verify_registers(k, &broken).unwrap_err().contains("last warp"), "{name}");
             }
+        }
+    }
+
+    /// Under `bound(d:80)` the head dimension's whole tile is 128: the scores' products stop at
+    /// the bound (five k16 steps of eight), V's lines of 80 columns are staged padded to two
+    /// swizzle atoms, and products that stop off a k16 step are caught.
+    #[test]
+    fn warpgroup_products_stop_at_their_contraction_bound() {
+        let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../dt-kernels/specs/attention.dt")).expect("spec");
+        let p = dt_core::compile_spec(&src).expect("checks");
+        let kernels = dt_core::lower::lower_all(&p).expect("lowers");
+        for (name, reach) in [("attention_90a_80", 80), ("attention_90a_128", 128)] {
+            let k = kernels.iter().find(|k| k.name == name).expect("the class");
+            let mapping = Mapping::of(k, DType::F16, Dialect::Cuda);
+            let plan = crate::plan::register_layouts(k, DType::F16, Dialect::Cuda, None, mapping);
+            verify_registers(k, &plan).unwrap();
+            let (scores, pv) = (&plan.dots[0].1, &plan.dots[1].1);
+            assert_eq!((scores.depth, scores.reach), (128, reach), "{name}: Q K^T over the head dimension");
+            assert_eq!(pv.reach, pv.depth, "{name}: P V over every key of the step");
+            assert_eq!((pv.tile.cols, pv.pitch(1), pv.atom_pieces(1).0), (reach, 128, 2), "{name}: V's lines in two atoms");
+            let mut broken = plan.clone();
+            broken.dots[0].1.reach = 72;
+            assert!(verify_registers(k, &broken).unwrap_err().contains("products cover"), "{name}");
         }
     }
 
