@@ -392,8 +392,8 @@ impl MmaDot {
         self.tile.isa == MatrixIsa::MmaSync && self.line_len(i).is_multiple_of(8)
     }
 
-    /// Elements per line of operand `i` in its buffer before any padding: its lines' length, up
-    /// to whole 64-element atoms where swizzled.
+    /// Elements of operand `i`'s lines as staged: their length, rounded up to whole 64-element
+    /// atoms where swizzled (the bulk copies fill the rest, which no product reads).
     fn staged_len(&self, i: usize) -> u32 {
         if self.swizzled(i) {
             self.line_len(i).next_multiple_of(64)

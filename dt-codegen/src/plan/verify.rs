@@ -269,18 +269,21 @@ mod tests {
     use crate::plan::layouts::{Mapping, RegLayout};
     use dt_core::DType;
 
-    fn matmul() -> dt_core::kir::Kernel {
-        let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../dt-kernels/specs/matmul.dt")).expect("spec");
+    /// Every kernel of the library's spec `name`, lowered.
+    fn library_kernels(name: &str) -> Vec<dt_core::kir::Kernel> {
+        let path = format!("{}/../dt-kernels/specs/{name}.dt", env!("CARGO_MANIFEST_DIR"));
+        let src = std::fs::read_to_string(&path).expect("spec");
         let p = dt_core::compile_spec(&src).expect("checks");
-        let kernels = dt_core::lower::lower_all(&p).expect("lowers");
-        kernels.into_iter().find(|k| k.name == "mm").expect("the sm_80 class")
+        dt_core::lower::lower_all(&p).expect("lowers")
+    }
+
+    fn matmul() -> dt_core::kir::Kernel {
+        library_kernels("matmul").into_iter().find(|k| k.name == "mm").expect("the sm_80 class")
     }
 
     #[test]
     fn attention_keeps_its_row_statistics_in_the_rows_and_breaking_them_is_caught() {
-        let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../dt-kernels/specs/attention.dt")).expect("spec");
-        let p = dt_core::compile_spec(&src).expect("checks");
-        let k = dt_core::lower::lower_all(&p).expect("lowers").into_iter().find(|k| k.name == "attention").expect("attention");
+        let k = library_kernels("attention").into_iter().find(|k| k.name == "attention").expect("attention");
         let mapping = Mapping::of(&k, DType::F16, Dialect::Cuda);
         let plan = crate::plan::register_layouts(&k, DType::F16, Dialect::Cuda, None, mapping);
         verify_registers(&k, &plan).unwrap();
@@ -305,9 +308,7 @@ mod tests {
     /// swizzled buffers, and a warpgroup dot whose operands are padded is caught.
     #[test]
     fn hopper_attention_runs_both_dots_on_wgmma_and_padding_them_is_caught() {
-        let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../dt-kernels/specs/attention.dt")).expect("spec");
-        let p = dt_core::compile_spec(&src).expect("checks");
-        let kernels = dt_core::lower::lower_all(&p).expect("lowers");
+        let kernels = library_kernels("attention");
         for name in ["attention_90a_64", "attention_90a_80", "attention_90a_128", "attention_causal_90a_80", "attention_causal_90a_128"] {
             let k = kernels.iter().find(|k| k.name == name).expect("the class");
             let mapping = Mapping::of(k, DType::BF16, Dialect::Cuda);
@@ -330,9 +331,7 @@ mod tests {
     /// with them, and counts placed anywhere but right after the barriers are caught.
     #[test]
     fn the_last_warp_refills_where_one_program_fills_a_multiprocessor() {
-        let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../dt-kernels/specs/attention.dt")).expect("spec");
-        let p = dt_core::compile_spec(&src).expect("checks");
-        let kernels = dt_core::lower::lower_all(&p).expect("lowers");
+        let kernels = library_kernels("attention");
         for (name, by_last_warp) in
             [("attention_90a_64", false), ("attention_90a_80", false), ("attention_90a_128", true), ("attention_causal_90a_128", false)]
         {
@@ -356,9 +355,7 @@ mod tests {
     /// swizzle atoms, and products that stop off a k16 step are caught.
     #[test]
     fn warpgroup_products_stop_at_their_contraction_bound() {
-        let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../dt-kernels/specs/attention.dt")).expect("spec");
-        let p = dt_core::compile_spec(&src).expect("checks");
-        let kernels = dt_core::lower::lower_all(&p).expect("lowers");
+        let kernels = library_kernels("attention");
         for (name, reach) in [("attention_90a_80", 80), ("attention_90a_128", 128)] {
             let k = kernels.iter().find(|k| k.name == name).expect("the class");
             let mapping = Mapping::of(k, DType::F16, Dialect::Cuda);
