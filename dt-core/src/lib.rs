@@ -13,6 +13,7 @@ pub mod eval;
 pub mod explore;
 pub mod interp;
 pub mod kir;
+pub mod kir_text;
 pub mod lexer;
 pub mod lower;
 pub mod parser;

@@ -40,7 +40,9 @@
 //!
 //! Set `DT_PRINT_KIR=1` to print the kernel IR after each pass (on stderr). The verifier
 //! ([`verify::verify`]) checks it after each pass in debug builds and tests, and wherever
-//! `DT_VERIFY_KIR` is set.
+//! `DT_VERIFY_KIR` is set. The passes from 3 on are also listed by name ([`PASSES`]):
+//! [`run_pass`] runs one on a kernel read from its text ([`crate::kir_text::parse`]), as the
+//! pass tests of `dt-core/tests/passes/` do.
 
 mod cluster_pair;
 mod cse;
@@ -157,6 +159,38 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
         )));
     }
     Ok(kernel)
+}
+
+/// A pass from a kernel's IR to its IR, in place.
+pub type Pass = fn(&mut Kernel);
+
+/// The passes from a kernel's IR to its IR (those after `nest`), by the names the pipeline
+/// reports them under, for tests that run one pass on IR text (`dt-core/tests/passes`).
+pub const PASSES: [(&str, Pass); 14] = [
+    ("single_pass", single_pass::inline_single_iteration_loops),
+    ("cse", cse::merge_common_subexpressions),
+    ("masks", masks::drop_redundant_masks),
+    ("dead", dead::drop_dead_code),
+    ("flash", flash::run_dots_online),
+    ("defer", defer::defer_lane_reductions),
+    ("online", online::merge_statistic_loops),
+    ("max_before_scale", max_before_scale::take_max_before_scale),
+    ("exp2", exp2::exp_as_exp2),
+    ("layout", layout::assign_layouts),
+    ("reverse", reverse::reverse_second_passes),
+    ("hoist", hoist::hoist_loop_invariants),
+    ("full_steps", full_steps::split_full_steps),
+    ("heaviest_first", heaviest_first::take_heaviest_first),
+];
+
+/// Runs pass `name` of [`PASSES`] on `k`, then the verifier: an unknown name or IR the pass
+/// leaves invalid is an error.
+pub fn run_pass(name: &str, k: &mut Kernel) -> Result<(), LowerError> {
+    let (_, pass) = PASSES.iter().find(|(n, _)| *n == name).ok_or_else(|| {
+        LowerError(format!("`{name}` is no kernel-IR pass ({})", PASSES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")))
+    })?;
+    pass(k);
+    verify::verify(k).map_err(|e| LowerError(format!("the kernel IR of `{}` is invalid after pass {name}: {e}", k.name)))
 }
 
 /// Lowers every kernel of a program.
