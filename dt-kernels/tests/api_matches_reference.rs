@@ -605,11 +605,11 @@ fn hopper_run<T: Element>(gpu: &Gpu, case: &Case, placements: &[Placement]) -> (
 
 /// The wgmma attention classes (`attention_90a_64`, `_80`, `_128` and their causal twins: TMA
 /// rings, wgmma) at head dimensions up to and at their bounds, query and key counts that are no
-/// multiple of their blocks (128 queries; 64 keys at head dimension 64, 128 above), V wider and
-/// narrower than its block of columns, contiguous and padded rows (which tensor maps describe:
-/// they run the wgmma class of the head dimension on sm_90), transposed ones and rows padded by
-/// 1 (which run the class for any layout); f16 and bf16. On a GPU without sm_90 every case runs
-/// the other classes.
+/// multiple of their blocks (128 queries; 64 keys, 128 in the non-causal `_128` class), V wider
+/// and narrower than its block of columns, contiguous and padded rows (which tensor maps
+/// describe: they run the wgmma class of the head dimension on sm_90), transposed ones and rows
+/// padded by 1 (which run the class for any layout); f16 and bf16. On a GPU without sm_90 every
+/// case runs the other classes.
 #[test]
 fn hopper_attention_matches_reference() {
     let Some((gpu, hopper, [contiguous, padded, transposed, odd])) = hopper_setup("hopper_attention_matches_reference", 4) else { return };
