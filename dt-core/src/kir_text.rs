@@ -32,7 +32,7 @@ type Result<T> = std::result::Result<T, String>;
 /// Reads a kernel from the text [`crate::kir::print`] writes.
 pub fn parse(text: &str) -> std::result::Result<Kernel, KirParseError> {
     let lines: Vec<&str> = text.lines().collect();
-    let mut r = Reader { lines: &lines, at: 0, current: 0, k: empty_kernel() };
+    let mut r = Reader { lines: &lines, at: 0, current: 0, k: empty_kernel(), strict: Vec::new() };
     r.header()
         .and_then(|()| {
             let body = r.stmts(2)?;
@@ -83,6 +83,9 @@ struct Reader<'a> {
     /// The line being read, where an error is.
     current: usize,
     k: Kernel,
+    /// The values read so far that compare strictly (`lt`, `gt`): a causal mask's condition
+    /// leaves the diagonal out where its loop's guard names one of them ([`Diagonal::strict`]).
+    strict: Vec<ValueId>,
 }
 
 /// Splits `s` at its trailing comment (`    # ...`): the code and the comment's text.
@@ -364,6 +367,9 @@ impl Reader<'_> {
             self.k.values.resize(slot + 1, Value { shape: Shape::default(), layout: Layout::Blocked });
         }
         self.k.values[slot] = Value { shape, layout };
+        if matches!(op, Op::Binary(BinOp::Lt | BinOp::Gt, ..)) {
+            self.strict.push(value);
+        }
         Ok(Stmt::Let { value, op })
     }
 
@@ -473,28 +479,13 @@ impl Reader<'_> {
                 }
                 _ if a.ends_with(" true below the diagonal") => {
                     let cond = value_id(a.trim_end_matches(" true below the diagonal"))?;
-                    // `j < i` or `j > i` leaves the diagonal out (the condition's operation says).
-                    let strict = self.defining_op(cond).is_some_and(|op| matches!(op, Op::Binary(BinOp::Lt | BinOp::Gt, ..)));
-                    l.diagonal = Some(Diagonal { cond, strict });
+                    l.diagonal = Some(Diagonal { cond, strict: self.strict.contains(&cond) });
                 }
                 _ => return Err(format!("`{a}` is no loop attribute")),
             }
         }
         l.body = self.stmts(depth + 1)?;
         Ok(Stmt::Loop(l))
-    }
-
-    /// The operation that defines `v` among the lines read so far.
-    fn defining_op(&self, v: ValueId) -> Option<Op> {
-        self.lines[..self.at].iter().find_map(|line| {
-            let code = split_comment(line.trim_start()).0;
-            let (id, rest) = code.split_once(" : f32")?;
-            if value_id(id).ok()? != v {
-                return None;
-            }
-            let op = rest.split_once(" = ")?.1;
-            self.op(op).ok()
-        })
     }
 }
 

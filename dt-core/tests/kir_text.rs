@@ -87,6 +87,9 @@ fn a_parsed_kernel_has_the_lowered_kernels_statements() {
                     assert_eq!((x, p.to_bits()), (y, q.to_bits()), "{}", k.name);
                     assert_eq!(named(&k, k.var(*x)), named(&parsed, parsed.var(*y)), "{}: $acc{}", k.name, x.0);
                 }
+                (Stmt::Loop(x), Stmt::Loop(y)) => {
+                    assert_eq!((x.kind, x.step, x.stages, x.diagonal), (y.kind, y.step, y.stages, y.diagonal), "{}", k.name);
+                }
                 _ => assert_eq!(std::mem::discriminant(*a), std::mem::discriminant(*b), "{}", k.name),
             }
         }
