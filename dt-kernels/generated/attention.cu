@@ -632,6 +632,11 @@ DT_FN void dt_fence_proxy_async() {
     __trap();
 #endif
 }
+/* Two warpgroups taking turns (`RingBuffers::turns`): warpgroup w (0 or 1) waits for its turn
+ * on named barrier 2 + w and passes it to the other by arriving on the other's (256 threads in
+ * all: the one waiting and the one passing). */
+DT_FN void dt_turn_wait(unsigned w) { asm volatile("bar.sync %0, 256;" ::"r"(2 + w) : "memory"); }
+DT_FN void dt_turn_pass(unsigned w) { asm volatile("bar.arrive %0, 256;" ::"r"(3 - w) : "memory"); }
 /* The barrier of one warpgroup (named barrier `id`, 128 threads). */
 DT_FN void dt_warpgroup_sync(unsigned id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
 DT_FN void dt_st_shared_u32(unsigned addr, unsigned v) { asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory"); }
@@ -8854,7 +8859,7 @@ DT_FN void dt_wgmma_m64n128k16_f16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164888 bytes of shared memory */
+/* kernel attention_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 230436 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -8950,17 +8955,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_90a_128.tensorize(j:128) num_stages(2) + rsum attention_90a_128.tensorize(j:128) num_stages(2) + rdot attention_90a_128.tensorize(j:128) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_90a_128.tensorize(j:128) num_stages(3) + rsum attention_90a_128.tensorize(j:128) num_stages(3) + rdot attention_90a_128.tensorize(j:128) num_stages(3), online */
+                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); ((unsigned*)(dt_smem + 40964))[st] = 0u; } dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 57344) + 8 * st, 1); ((unsigned*)(dt_smem + 57350))[st] = 0u; } dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
+                        for (int st = 0; st < 3; st++) {
                             const long long o15 = (long long)st * 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
+                                const unsigned bar = dt_smem_u32(dt_smem + 57344) + 8 * st;
                                 dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 65536u : 0u));
                                 if (st == 0) {
                                     /* v0: Q, 2 pieces of 64 along its last axis */
@@ -8970,39 +8975,56 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                     /* v1: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                     /* v34: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 32768 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
+                        /* the previous step's last dot: its A fragments, carried into this step, and whether it is still to be issued */
+                        unsigned carry19[8][4];
+                        bool carried20 = false;
+                        if ((tid >> 7) == 1) dt_turn_pass(1); /* the first warpgroup goes first */
                         for (long long o15 = 0; o15 < s3; o15 += 128) {
                             /* wait for the copies of this step (buffer rd16) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 57344) + 8 * rd16, ph18);
+                            const int rdp21 = rd16 == 0 ? 2 : rd16 - 1;
+                            /* rdot accumulator */
+                            float acc1[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            dt_turn_wait(tid >> 7); /* this warpgroup's turn */
+                            /* this step's first dot, issued with the previous step's last one, which runs while this step's statements use the first's result */
+                            {
+                                const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
+                                const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                dt_wgmma_fence();
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
+                                dt_wgmma_commit();
+                            }
+                            if (carried20) {
+                                const unsigned fb = dt_smem_u32((dt_smem + 32768 + rdp21 * 8192));
+                                const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                dt_wgmma_fence();
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, carry19[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                            }
+                            dt_wgmma_commit();
+                            dt_turn_pass(tid >> 7); /* the other warpgroup's turn */
+                            dt_wgmma_wait<1>();
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                             if (o15 + 128 <= s3) {
                                 /* a full step: every lane valid */
-                                /* rdot accumulator */
-                                float acc1[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc1[r] = 0e0f;
-                                }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
-                                }
                                 /* acc1 += v2: accumulated by the dot above */
                                 float v3[64];
                                 #pragma unroll
@@ -9128,6 +9150,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = acc3[r] + v21[r];
                                 }
+                                /* the previous step's last dot, done */
+                                dt_wgmma_wait<0>();
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                 float v49[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
@@ -9143,60 +9169,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                    unsigned fas[8][4];
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
-                                        unsigned fa[1][4];
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
-                                            fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
-                                            fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
-                                            fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
-                                        }
-                                        #pragma unroll
-                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                /* v35: its A operand v20 packed and carried into the next step, which issues it */
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) {
+                                    unsigned fa[1][4];
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 16 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
+                                        fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
+                                        fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
+                                        fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    for (int w = 0; w < 4; w++) { carry19[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(carry19[kk / 16][w]); }
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             } else {
-                                /* rdot accumulator */
-                                float acc1[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc1[r] = 0e0f;
-                                }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
-                                }
                                 /* acc1 += v2: accumulated by the dot above */
                                 float v3[64];
                                 #pragma unroll
@@ -9206,8 +9196,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 float v51[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l109 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v51[r] = ((unsigned)(o15 + l109) < (unsigned)s3) ? v3[r] : (-INFINITY);
+                                    const int l108 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l108) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
                                 float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -9301,8 +9291,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 float v20[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l161 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l161) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l160 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l160) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -9324,6 +9314,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = acc3[r] + v21[r];
                                 }
+                                /* the previous step's last dot, done */
+                                dt_wgmma_wait<0>();
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                 float v49[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
@@ -9339,57 +9333,61 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                    unsigned fas[8][4];
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
-                                        unsigned fa[1][4];
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
-                                            fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
-                                            fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
-                                            fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
-                                        }
-                                        #pragma unroll
-                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                /* v35: its A operand v20 packed and carried into the next step, which issues it */
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) {
+                                    unsigned fa[1][4];
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 16 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
+                                        fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
+                                        fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
+                                        fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    for (int w = 0; w < 4; w++) { carry19[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(carry19[kk / 16][w]); }
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             }
-                            __syncwarp();
-                            if ((tid & 31) == 0) {
-                                __threadfence_block();
-                                if (atomicAdd(((unsigned*)(dt_smem + 40964)) + rd16, 1u) == 7u) { /* the last warp done with stage rd16 refills it */
-                                    ((unsigned*)(dt_smem + 40964))[rd16] = 0u;
+                            if (carried20) {
+                                __syncwarp();
+                                if ((tid & 31) == 0) {
                                     __threadfence_block();
-                                    const long long o177 = o15 + 256;
-                                    const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * rd16;
-                                    dt_mbar_expect_tx(bar, (o177 < s3 ? 65536u : 0u));
-                                    if (o177 < s3) {
-                                        /* v1: K, 2 pieces of 64 along its last axis */
-                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rd16 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o177), (int)(o2), (int)(o1));
-                                        /* v34: V, 2 pieces of 64 along its last axis */
-                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + rd16 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o177), (int)(o2), (int)(o1));
+                                    if (atomicAdd(((unsigned*)(dt_smem + 57350)) + rdp21, 1u) == 7u) { /* the last warp done with stage rdp21 refills it */
+                                        ((unsigned*)(dt_smem + 57350))[rdp21] = 0u;
+                                        __threadfence_block();
+                                        const long long o176 = o15 + 256;
+                                        const unsigned bar = dt_smem_u32(dt_smem + 57344) + 8 * rdp21;
+                                        dt_mbar_expect_tx(bar, (o176 < s3 ? 65536u : 0u));
+                                        if (o176 < s3) {
+                                            /* v1: K, 2 pieces of 64 along its last axis */
+                                            for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rdp21 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o176), (int)(o2), (int)(o1));
+                                            /* v34: V, 2 pieces of 64 along its last axis */
+                                            for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 32768 + rdp21 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o176), (int)(o2), (int)(o1));
+                                        }
                                     }
                                 }
                             }
-                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            carried20 = true;
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
+                        if ((tid >> 7) == 0) dt_turn_wait(0); /* the second warpgroup's last pass */
+                        if (carried20) {
+                            /* the last step's last dot */
+                            const unsigned fb = dt_smem_u32((dt_smem + 32768 + (rd16 == 0 ? 2 : rd16 - 1) * 8192));
+                            const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                            dt_wgmma_fence();
+                            #pragma unroll
+                            for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, carry19[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                            dt_wgmma_commit();
+                            dt_wgmma_wait<0>();
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                        }
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 57344), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -9409,11 +9407,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
+                        const int l188 = 0;
                         const int l189 = 0;
-                        const int l190 = 0;
-                        const int l191 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l192 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l191) < (unsigned)s2 && (unsigned)(o4 + l192) < (unsigned)s4) out[(unsigned)(o1 + l189) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l190) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l191) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l192) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l191 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l190) < (unsigned)s2 && (unsigned)(o4 + l191) < (unsigned)s4) out[(unsigned)(o1 + l188) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l189) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l190) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l191) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
                 }
             }
@@ -9449,7 +9447,7 @@ DT_FN void dt_wgmma_m64n128k16_f16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164888 bytes of shared memory */
+/* kernel attention_90a_128 for f16: grid block(b:1, h:1, i:128, e:128); 256 threads, 230436 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -9545,17 +9543,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_90a_128.tensorize(j:128) num_stages(2) + rsum attention_90a_128.tensorize(j:128) num_stages(2) + rdot attention_90a_128.tensorize(j:128) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_90a_128.tensorize(j:128) num_stages(3) + rsum attention_90a_128.tensorize(j:128) num_stages(3) + rdot attention_90a_128.tensorize(j:128) num_stages(3), online */
+                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); ((unsigned*)(dt_smem + 40964))[st] = 0u; } dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 57344) + 8 * st, 1); ((unsigned*)(dt_smem + 57350))[st] = 0u; } dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
+                        for (int st = 0; st < 3; st++) {
                             const long long o15 = (long long)st * 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
+                                const unsigned bar = dt_smem_u32(dt_smem + 57344) + 8 * st;
                                 dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 65536u : 0u));
                                 if (st == 0) {
                                     /* v0: Q, 2 pieces of 64 along its last axis */
@@ -9565,39 +9563,56 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                     /* v1: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                     /* v34: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 32768 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
+                        /* the previous step's last dot: its A fragments, carried into this step, and whether it is still to be issued */
+                        unsigned carry19[8][4];
+                        bool carried20 = false;
+                        if ((tid >> 7) == 1) dt_turn_pass(1); /* the first warpgroup goes first */
                         for (long long o15 = 0; o15 < s3; o15 += 128) {
                             /* wait for the copies of this step (buffer rd16) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 57344) + 8 * rd16, ph18);
+                            const int rdp21 = rd16 == 0 ? 2 : rd16 - 1;
+                            /* rdot accumulator */
+                            float acc1[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            dt_turn_wait(tid >> 7); /* this warpgroup's turn */
+                            /* this step's first dot, issued with the previous step's last one, which runs while this step's statements use the first's result */
+                            {
+                                const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
+                                const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                dt_wgmma_fence();
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
+                                dt_wgmma_commit();
+                            }
+                            if (carried20) {
+                                const unsigned fb = dt_smem_u32((dt_smem + 32768 + rdp21 * 8192));
+                                const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                dt_wgmma_fence();
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, carry19[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                            }
+                            dt_wgmma_commit();
+                            dt_turn_pass(tid >> 7); /* the other warpgroup's turn */
+                            dt_wgmma_wait<1>();
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                             if (o15 + 128 <= s3) {
                                 /* a full step: every lane valid */
-                                /* rdot accumulator */
-                                float acc1[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc1[r] = 0e0f;
-                                }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
-                                }
                                 /* acc1 += v2: accumulated by the dot above */
                                 float v3[64];
                                 #pragma unroll
@@ -9723,6 +9738,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = acc3[r] + v21[r];
                                 }
+                                /* the previous step's last dot, done */
+                                dt_wgmma_wait<0>();
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                 float v49[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
@@ -9738,60 +9757,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                    unsigned fas[8][4];
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
-                                        unsigned fa[1][4];
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
-                                            fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
-                                            fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
-                                            fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
-                                        }
-                                        #pragma unroll
-                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                /* v35: its A operand v20 packed and carried into the next step, which issues it */
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) {
+                                    unsigned fa[1][4];
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 16 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
+                                        fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
+                                        fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
+                                        fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    for (int w = 0; w < 4; w++) { carry19[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(carry19[kk / 16][w]); }
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             } else {
-                                /* rdot accumulator */
-                                float acc1[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc1[r] = 0e0f;
-                                }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
-                                }
                                 /* acc1 += v2: accumulated by the dot above */
                                 float v3[64];
                                 #pragma unroll
@@ -9801,8 +9784,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 float v51[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l109 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v51[r] = ((unsigned)(o15 + l109) < (unsigned)s3) ? v3[r] : (-INFINITY);
+                                    const int l108 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l108) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
                                 float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -9896,8 +9879,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 float v20[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l161 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l161) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l160 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l160) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -9919,6 +9902,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = acc3[r] + v21[r];
                                 }
+                                /* the previous step's last dot, done */
+                                dt_wgmma_wait<0>();
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                 float v49[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
@@ -9934,57 +9921,61 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                    unsigned fas[8][4];
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
-                                        unsigned fa[1][4];
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
-                                            fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
-                                            fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
-                                            fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
-                                        }
-                                        #pragma unroll
-                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                /* v35: its A operand v20 packed and carried into the next step, which issues it */
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) {
+                                    unsigned fa[1][4];
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 16 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_f16(v20[f + 0], v20[f + 1]);
+                                        fa[i][1] = dt_pack2_f16(v20[f + 2], v20[f + 3]);
+                                        fa[i][2] = dt_pack2_f16(v20[f + 4], v20[f + 5]);
+                                        fa[i][3] = dt_pack2_f16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    for (int w = 0; w < 4; w++) { carry19[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(carry19[kk / 16][w]); }
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             }
-                            __syncwarp();
-                            if ((tid & 31) == 0) {
-                                __threadfence_block();
-                                if (atomicAdd(((unsigned*)(dt_smem + 40964)) + rd16, 1u) == 7u) { /* the last warp done with stage rd16 refills it */
-                                    ((unsigned*)(dt_smem + 40964))[rd16] = 0u;
+                            if (carried20) {
+                                __syncwarp();
+                                if ((tid & 31) == 0) {
                                     __threadfence_block();
-                                    const long long o177 = o15 + 256;
-                                    const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * rd16;
-                                    dt_mbar_expect_tx(bar, (o177 < s3 ? 65536u : 0u));
-                                    if (o177 < s3) {
-                                        /* v1: K, 2 pieces of 64 along its last axis */
-                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rd16 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o177), (int)(o2), (int)(o1));
-                                        /* v34: V, 2 pieces of 64 along its last axis */
-                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + rd16 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o177), (int)(o2), (int)(o1));
+                                    if (atomicAdd(((unsigned*)(dt_smem + 57350)) + rdp21, 1u) == 7u) { /* the last warp done with stage rdp21 refills it */
+                                        ((unsigned*)(dt_smem + 57350))[rdp21] = 0u;
+                                        __threadfence_block();
+                                        const long long o176 = o15 + 256;
+                                        const unsigned bar = dt_smem_u32(dt_smem + 57344) + 8 * rdp21;
+                                        dt_mbar_expect_tx(bar, (o176 < s3 ? 65536u : 0u));
+                                        if (o176 < s3) {
+                                            /* v1: K, 2 pieces of 64 along its last axis */
+                                            for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rdp21 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o176), (int)(o2), (int)(o1));
+                                            /* v34: V, 2 pieces of 64 along its last axis */
+                                            for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 32768 + rdp21 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o176), (int)(o2), (int)(o1));
+                                        }
                                     }
                                 }
                             }
-                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            carried20 = true;
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
+                        if ((tid >> 7) == 0) dt_turn_wait(0); /* the second warpgroup's last pass */
+                        if (carried20) {
+                            /* the last step's last dot */
+                            const unsigned fb = dt_smem_u32((dt_smem + 32768 + (rd16 == 0 ? 2 : rd16 - 1) * 8192));
+                            const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                            dt_wgmma_fence();
+                            #pragma unroll
+                            for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_f16_rs<1>(acc6, carry19[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                            dt_wgmma_commit();
+                            dt_wgmma_wait<0>();
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                        }
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 57344), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -10044,7 +10035,7 @@ DT_FN void dt_wgmma_m64n128k16_bf16_rs(float* d, const unsigned* a, unsigned lon
 #endif
 }
 #endif
-/* kernel attention_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164888 bytes of shared memory */
+/* kernel attention_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 230436 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -10140,17 +10131,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_90a_128.tensorize(j:128) num_stages(2) + rsum attention_90a_128.tensorize(j:128) num_stages(2) + rdot attention_90a_128.tensorize(j:128) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_90a_128.tensorize(j:128) num_stages(3) + rsum attention_90a_128.tensorize(j:128) num_stages(3) + rdot attention_90a_128.tensorize(j:128) num_stages(3), online */
+                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); ((unsigned*)(dt_smem + 40964))[st] = 0u; } dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 57344) + 8 * st, 1); ((unsigned*)(dt_smem + 57350))[st] = 0u; } dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
+                        for (int st = 0; st < 3; st++) {
                             const long long o15 = (long long)st * 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
+                                const unsigned bar = dt_smem_u32(dt_smem + 57344) + 8 * st;
                                 dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 65536u : 0u));
                                 if (st == 0) {
                                     /* v0: Q, 2 pieces of 64 along its last axis */
@@ -10160,39 +10151,56 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                     /* v1: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                     /* v34: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 32768 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
+                        /* the previous step's last dot: its A fragments, carried into this step, and whether it is still to be issued */
+                        unsigned carry19[8][4];
+                        bool carried20 = false;
+                        if ((tid >> 7) == 1) dt_turn_pass(1); /* the first warpgroup goes first */
                         for (long long o15 = 0; o15 < s3; o15 += 128) {
                             /* wait for the copies of this step (buffer rd16) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 57344) + 8 * rd16, ph18);
+                            const int rdp21 = rd16 == 0 ? 2 : rd16 - 1;
+                            /* rdot accumulator */
+                            float acc1[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            dt_turn_wait(tid >> 7); /* this warpgroup's turn */
+                            /* this step's first dot, issued with the previous step's last one, which runs while this step's statements use the first's result */
+                            {
+                                const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
+                                const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                dt_wgmma_fence();
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
+                                dt_wgmma_commit();
+                            }
+                            if (carried20) {
+                                const unsigned fb = dt_smem_u32((dt_smem + 32768 + rdp21 * 8192));
+                                const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                dt_wgmma_fence();
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, carry19[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                            }
+                            dt_wgmma_commit();
+                            dt_turn_pass(tid >> 7); /* the other warpgroup's turn */
+                            dt_wgmma_wait<1>();
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                             if (o15 + 128 <= s3) {
                                 /* a full step: every lane valid */
-                                /* rdot accumulator */
-                                float acc1[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc1[r] = 0e0f;
-                                }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
-                                }
                                 /* acc1 += v2: accumulated by the dot above */
                                 float v3[64];
                                 #pragma unroll
@@ -10318,6 +10326,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = acc3[r] + v21[r];
                                 }
+                                /* the previous step's last dot, done */
+                                dt_wgmma_wait<0>();
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                 float v49[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
@@ -10333,60 +10345,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                    unsigned fas[8][4];
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
-                                        unsigned fa[1][4];
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
-                                            fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
-                                            fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
-                                            fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
-                                        }
-                                        #pragma unroll
-                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                /* v35: its A operand v20 packed and carried into the next step, which issues it */
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) {
+                                    unsigned fa[1][4];
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 16 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
+                                        fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
+                                        fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
+                                        fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    for (int w = 0; w < 4; w++) { carry19[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(carry19[kk / 16][w]); }
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             } else {
-                                /* rdot accumulator */
-                                float acc1[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc1[r] = 0e0f;
-                                }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
-                                }
                                 /* acc1 += v2: accumulated by the dot above */
                                 float v3[64];
                                 #pragma unroll
@@ -10396,8 +10372,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 float v51[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l109 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v51[r] = ((unsigned)(o15 + l109) < (unsigned)s3) ? v3[r] : (-INFINITY);
+                                    const int l108 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l108) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
                                 float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -10491,8 +10467,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 float v20[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l161 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l161) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l160 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l160) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -10514,6 +10490,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = acc3[r] + v21[r];
                                 }
+                                /* the previous step's last dot, done */
+                                dt_wgmma_wait<0>();
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                 float v49[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
@@ -10529,57 +10509,61 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                    unsigned fas[8][4];
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
-                                        unsigned fa[1][4];
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
-                                            fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
-                                            fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
-                                            fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
-                                        }
-                                        #pragma unroll
-                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                /* v35: its A operand v20 packed and carried into the next step, which issues it */
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) {
+                                    unsigned fa[1][4];
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 16 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
+                                        fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
+                                        fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
+                                        fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    for (int w = 0; w < 4; w++) { carry19[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(carry19[kk / 16][w]); }
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             }
-                            __syncwarp();
-                            if ((tid & 31) == 0) {
-                                __threadfence_block();
-                                if (atomicAdd(((unsigned*)(dt_smem + 40964)) + rd16, 1u) == 7u) { /* the last warp done with stage rd16 refills it */
-                                    ((unsigned*)(dt_smem + 40964))[rd16] = 0u;
+                            if (carried20) {
+                                __syncwarp();
+                                if ((tid & 31) == 0) {
                                     __threadfence_block();
-                                    const long long o177 = o15 + 256;
-                                    const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * rd16;
-                                    dt_mbar_expect_tx(bar, (o177 < s3 ? 65536u : 0u));
-                                    if (o177 < s3) {
-                                        /* v1: K, 2 pieces of 64 along its last axis */
-                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rd16 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o177), (int)(o2), (int)(o1));
-                                        /* v34: V, 2 pieces of 64 along its last axis */
-                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + rd16 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o177), (int)(o2), (int)(o1));
+                                    if (atomicAdd(((unsigned*)(dt_smem + 57350)) + rdp21, 1u) == 7u) { /* the last warp done with stage rdp21 refills it */
+                                        ((unsigned*)(dt_smem + 57350))[rdp21] = 0u;
+                                        __threadfence_block();
+                                        const long long o176 = o15 + 256;
+                                        const unsigned bar = dt_smem_u32(dt_smem + 57344) + 8 * rdp21;
+                                        dt_mbar_expect_tx(bar, (o176 < s3 ? 65536u : 0u));
+                                        if (o176 < s3) {
+                                            /* v1: K, 2 pieces of 64 along its last axis */
+                                            for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rdp21 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o176), (int)(o2), (int)(o1));
+                                            /* v34: V, 2 pieces of 64 along its last axis */
+                                            for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 32768 + rdp21 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o176), (int)(o2), (int)(o1));
+                                        }
                                     }
                                 }
                             }
-                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            carried20 = true;
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
+                        if ((tid >> 7) == 0) dt_turn_wait(0); /* the second warpgroup's last pass */
+                        if (carried20) {
+                            /* the last step's last dot */
+                            const unsigned fb = dt_smem_u32((dt_smem + 32768 + (rd16 == 0 ? 2 : rd16 - 1) * 8192));
+                            const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                            dt_wgmma_fence();
+                            #pragma unroll
+                            for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, carry19[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                            dt_wgmma_commit();
+                            dt_wgmma_wait<0>();
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                        }
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 57344), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -10599,11 +10583,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                     }
                     #pragma unroll
                     for (int r = 0; r < 64; r++) {
+                        const int l188 = 0;
                         const int l189 = 0;
-                        const int l190 = 0;
-                        const int l191 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
-                        const int l192 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        if ((unsigned)(o3 + l191) < (unsigned)s2 && (unsigned)(o4 + l192) < (unsigned)s4) out[(unsigned)(o1 + l189) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l190) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l191) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l192) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                        const int l190 = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        const int l191 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                        if ((unsigned)(o3 + l190) < (unsigned)s2 && (unsigned)(o4 + l191) < (unsigned)s4) out[(unsigned)(o1 + l188) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l189) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l190) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l191) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
                 }
             }
@@ -10639,7 +10623,7 @@ DT_FN void dt_wgmma_m64n128k16_bf16_rs(float* d, const unsigned* a, unsigned lon
 #endif
 }
 #endif
-/* kernel attention_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 164888 bytes of shared memory */
+/* kernel attention_90a_128 for bf16: grid block(b:1, h:1, i:128, e:128); 256 threads, 230436 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
@@ -10735,17 +10719,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_90a_128.tensorize(j:128) num_stages(2) + rsum attention_90a_128.tensorize(j:128) num_stages(2) + rdot attention_90a_128.tensorize(j:128) num_stages(2), online */
-                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_90a_128.tensorize(j:128) num_stages(3) + rsum attention_90a_128.tensorize(j:128) num_stages(3) + rdot attention_90a_128.tensorize(j:128) num_stages(3), online */
+                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies: the first steps' by thread 0, each later one's by the last warp done with its stage) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 40960) + 8 * st, 1); ((unsigned*)(dt_smem + 40964))[st] = 0u; } dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 57344) + 8 * st, 1); ((unsigned*)(dt_smem + 57350))[st] = 0u; } dt_mbar_fence_init(); }
                         __syncthreads();
                         int rd16 = 0;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
+                        for (int st = 0; st < 3; st++) {
                             const long long o15 = (long long)st * 128;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * st;
+                                const unsigned bar = dt_smem_u32(dt_smem + 57344) + 8 * st;
                                 dt_mbar_expect_tx(bar, (st == 0 ? 32768u : 0u) + (o15 < s3 ? 65536u : 0u));
                                 if (st == 0) {
                                     /* v0: Q, 2 pieces of 64 along its last axis */
@@ -10755,39 +10739,56 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                     /* v1: K, 2 pieces of 64 along its last axis */
                                     for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + st * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                     /* v34: V, 2 pieces of 64 along its last axis */
-                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
+                                    for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 32768 + st * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
+                        /* the previous step's last dot: its A fragments, carried into this step, and whether it is still to be issued */
+                        unsigned carry19[8][4];
+                        bool carried20 = false;
+                        if ((tid >> 7) == 1) dt_turn_pass(1); /* the first warpgroup goes first */
                         for (long long o15 = 0; o15 < s3; o15 += 128) {
                             /* wait for the copies of this step (buffer rd16) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 40960) + 8 * rd16, ph18);
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 57344) + 8 * rd16, ph18);
+                            const int rdp21 = rd16 == 0 ? 2 : rd16 - 1;
+                            /* rdot accumulator */
+                            float acc1[64];
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) {
+                                acc1[r] = 0e0f;
+                            }
+                            dt_turn_wait(tid >> 7); /* this warpgroup's turn */
+                            /* this step's first dot, issued with the previous step's last one, which runs while this step's statements use the first's result */
+                            {
+                                const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
+                                const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
+                                const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
+                                const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
+                                dt_wgmma_fence();
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
+                                dt_wgmma_commit();
+                            }
+                            if (carried20) {
+                                const unsigned fb = dt_smem_u32((dt_smem + 32768 + rdp21 * 8192));
+                                const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                dt_wgmma_fence();
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, carry19[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                            }
+                            dt_wgmma_commit();
+                            dt_turn_pass(tid >> 7); /* the other warpgroup's turn */
+                            dt_wgmma_wait<1>();
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
                             if (o15 + 128 <= s3) {
                                 /* a full step: every lane valid */
-                                /* rdot accumulator */
-                                float acc1[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc1[r] = 0e0f;
-                                }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
-                                }
                                 /* acc1 += v2: accumulated by the dot above */
                                 float v3[64];
                                 #pragma unroll
@@ -10913,6 +10914,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = acc3[r] + v21[r];
                                 }
+                                /* the previous step's last dot, done */
+                                dt_wgmma_wait<0>();
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                 float v49[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
@@ -10928,60 +10933,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                    unsigned fas[8][4];
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
-                                        unsigned fa[1][4];
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
-                                            fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
-                                            fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
-                                            fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
-                                        }
-                                        #pragma unroll
-                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                /* v35: its A operand v20 packed and carried into the next step, which issues it */
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) {
+                                    unsigned fa[1][4];
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 16 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
+                                        fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
+                                        fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
+                                        fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    for (int w = 0; w < 4; w++) { carry19[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(carry19[kk / 16][w]); }
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             } else {
-                                /* rdot accumulator */
-                                float acc1[64];
-                                #pragma unroll
-                                for (int r = 0; r < 64; r++) {
-                                    acc1[r] = 0e0f;
-                                }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:128] over d:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
-                                    const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 8192 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc1[r]);
-                                }
                                 /* acc1 += v2: accumulated by the dot above */
                                 float v3[64];
                                 #pragma unroll
@@ -10991,8 +10960,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 float v51[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l109 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v51[r] = ((unsigned)(o15 + l109) < (unsigned)s3) ? v3[r] : (-INFINITY);
+                                    const int l108 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v51[r] = ((unsigned)(o15 + l108) < (unsigned)s3) ? v3[r] : (-INFINITY);
                                 }
                                 float v52[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -11086,8 +11055,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 float v20[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    const int l161 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                                    v20[r] = ((unsigned)(o15 + l161) < (unsigned)s3) ? v19[r] : 0e0f;
+                                    const int l160 = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
+                                    v20[r] = ((unsigned)(o15 + l160) < (unsigned)s3) ? v19[r] : 0e0f;
                                 }
                                 float v21[2];
                                 /* row reduction of an accumulator tile: registers, shuffles in groups of 4 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -11109,6 +11078,10 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 for (int r = 0; r < 2; r++) {
                                     acc3[r] = acc3[r] + v21[r];
                                 }
+                                /* the previous step's last dot, done */
+                                dt_wgmma_wait<0>();
+                                #pragma unroll
+                                for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
                                 float v49[64];
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
@@ -11124,57 +11097,61 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:128] over j:128 by 8 x 1 warps of 1 x 16 m16n8k16 fragments */
-                                {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 24576 + rd16 * 8192));
-                                    const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
-                                    unsigned fas[8][4];
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) {
-                                        unsigned fa[1][4];
-                                        for (int i = 0; i < 1; i++) {
-                                            const int f = (i * 16 + kk / 8) * 4;
-                                            fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
-                                            fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
-                                            fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
-                                            fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
-                                        }
-                                        #pragma unroll
-                                        for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }
+                                /* v35: its A operand v20 packed and carried into the next step, which issues it */
+                                #pragma unroll
+                                for (int kk = 0; kk < 128; kk += 16) {
+                                    unsigned fa[1][4];
+                                    for (int i = 0; i < 1; i++) {
+                                        const int f = (i * 16 + kk / 8) * 4;
+                                        fa[i][0] = dt_pack2_bf16(v20[f + 0], v20[f + 1]);
+                                        fa[i][1] = dt_pack2_bf16(v20[f + 2], v20[f + 3]);
+                                        fa[i][2] = dt_pack2_bf16(v20[f + 4], v20[f + 5]);
+                                        fa[i][3] = dt_pack2_bf16(v20[f + 6], v20[f + 7]);
                                     }
                                     #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
-                                    dt_wgmma_fence();
-                                    #pragma unroll
-                                    for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, fas[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
-                                    dt_wgmma_commit();
-                                    dt_wgmma_wait<0>();
-                                    #pragma unroll
-                                    for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                                    for (int w = 0; w < 4; w++) { carry19[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(carry19[kk / 16][w]); }
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             }
-                            __syncwarp();
-                            if ((tid & 31) == 0) {
-                                __threadfence_block();
-                                if (atomicAdd(((unsigned*)(dt_smem + 40964)) + rd16, 1u) == 7u) { /* the last warp done with stage rd16 refills it */
-                                    ((unsigned*)(dt_smem + 40964))[rd16] = 0u;
+                            if (carried20) {
+                                __syncwarp();
+                                if ((tid & 31) == 0) {
                                     __threadfence_block();
-                                    const long long o177 = o15 + 256;
-                                    const unsigned bar = dt_smem_u32(dt_smem + 40960) + 8 * rd16;
-                                    dt_mbar_expect_tx(bar, (o177 < s3 ? 65536u : 0u));
-                                    if (o177 < s3) {
-                                        /* v1: K, 2 pieces of 64 along its last axis */
-                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rd16 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o177), (int)(o2), (int)(o1));
-                                        /* v34: V, 2 pieces of 64 along its last axis */
-                                        for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 24576 + rd16 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o177), (int)(o2), (int)(o1));
+                                    if (atomicAdd(((unsigned*)(dt_smem + 57350)) + rdp21, 1u) == 7u) { /* the last warp done with stage rdp21 refills it */
+                                        ((unsigned*)(dt_smem + 57350))[rdp21] = 0u;
+                                        __threadfence_block();
+                                        const long long o176 = o15 + 256;
+                                        const unsigned bar = dt_smem_u32(dt_smem + 57344) + 8 * rdp21;
+                                        dt_mbar_expect_tx(bar, (o176 < s3 ? 65536u : 0u));
+                                        if (o176 < s3) {
+                                            /* v1: K, 2 pieces of 64 along its last axis */
+                                            for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 8192 + rdp21 * 8192)) + c * 16384, &targs.maps[1], bar, (int)(0 + c * 64), (int)(o176), (int)(o2), (int)(o1));
+                                            /* v34: V, 2 pieces of 64 along its last axis */
+                                            for (int c = 0; c < 2; c++) dt_tma_load_4d(dt_smem_u32((dt_smem + 32768 + rdp21 * 8192)) + c * 16384, &targs.maps[2], bar, (int)(o4 + c * 64), (int)(o176), (int)(o2), (int)(o1));
+                                        }
                                     }
                                 }
                             }
-                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            carried20 = true;
+                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 40960), 0);
+                        if ((tid >> 7) == 0) dt_turn_wait(0); /* the second warpgroup's last pass */
+                        if (carried20) {
+                            /* the last step's last dot */
+                            const unsigned fb = dt_smem_u32((dt_smem + 32768 + (rd16 == 0 ? 2 : rd16 - 1) * 8192));
+                            const unsigned long long fb_desc = dt_wgmma_desc(fb, 16384, 1024);
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                            dt_wgmma_fence();
+                            #pragma unroll
+                            for (int kk = 0; kk < 128; kk += 16) dt_wgmma_m64n128k16_bf16_rs<1>(acc6, carry19[kk / 16], fb_desc + (unsigned long long)((kk * 128) >> 4));
+                            dt_wgmma_commit();
+                            dt_wgmma_wait<0>();
+                            #pragma unroll
+                            for (int r = 0; r < 64; r++) dt_reg_fence(acc6[r]);
+                        }
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 57344), 0);
                         __syncthreads();
                     }
                     float v22[2];

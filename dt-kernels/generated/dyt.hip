@@ -632,6 +632,11 @@ DT_FN void dt_fence_proxy_async() {
     __trap();
 #endif
 }
+/* Two warpgroups taking turns (`RingBuffers::turns`): warpgroup w (0 or 1) waits for its turn
+ * on named barrier 2 + w and passes it to the other by arriving on the other's (256 threads in
+ * all: the one waiting and the one passing). */
+DT_FN void dt_turn_wait(unsigned w) { asm volatile("bar.sync %0, 256;" ::"r"(2 + w) : "memory"); }
+DT_FN void dt_turn_pass(unsigned w) { asm volatile("bar.arrive %0, 256;" ::"r"(3 - w) : "memory"); }
 /* The barrier of one warpgroup (named barrier `id`, 128 threads). */
 DT_FN void dt_warpgroup_sync(unsigned id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
 DT_FN void dt_st_shared_u32(unsigned addr, unsigned v) { asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory"); }

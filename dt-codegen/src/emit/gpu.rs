@@ -20,6 +20,8 @@ mod hopper;
 mod mma;
 #[path = "gpu_output_runs.rs"]
 mod output_runs;
+#[path = "gpu_overlap.rs"]
+mod overlap;
 #[path = "gpu_reduce.rs"]
 mod reduce;
 #[path = "gpu_staged.rs"]

@@ -617,13 +617,31 @@ impl Emitter<'_> {
     /// (the leading byte offset). Eight lines of 128 bytes make a swizzle atom (the stride
     /// byte offset, 1024).
     pub(super) fn warpgroup_steps(&mut self, d: &MmaDot, acc: &str, buf: Option<&str>) {
+        self.line("{");
+        self.depth += 1;
+        self.warpgroup_issue(d, acc, buf, None);
+        self.line("dt_wgmma_commit();");
+        self.warpgroup_wait(d, acc, 0);
+        self.depth -= 1;
+        self.line("}");
+    }
+
+    /// Waits until at most `pending` groups of warpgroup products are in flight, then fences
+    /// accumulator `acc` of `d` so that nothing reads it earlier.
+    pub(super) fn warpgroup_wait(&mut self, d: &MmaDot, acc: &str, pending: u32) {
+        self.line(&format!("dt_wgmma_wait<{pending}>();"));
+        self.line("#pragma unroll");
+        self.line(&format!("for (int r = 0; r < {}; r++) dt_reg_fence({acc}[r]);", d.tile.cols / 2));
+    }
+
+    /// Issues the products of [`Self::warpgroup_steps`] without committing or waiting for them;
+    /// A from `carried` (fragments packed by [`Self::carry_fragments`]) where given.
+    pub(super) fn warpgroup_issue(&mut self, d: &MmaDot, acc: &str, buf: Option<&str>, carried: Option<&str>) {
         let t = d.tile;
         let ty = self.dtype.name();
         if !self.wgmma_shapes.contains(&(t.cols, d.a_in_fragments)) {
             self.wgmma_shapes.push((t.cols, d.a_in_fragments));
         }
-        self.line("{");
-        self.depth += 1;
         let mut descs = Vec::new();
         for (i, name) in ["fa", "fb"].into_iter().enumerate() {
             if i == 0 && d.a_in_fragments {
@@ -647,25 +665,17 @@ impl Emitter<'_> {
         }
         let steps = d.reach / 16;
         let regs = t.cols / 2;
-        if d.a_in_fragments {
-            // Every step's A registers before the fence that orders them before the wgmma.
+        let fas = carried.unwrap_or("fas");
+        if d.a_in_fragments && carried.is_none() {
             self.line(&format!("unsigned fas[{steps}][4];"));
-            self.line("#pragma unroll");
-            self.line(&format!("for (int kk = 0; kk < {}; kk += 16) {{", d.reach));
-            self.depth += 1;
-            self.line("unsigned fa[1][4];");
-            self.a_from_fragments(d, 1);
-            self.line("#pragma unroll");
-            self.line("for (int w = 0; w < 4; w++) { fas[kk / 16][w] = fa[0][w]; dt_reg_fence_u32(fas[kk / 16][w]); }");
-            self.depth -= 1;
-            self.line("}");
+            self.carry_fragments(d, "fas");
         }
         self.line("#pragma unroll");
         self.line(&format!("for (int r = 0; r < {regs}; r++) dt_reg_fence({acc}[r]);"));
         self.line("dt_wgmma_fence();");
         self.line("#pragma unroll");
         let call = if d.a_in_fragments {
-            format!("dt_wgmma_m64n{}k16_{ty}_rs<{}>({acc}, fas[kk / 16], {})", t.cols, u8::from(d.trans(1)), descs[0])
+            format!("dt_wgmma_m64n{}k16_{ty}_rs<{}>({acc}, {fas}[kk / 16], {})", t.cols, u8::from(d.trans(1)), descs[0])
         } else {
             format!(
                 "dt_wgmma_m64n{}k16_{ty}<{}, {}>({acc}, {}, {})",
@@ -677,10 +687,19 @@ impl Emitter<'_> {
             )
         };
         self.line(&format!("for (int kk = 0; kk < {}; kk += 16) {call};", d.reach));
-        self.line("dt_wgmma_commit();");
-        self.line("dt_wgmma_wait<0>();");
+    }
+
+    /// Packs the A fragments of warpgroup dot `d` (its computed operand, rounded to the element
+    /// type) into `regs[step][4]`, every step's before the fence that orders them before the
+    /// products that read them.
+    pub(super) fn carry_fragments(&mut self, d: &MmaDot, regs: &str) {
         self.line("#pragma unroll");
-        self.line(&format!("for (int r = 0; r < {regs}; r++) dt_reg_fence({acc}[r]);"));
+        self.line(&format!("for (int kk = 0; kk < {}; kk += 16) {{", d.reach));
+        self.depth += 1;
+        self.line("unsigned fa[1][4];");
+        self.a_from_fragments(d, 1);
+        self.line("#pragma unroll");
+        self.line(&format!("for (int w = 0; w < 4; w++) {{ {regs}[kk / 16][w] = fa[0][w]; dt_reg_fence_u32({regs}[kk / 16][w]); }}"));
         self.depth -= 1;
         self.line("}");
     }

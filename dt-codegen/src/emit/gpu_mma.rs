@@ -52,6 +52,7 @@
 //! copies that the first thread issues, each stage completing on an `mbarrier`, and the
 //! operands are read through `wgmma` matrix descriptors, not `ldmatrix`.
 
+use super::overlap::{OverlapBody, OverlapRole};
 use super::{Emitter, Lanes};
 use crate::plan::layouts::{MatrixIsa, MmaDot, MmaTile, RegLayout};
 use crate::plan::publishing::Reader;
@@ -143,6 +144,9 @@ impl Emitter<'_> {
         }
         self.depth -= 1;
         self.line("}");
+        // An overlapped loop (`RingBuffers::overlapped`) of its first and last dot.
+        let overlapped = dots.len() == 2 && dots[0].1.ring.is_some_and(|r| r.overlapped);
+        let overlap = overlapped.then(|| self.overlap_state(&dots[1].1));
         self.line(&super::super::loop_header(self.k, l, &o));
         self.depth += 1;
         self.offsets.push((l.dim, o.clone()));
@@ -158,6 +162,13 @@ impl Emitter<'_> {
             Some(bars) => self.line(&format!("dt_mbar_wait({bars} + 8 * {rd}, {ph});")),
             None => self.line(&format!("dt_cp_async_wait<{}>();", s - 2)),
         }
+        if let Some(state) = &overlap {
+            let init = l.body.iter().find(|st| matches!(st, Stmt::Init { var, .. } if Some(*var) == dots[0].1.into));
+            let init = init.expect("the first dot's accumulator starts in the step");
+            self.overlap_issue(state, (dots[0].0, &dots[0].1), &dots[1].1, init, &rd, s)?;
+        }
+        let ov =
+            overlap.as_ref().map(|state| OverlapBody { first: (dots[0].0, &dots[0].1), last: (dots[1].0, &dots[1].1), regs: &state.regs });
         if counts.is_none() {
             self.barrier();
             let ahead = self.fresh("o");
@@ -181,7 +192,7 @@ impl Emitter<'_> {
             self.line(&format!("/* a step below the diagonal: v{} holds in every lane */", g.cond.0));
             self.full.push(l.dim);
             self.holds.push(g.cond);
-            self.ring_body(l, dots, &rd)?;
+            self.ring_body(l, dots, &rd, ov)?;
             self.holds.pop();
             self.full.pop();
             self.depth -= 1;
@@ -193,23 +204,33 @@ impl Emitter<'_> {
             self.depth += 1;
             self.line("/* a full step: every lane valid */");
             self.full.push(l.dim);
-            self.ring_body(l, dots, &rd)?;
+            self.ring_body(l, dots, &rd, ov)?;
             self.full.pop();
             self.depth -= 1;
             self.line("} else {");
             self.depth += 1;
-            self.ring_body(l, dots, &rd)?;
+            self.ring_body(l, dots, &rd, ov)?;
             self.depth -= 1;
             self.line("}");
         } else {
-            self.ring_body(l, dots, &rd)?;
+            self.ring_body(l, dots, &rd, ov)?;
         }
         if l.diagonal.is_some() && l.until.is_some() {
             self.depth -= 1;
             self.line("}");
         }
-        if let (Some(bars), Some(c)) = (&bulk, &counts) {
-            self.refill_by_last_warp(dots, l.dim, &format!("{o} + {}", s * step), &size, &rd, bars, c);
+        match (&bulk, &counts, &overlap) {
+            // The previous step's stage, its products done, with the step `s` after it.
+            (Some(bars), Some(c), Some(state)) => {
+                self.line(&format!("if ({}) {{", state.carried));
+                self.depth += 1;
+                self.refill_by_last_warp(dots, l.dim, &format!("{o} + {}", (s - 1) * step), &size, &state.prev, bars, c);
+                self.depth -= 1;
+                self.line("}");
+                self.line(&format!("{} = true;", state.carried));
+            }
+            (Some(bars), Some(c), None) => self.refill_by_last_warp(dots, l.dim, &format!("{o} + {}", s * step), &size, &rd, bars, c),
+            _ => {}
         }
         self.line(&format!("{rd} = {rd} + 1 == {s} ? 0 : {rd} + 1;"));
         if counts.is_none() {
@@ -221,6 +242,9 @@ impl Emitter<'_> {
         self.offsets.pop();
         self.depth -= 1;
         self.line("}");
+        if let Some(state) = &overlap {
+            self.overlap_drain(state, &dots[1].1, &rd, s);
+        }
         match &bulk {
             // A loop of no steps waits for the copies of what the steps share.
             Some(bars) if held => self.line(&format!("if (!(0 < {size})) dt_mbar_wait({bars}, 0);")),
@@ -259,9 +283,31 @@ impl Emitter<'_> {
         self.line("}");
     }
 
-    /// The statements of ring loop `l`'s body, its dots reading buffer `rd`.
-    fn ring_body(&mut self, l: &Loop, dots: &[(ValueId, MmaDot)], rd: &str) -> Result<(), super::EmitError> {
+    /// The statements of ring loop `l`'s body, its dots reading buffer `rd`; in an overlapped
+    /// loop (`overlap`: its first and last dot), as `gpu_overlap.rs` has them.
+    fn ring_body(&mut self, l: &Loop, dots: &[(ValueId, MmaDot)], rd: &str, overlap: Option<OverlapBody>) -> Result<(), super::EmitError> {
+        let mut touched = false;
         for stmt in &l.body {
+            if let Some(OverlapBody { first, last, regs }) = overlap {
+                let acc = format!("acc{}", last.1.into.expect("an overlapped dot accumulates").0);
+                match super::overlap::overlap_role(stmt, first, last, touched) {
+                    OverlapRole::Issued => continue,
+                    OverlapRole::WaitsForLast => {
+                        touched = true;
+                        self.line("/* the previous step's last dot, done */");
+                        self.warpgroup_wait(last.1, &acc, 0);
+                    }
+                    OverlapRole::Carried => {
+                        self.line(&format!(
+                            "/* v{}: its A operand v{} packed and carried into the next step, which issues it */",
+                            last.0 .0, last.1.a.0
+                        ));
+                        self.carry_fragments(last.1, regs);
+                        continue;
+                    }
+                    OverlapRole::Plain => {}
+                }
+            }
             let dot = match stmt {
                 Stmt::Let { value, .. } => dots.iter().find(|(id, _)| id == value),
                 _ => None,

@@ -28,7 +28,7 @@ pub(crate) const RING_BYTES: usize = crate::plan::Target::SM80.shared_bytes_per_
 
 /// Shared memory a `wgmma()` kernel (sm_90a only, which gives a block 227 KiB) keeps out of its
 /// rings: for its slots, and the 1024 bytes of alignment of its swizzle atoms.
-pub(crate) const SLOTS_RESERVE: usize = 4 * 1024;
+pub(crate) const SLOTS_RESERVE: usize = 2 * 1024;
 
 /// Most shared memory (bytes) the rings of kernel `k` may take: [`RING_BYTES`], or in a kernel
 /// only sm_90a runs (`wgmma()`), what that target gives a block less [`SLOTS_RESERVE`].
@@ -91,8 +91,16 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
             let start = p.ring_words;
             let Some((_, d)) = p.dots.iter_mut().find(|(x, _)| x == v) else { continue };
             *d = with_swizzle(d, swizzle);
-            let mut ring =
-                RingBuffers { at: [None, None], held: [false, false], stages, maps: [None, None], barriers: None, done_counts: None };
+            let mut ring = RingBuffers {
+                at: [None, None],
+                held: [false, false],
+                stages,
+                maps: [None, None],
+                barriers: None,
+                done_counts: None,
+                overlapped: false,
+                turns: false,
+            };
             let mut next = start;
             for i in 0..2 {
                 if d.direct[i].is_none() {
@@ -107,8 +115,45 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
         }
         if k.wgmma {
             bulk_copies(k, &dots, p);
+            if overlaps(l, &dots, p) {
+                for v in &dots {
+                    if let Some(r) = p.dots.iter_mut().find(|(x, _)| x == v).and_then(|(_, d)| d.ring.as_mut()) {
+                        r.overlapped = true;
+                        // Two warpgroups of four warps.
+                        r.turns = k.num_warps == 8;
+                    }
+                }
+            }
         }
     }
+}
+
+/// Whether loop `l`, whose rings feed `dots`, issues each step's first dot with the previous
+/// step's last one ([`RingBuffers::overlapped`]): the online attention's form, two warpgroup
+/// dots, the first on copied operands into an accumulator of the step, the second on the
+/// first's computed result into an accumulator the steps carry, and nothing after the second
+/// but its accumulation. The last warp done with a stage refills it (no block-wide barrier in
+/// the loop; with the barrier, which the other program on the multiprocessor hides, the overlap
+/// measured slower), with three stages or more, so that a stage freed once the previous step's
+/// products are done is refilled a step before it is read.
+fn overlaps(l: &Loop, dots: &[ValueId], p: &Plan) -> bool {
+    let ([first, last], Some(ring)) = (dots, p.dot(dots[0]).and_then(|d| d.ring)) else { return false };
+    let (Some(d1), Some(d2)) = (p.dot(*first), p.dot(*last)) else { return false };
+    let initialized = |var: VarId| l.body.iter().any(|s| matches!(s, Stmt::Init { var: v, .. } if *v == var));
+    let at = |v: &ValueId| l.body.iter().position(|s| matches!(s, Stmt::Let { value, .. } if value == v));
+    let only_accumulated_after = at(last).is_some_and(|i| {
+        l.body[i + 1..].iter().all(|s| matches!(s, Stmt::Update { var, value, .. } if Some(*var) == d2.into && value == last))
+    });
+    ring.done_counts.is_some()
+        && ring.stages >= 3
+        && d1.warpgroup
+        && d2.warpgroup
+        && !d1.a_in_fragments
+        && d2.a_in_fragments
+        && d1.into.is_some_and(initialized)
+        && d2.into.is_some_and(|v| !initialized(v))
+        && at(first) < at(last)
+        && only_accumulated_after
 }
 
 /// Most elements of one axis of a tensor map's box.

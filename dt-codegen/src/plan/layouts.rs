@@ -316,6 +316,16 @@ pub(crate) struct RingBuffers {
     /// refills ([`super::dot_rings`]); `None`: the first thread refills the stage that the
     /// step before read, after a block-wide barrier at every step.
     pub done_counts: Option<usize>,
+    /// The loop issues each step's first dot together with the previous step's last one
+    /// ([`super::dot_rings`]): the last dot's computed A fragments are carried into the next
+    /// step, whose first products it runs alongside, and its accumulator is waited for only
+    /// where the step's statements next touch it. The stage of the previous step is refilled
+    /// once those products are done.
+    pub overlapped: bool,
+    /// In an overlapped loop of a kernel of two warpgroups, they take turns issuing a step's
+    /// products (named barriers 2 and 3), the first first: one's softmax runs while the other's
+    /// products are on the tensor cores.
+    pub turns: bool,
 }
 
 /// A load of input `input`, axis `i` along `axes[i]`.
@@ -1125,6 +1135,13 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
                 None => "thread 0 refills the stage the step before read, after the step's block-wide barrier".to_string(),
             };
             let _ = writeln!(out, "    refills   {refills}");
+            if r.overlapped {
+                let _ = writeln!(
+                    out,
+                    "    overlap   each step issues its first dot with the previous step's last one (A fragments carried in registers), which runs while the step's statements use the first's result{}",
+                    if r.turns { "; the two warpgroups take turns issuing them" } else { "" }
+                );
+            }
         }
         if d.stages > 1 {
             let _ = writeln!(out, "    pipeline  {} buffers per operand, cp.async ({})", d.stages, stages_asked(k, *id, d.stages));

@@ -247,6 +247,15 @@ pub(crate) fn verify_registers(k: &Kernel, p: &super::layouts::Plan) -> Result<(
             let counted = r
                 .barriers
                 .is_some_and(|b| r.done_counts.is_none_or(|c| c == b + 2 * r.stages as usize && c + r.stages as usize <= p.ring_words));
+            if r.overlapped && (r.done_counts.is_none() || r.stages < 3 || !d.warpgroup) {
+                return Err(format!(
+                    "dot %{}'s loop overlaps its steps, but only warpgroup dots whose stages, three or more, the last warp done with them refills can",
+                    id.0
+                ));
+            }
+            if r.turns && (!r.overlapped || k.num_warps != 8) {
+                return Err(format!("dot %{}'s warpgroups take turns, but only an overlapped loop's two warpgroups can", id.0));
+            }
             if r.done_counts.is_some() && !counted {
                 return Err(format!(
                     "dot %{}'s stages are refilled by the last warp done with them, but their counts are not one word per stage right after the loop's barriers, within the rings",
@@ -346,6 +355,39 @@ mod tests {
                 let mut broken = plan.clone();
                 broken.dots[0].1.ring.as_mut().expect("a ring").done_counts = rings[0].barriers;
                 assert!(verify_registers(k, &broken).unwrap_err().contains("last warp"), "{name}");
+            }
+        }
+    }
+
+    /// Only the class whose last warp refills three stages or more overlaps its steps (the next
+    /// step's scores issued with this step's `P V`), both its dots, its two warpgroups taking
+    /// turns; an overlap without the counts and turns without an overlap are caught.
+    #[test]
+    fn steps_overlap_only_where_the_last_warp_refills_three_stages() {
+        let kernels = library_kernels("attention");
+        for (name, overlapped) in [
+            ("attention_90a_64", false),
+            ("attention_causal_90a_64", false),
+            ("attention_90a_80", false),
+            ("attention_causal_90a_80", false),
+            ("attention_90a_128", true),
+            ("attention_causal_90a_128", false),
+        ] {
+            let k = kernels.iter().find(|k| k.name == name).expect("the class");
+            let mapping = Mapping::of(k, DType::F16, Dialect::Cuda);
+            let plan = crate::plan::register_layouts(k, DType::F16, Dialect::Cuda, None, mapping);
+            let rings: Vec<_> = plan.dots.iter().map(|(_, d)| d.ring.expect("a ring")).collect();
+            assert!(
+                rings.iter().all(|r| r.overlapped == overlapped && r.turns == overlapped && (!overlapped || r.stages >= 3)),
+                "{name}: {rings:?}"
+            );
+            if overlapped {
+                let mut broken = plan.clone();
+                broken.dots[0].1.ring.as_mut().expect("a ring").done_counts = None;
+                assert!(verify_registers(k, &broken).unwrap_err().contains("overlaps its steps"), "{name}");
+                let mut broken = plan.clone();
+                broken.dots[0].1.ring.as_mut().expect("a ring").overlapped = false;
+                assert!(verify_registers(k, &broken).unwrap_err().contains("take turns"), "{name}");
             }
         }
     }
