@@ -298,6 +298,11 @@ impl Emitter<'_> {
                         self.warpgroup_wait(last.1, &acc, 0);
                     }
                     OverlapRole::Carried => {
+                        // The carried registers are the previous step's operand until its products
+                        // are done.
+                        if !touched {
+                            self.warpgroup_wait(last.1, &acc, 0);
+                        }
                         self.line(&format!(
                             "/* v{}: its A operand v{} packed and carried into the next step, which issues it */",
                             last.0 .0, last.1.a.0

@@ -113,7 +113,8 @@ pub(super) enum OverlapRole {
     Issued,
     /// The first to touch the last dot's accumulator: waited for first.
     WaitsForLast,
-    /// The last dot: its A fragments are packed and carried into the next step.
+    /// The last dot: its A fragments are packed and carried into the next step (after the wait
+    /// for the previous step's, if no statement before touched its accumulator).
     Carried,
     Plain,
 }
