@@ -605,16 +605,16 @@ fn hopper_run<T: Element>(gpu: &Gpu, case: &Case, placements: &[Placement]) -> (
 
 /// The wgmma attention classes (`attention_90a_64`, `_80`, `_128` and their causal twins: TMA
 /// rings, wgmma) at head dimensions up to and at their bounds, query and key counts that are no
-/// multiple of their blocks (128 queries; 64 keys, 128 in the non-causal `_128` class), V wider
-/// and narrower than its block of columns, contiguous and padded rows (which tensor maps
-/// describe: they run the wgmma class of the head dimension on sm_90), transposed ones and rows
-/// padded by 1 (which run the class for any layout); f16 and bf16. On a GPU without sm_90 every
-/// case runs the other classes.
+/// multiple of their blocks (128 queries; 64 keys, 128 in the non-causal `_128` class), keys of
+/// more steps than the rings have stages, V wider and narrower than its block of columns,
+/// contiguous and padded rows (which tensor maps describe: they run the wgmma class of the head
+/// dimension on sm_90), transposed ones and rows padded by 1 (which run the class for any
+/// layout); f16 and bf16. On a GPU without sm_90 every case runs the other classes.
 #[test]
 fn hopper_attention_matches_reference() {
     let Some((gpu, hopper, [contiguous, padded, transposed, odd])) = hopper_setup("hopper_attention_matches_reference", 4) else { return };
     // (batch, heads, seq_q, seq_k, d, e): the `_64` class up to 64, `_80` up to 80, `_128` above.
-    let shapes: [AttentionShape; 9] = [
+    let shapes: [AttentionShape; 10] = [
         (1, 2, 1, 1, 64, 64),
         (2, 3, 127, 65, 64, 64),
         (2, 2, 65, 300, 40, 24),
@@ -624,6 +624,8 @@ fn hopper_attention_matches_reference() {
         (1, 1, 77, 300, 72, 168),
         (2, 1, 129, 129, 80, 40),
         (1, 1, 64, 190, 128, 64),
+        // More steps than stages: every stage refilled more than once, its phase flipped.
+        (1, 1, 130, 1000, 128, 128),
     ];
     let class = |d: usize| match d {
         0..=64 => "_90a_64",
