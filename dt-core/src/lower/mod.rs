@@ -40,9 +40,10 @@
 //!
 //! Set `DT_PRINT_KIR=1` to print the kernel IR after each pass (on stderr). The verifier
 //! ([`verify::verify`]) checks it after each pass in debug builds and tests, and wherever
-//! `DT_VERIFY_KIR` is set. The passes from 3 on are also listed by name ([`PASSES`]):
-//! [`run_pass`] runs one on a kernel read from its text ([`crate::kir_text::parse`]), as the
-//! pass tests of `dt-core/tests/passes/` do.
+//! `DT_VERIFY_KIR` is set. The passes from 3 on are one table ([`PASSES`]), each with the
+//! clean-up that follows it, which `lower` runs in order; [`run_pass`] runs one by its name on
+//! a kernel read from its text ([`crate::kir_text::parse`]), as the pass tests of
+//! `dt-core/tests/passes/` do.
 
 mod cluster_pair;
 mod cse;
@@ -116,41 +117,11 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
     after_pass("grid", &kernel)?;
     nest::build_body(p, k, &mut kernel)?;
     after_pass("nest", &kernel)?;
-    single_pass::inline_single_iteration_loops(&mut kernel);
-    after_pass("single_pass", &kernel)?;
-    cse::merge_common_subexpressions(&mut kernel);
-    after_pass("cse", &kernel)?;
-    masks::drop_redundant_masks(&mut kernel);
-    after_pass("masks", &kernel)?;
-    dead::drop_dead_code(&mut kernel);
-    after_pass("dead", &kernel)?;
-    flash::run_dots_online(&mut kernel);
-    cse::merge_common_subexpressions(&mut kernel);
-    dead::drop_dead_code(&mut kernel);
-    after_pass("flash", &kernel)?;
-    defer::defer_lane_reductions(&mut kernel);
-    after_pass("defer", &kernel)?;
-    online::merge_statistic_loops(&mut kernel);
-    cse::merge_common_subexpressions(&mut kernel);
-    dead::drop_dead_code(&mut kernel);
-    after_pass("online", &kernel)?;
-    max_before_scale::take_max_before_scale(&mut kernel);
-    after_pass("max_before_scale", &kernel)?;
-    exp2::exp_as_exp2(&mut kernel);
-    cse::merge_common_subexpressions(&mut kernel);
-    dead::drop_dead_code(&mut kernel);
-    after_pass("exp2", &kernel)?;
-    layout::assign_layouts(&mut kernel);
-    after_pass("layout", &kernel)?;
-    reverse::reverse_second_passes(&mut kernel);
-    after_pass("reverse", &kernel)?;
-    hoist::hoist_loop_invariants(&mut kernel);
-    after_pass("hoist", &kernel)?;
-    full_steps::split_full_steps(&mut kernel);
-    dead::drop_dead_code(&mut kernel);
-    after_pass("full_steps", &kernel)?;
-    heaviest_first::take_heaviest_first(&mut kernel);
-    after_pass("heaviest_first", &kernel)?;
+    for entry in &PASSES {
+        (entry.run)(&mut kernel);
+        entry.cleanup.run(&mut kernel);
+        after_pass(entry.name, &kernel)?;
+    }
     if kernel.max_tile_elements() > MAX_TILE_ELEMENTS {
         return Err(LowerError(format!(
             "kernel `{}` has a tile of {} elements; at most {MAX_TILE_ELEMENTS} are supported",
@@ -164,32 +135,66 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
 /// A pass from a kernel's IR to its IR, in place.
 pub type Pass = fn(&mut Kernel);
 
-/// The passes from a kernel's IR to its IR (those after `nest`), by the names the pipeline
-/// reports them under, for tests that run one pass on IR text (`dt-core/tests/passes`).
-pub const PASSES: [(&str, Pass); 14] = [
-    ("single_pass", single_pass::inline_single_iteration_loops),
-    ("cse", cse::merge_common_subexpressions),
-    ("masks", masks::drop_redundant_masks),
-    ("dead", dead::drop_dead_code),
-    ("flash", flash::run_dots_online),
-    ("defer", defer::defer_lane_reductions),
-    ("online", online::merge_statistic_loops),
-    ("max_before_scale", max_before_scale::take_max_before_scale),
-    ("exp2", exp2::exp_as_exp2),
-    ("layout", layout::assign_layouts),
-    ("reverse", reverse::reverse_second_passes),
-    ("hoist", hoist::hoist_loop_invariants),
-    ("full_steps", full_steps::split_full_steps),
-    ("heaviest_first", heaviest_first::take_heaviest_first),
+/// What runs after a pass, before its IR is checked: the clean-up its rewrites leave to do.
+#[derive(Clone, Copy, Debug)]
+pub enum Cleanup {
+    None,
+    /// [`dead`]: code the pass left unused.
+    Dead,
+    /// [`cse`], then [`dead`]: values the pass made equal, and code it left unused.
+    CseAndDead,
+}
+
+impl Cleanup {
+    fn run(self, k: &mut Kernel) {
+        if let Cleanup::CseAndDead = self {
+            cse::merge_common_subexpressions(k);
+        }
+        if !matches!(self, Cleanup::None) {
+            dead::drop_dead_code(k);
+        }
+    }
+}
+
+/// A kernel-IR pass of the pipeline: the name it reports its IR under (`DT_PRINT_KIR`, the
+/// verifier's errors, [`run_pass`]), what it does, and the clean-up after it in the pipeline.
+#[derive(Clone, Copy, Debug)]
+pub struct PassEntry {
+    pub name: &'static str,
+    pub run: Pass,
+    pub cleanup: Cleanup,
+}
+
+const fn pass(name: &'static str, run: Pass, cleanup: Cleanup) -> PassEntry {
+    PassEntry { name, run, cleanup }
+}
+
+/// The passes from a kernel's IR to its IR (those after `nest`), in the order [`lower`] runs
+/// them; the pass tests (`dt-core/tests/passes`) run one alone, without its clean-up.
+pub const PASSES: [PassEntry; 14] = [
+    pass("single_pass", single_pass::inline_single_iteration_loops, Cleanup::None),
+    pass("cse", cse::merge_common_subexpressions, Cleanup::None),
+    pass("masks", masks::drop_redundant_masks, Cleanup::None),
+    pass("dead", dead::drop_dead_code, Cleanup::None),
+    pass("flash", flash::run_dots_online, Cleanup::CseAndDead),
+    pass("defer", defer::defer_lane_reductions, Cleanup::None),
+    pass("online", online::merge_statistic_loops, Cleanup::CseAndDead),
+    pass("max_before_scale", max_before_scale::take_max_before_scale, Cleanup::None),
+    pass("exp2", exp2::exp_as_exp2, Cleanup::CseAndDead),
+    pass("layout", layout::assign_layouts, Cleanup::None),
+    pass("reverse", reverse::reverse_second_passes, Cleanup::None),
+    pass("hoist", hoist::hoist_loop_invariants, Cleanup::None),
+    pass("full_steps", full_steps::split_full_steps, Cleanup::Dead),
+    pass("heaviest_first", heaviest_first::take_heaviest_first, Cleanup::None),
 ];
 
 /// Runs pass `name` of [`PASSES`] on `k`, then the verifier: an unknown name or IR the pass
 /// leaves invalid is an error.
 pub fn run_pass(name: &str, k: &mut Kernel) -> Result<(), LowerError> {
-    let (_, pass) = PASSES.iter().find(|(n, _)| *n == name).ok_or_else(|| {
-        LowerError(format!("`{name}` is no kernel-IR pass ({})", PASSES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")))
+    let pass = PASSES.iter().find(|p| p.name == name).ok_or_else(|| {
+        LowerError(format!("`{name}` is no kernel-IR pass ({})", PASSES.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")))
     })?;
-    pass(k);
+    (pass.run)(k);
     verify::verify(k).map_err(|e| LowerError(format!("the kernel IR of `{}` is invalid after pass {name}: {e}", k.name)))
 }
 
