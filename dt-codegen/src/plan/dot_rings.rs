@@ -18,6 +18,9 @@
 //! stages runs unpipelined. The operands of warpgroup dots ([`MmaDot::warpgroup`]) are always
 //! swizzled, and every buffer of such a loop's rings is a whole number of 1024-byte swizzle
 //! atoms, from a ring region that starts at a multiple of 1024 bytes (the printer's part).
+//! Where such a loop's stages are refilled by the last warp done with them, three or more, and
+//! its dots are the online attention's, its steps overlap ([`RingBuffers::overlapped`], see
+//! `overlaps`), its two warpgroups taking turns ([`RingBuffers::turns`]).
 
 use super::layouts::{MmaDot, Plan, RingBuffers};
 use dt_core::kir::*;
