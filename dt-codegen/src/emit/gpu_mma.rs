@@ -287,21 +287,21 @@ impl Emitter<'_> {
     /// loop (`overlap`: its first and last dot), as `gpu_overlap.rs` has them.
     fn ring_body(&mut self, l: &Loop, dots: &[(ValueId, MmaDot)], rd: &str, overlap: Option<OverlapBody>) -> Result<(), super::EmitError> {
         let mut touched = false;
+        let acc = overlap.map(|o| super::overlap::accumulator(o.last.1));
         for stmt in &l.body {
-            if let Some(OverlapBody { first, last, regs }) = overlap {
-                let acc = format!("acc{}", last.1.into.expect("an overlapped dot accumulates").0);
+            if let (Some(OverlapBody { first, last, regs }), Some(acc)) = (overlap, &acc) {
                 match super::overlap::overlap_role(stmt, first, last, touched) {
                     OverlapRole::Issued => continue,
                     OverlapRole::WaitsForLast => {
                         touched = true;
                         self.line("/* the previous step's last dot, done */");
-                        self.warpgroup_wait(last.1, &acc, 0);
+                        self.warpgroup_wait(last.1, acc, 0);
                     }
                     OverlapRole::Carried => {
                         // The carried registers are the previous step's operand until its products
                         // are done.
                         if !touched {
-                            self.warpgroup_wait(last.1, &acc, 0);
+                            self.warpgroup_wait(last.1, acc, 0);
                         }
                         self.line(&format!(
                             "/* v{}: its A operand v{} packed and carried into the next step, which issues it */",

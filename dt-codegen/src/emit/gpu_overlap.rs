@@ -26,6 +26,16 @@ pub(super) struct Overlap {
     pub turns: bool,
 }
 
+/// The C name of overlapped dot `d`'s accumulator.
+pub(super) fn accumulator(d: &MmaDot) -> String {
+    format!("acc{}", d.into.expect("an overlapped dot accumulates").0)
+}
+
+/// The stage before stage `rd` (a C expression) of a ring of `stages`.
+fn stage_before(rd: &str, stages: u32) -> String {
+    format!("{rd} == 0 ? {} : {rd} - 1", stages - 1)
+}
+
 impl Emitter<'_> {
     /// Declares the state an overlapped loop carries from step to step.
     pub(super) fn overlap_state(&mut self, last: &MmaDot) -> Overlap {
@@ -53,35 +63,34 @@ impl Emitter<'_> {
         rd: &str,
         stages: u32,
     ) -> Result<(), super::EmitError> {
-        self.line(&format!("const int {} = {rd} == 0 ? {} : {rd} - 1;", o.prev, stages - 1));
+        self.line(&format!("const int {} = {};", o.prev, stage_before(rd, stages)));
         self.stmt(init)?;
-        let acc = |d: &MmaDot| format!("acc{}", d.into.expect("an overlapped dot accumulates").0);
         if o.turns {
             self.line("dt_turn_wait(tid >> 7); /* this warpgroup's turn */");
         }
         self.line("/* this step's first dot, issued with the previous step's last one, which runs while this step's statements use the first's result */");
         self.line("{");
         self.depth += 1;
-        self.warpgroup_issue(first.1, &acc(first.1), Some(rd), None);
+        self.warpgroup_issue(first.1, &accumulator(first.1), Some(rd), None);
         self.line("dt_wgmma_commit();");
         self.depth -= 1;
         self.line("}");
         self.line(&format!("if ({}) {{", o.carried));
         self.depth += 1;
-        self.warpgroup_issue(last, &acc(last), Some(&o.prev), Some(&o.regs));
+        self.warpgroup_issue(last, &accumulator(last), Some(&o.prev), Some(&o.regs));
         self.depth -= 1;
         self.line("}");
         self.line("dt_wgmma_commit();");
         if o.turns {
             self.line("dt_turn_pass(tid >> 7); /* the other warpgroup's turn */");
         }
-        self.warpgroup_wait(first.1, &acc(first.1), 1);
+        self.warpgroup_wait(first.1, &accumulator(first.1), 1);
         Ok(())
     }
 
     /// After an overlapped loop: the last step's last dot, on the stage it read.
     pub(super) fn overlap_drain(&mut self, o: &Overlap, last: &MmaDot, rd: &str, stages: u32) {
-        let acc = format!("acc{}", last.into.expect("an overlapped dot accumulates").0);
+        let acc = accumulator(last);
         if o.turns {
             // Warpgroup 1 passed once more than warpgroup 0 waited (its pass before the loop).
             self.line("if ((tid >> 7) == 0) dt_turn_wait(0); /* the second warpgroup's last pass */");
@@ -89,8 +98,7 @@ impl Emitter<'_> {
         self.line(&format!("if ({}) {{", o.carried));
         self.depth += 1;
         self.line("/* the last step's last dot */");
-        let prev = format!("({rd} == 0 ? {} : {rd} - 1)", stages - 1);
-        self.warpgroup_issue(last, &acc, Some(&prev), Some(&o.regs));
+        self.warpgroup_issue(last, &acc, Some(&format!("({})", stage_before(rd, stages))), Some(&o.regs));
         self.line("dt_wgmma_commit();");
         self.warpgroup_wait(last, &acc, 0);
         self.depth -= 1;
