@@ -182,6 +182,15 @@ DT_FN void dt_cp_async16(void* smem, const void* gmem) {
     dt_copy16_to_shared(smem, gmem);
 #endif
 }
+/* One 4-byte element (4-byte aligned) the same way: an f32 operand whose 16-byte runs are not
+ * aligned in global memory is still copied without a wait for each load. */
+DT_FN void dt_cp_async4(void* smem, const void* gmem) {
+#if DT_SM80
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dt_smem_u32(smem)), "l"(gmem) : "memory");
+#else
+    *(float*)smem = *(const float*)gmem;
+#endif
+}
 DT_FN void dt_cp_async_commit() {
 #if DT_SM80
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -32420,13 +32429,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
                     for (int r = 0; r < 64; r++) {
                         v38[r] = (v36[r] / v22[(r >> 4) / 4 * 4 + ((r >> 2) & 3)]);
                     }
+                    /* the fragments four adjacent columns at a time */
                     #pragma unroll
-                    for (int r = 0; r < 64; r++) {
-                        const int l123 = 0;
-                        const int l124 = 0;
-                        const int l125 = (tid >> 5) / 1 * 16 + (r >> 4) / 4 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                        const int l126 = (tid >> 5) % 1 * 128 + (r >> 4) % 4 * 32 + (tid & 7) * 4 + (r & 3);
-                        if ((unsigned)(o3 + l125) < (unsigned)s2 && (unsigned)(o4 + l126) < (unsigned)s4) out[(unsigned)(o1 + l123) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l124) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l125) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l126) * (unsigned)args.output_strides[3]] = dt_store_f32(v38[r]);
+                    for (int r = 0; r < 64; r += 4) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 4) / 4 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 1 * 128 + (r >> 4) % 4 * 32 + (tid & 7) * 4 + (r & 3);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) *(float4*)(out + a) = make_float4(v38[r], v38[r + 1], v38[r + 2], v38[r + 3]);
+                        else {
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f32(v38[r]);
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[r + 1]);
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[r + 2]);
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[r + 3]);
+                        }
                     }
                 }
             }
@@ -32815,13 +32829,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID
                     for (int r = 0; r < 64; r++) {
                         v38[r] = (v36[r] / v22[(r >> 4) / 4 * 4 + ((r >> 2) & 3)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments four adjacent columns at a time */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
+                    for (int r = 0; r < 64; r += 4) {
                         const int lr = (tid >> 5) / 1 * 16 + (r >> 4) / 4 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 1 * 128 + (r >> 4) % 4 * 32 + (tid & 7) * 4 + (r & 3);
                         const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(float2*)(out + a) = make_float2(v38[r], v38[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f32(v38[r]);
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 3)) < (unsigned)s4) *(float4*)(out + a) = make_float4(v38[r], v38[r + 1], v38[r + 2], v38[r + 3]);
+                        else {
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f32(v38[r]);
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[r + 1]);
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v38[r + 2]);
+                        }
                     }
                 }
             }
@@ -34901,13 +34919,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                     for (int r = 0; r < 64; r++) {
                         v56[r] = (v54[r] / v34[(r >> 4) / 4 * 4 + ((r >> 2) & 3)]);
                     }
+                    /* the fragments four adjacent columns at a time */
                     #pragma unroll
-                    for (int r = 0; r < 64; r++) {
-                        const int l133 = 0;
-                        const int l134 = 0;
-                        const int l135 = (tid >> 5) / 1 * 16 + (r >> 4) / 4 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                        const int l136 = (tid >> 5) % 1 * 128 + (r >> 4) % 4 * 32 + (tid & 7) * 4 + (r & 3);
-                        if ((unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o4 + l136) < (unsigned)s4) out[(unsigned)(o1 + l133) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l134) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l135) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l136) * (unsigned)args.output_strides[3]] = dt_store_f32(v56[r]);
+                    for (int r = 0; r < 64; r += 4) {
+                        const int lr = (tid >> 5) / 1 * 16 + (r >> 4) / 4 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 1 * 128 + (r >> 4) % 4 * 32 + (tid & 7) * 4 + (r & 3);
+                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                        if ((unsigned)args.output_strides[3] == 1 && (unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 3)) < (unsigned)s4 && ((unsigned long long)(out + a) & 15) == 0) *(float4*)(out + a) = make_float4(v56[r], v56[r + 1], v56[r + 2], v56[r + 3]);
+                        else {
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f32(v56[r]);
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[r + 1]);
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[r + 2]);
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 3)) < (unsigned)s4) out[a + 3 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[r + 3]);
+                        }
                     }
                 }
             }
@@ -35327,13 +35350,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                     for (int r = 0; r < 64; r++) {
                         v56[r] = (v54[r] / v34[(r >> 4) / 4 * 4 + ((r >> 2) & 3)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments four adjacent columns at a time */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
+                    for (int r = 0; r < 64; r += 4) {
                         const int lr = (tid >> 5) / 1 * 16 + (r >> 4) / 4 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 1 * 128 + (r >> 4) % 4 * 32 + (tid & 7) * 4 + (r & 3);
                         const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(float2*)(out + a) = make_float2(v56[r], v56[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f32(v56[r]);
+                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 3)) < (unsigned)s4) *(float4*)(out + a) = make_float4(v56[r], v56[r + 1], v56[r + 2], v56[r + 3]);
+                        else {
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f32(v56[r]);
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) out[a + 1 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[r + 1]);
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 2)) < (unsigned)s4) out[a + 2 * (unsigned)args.output_strides[3]] = dt_store_f32(v56[r + 2]);
+                        }
                     }
                 }
             }

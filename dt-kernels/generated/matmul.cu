@@ -182,6 +182,15 @@ DT_FN void dt_cp_async16(void* smem, const void* gmem) {
     dt_copy16_to_shared(smem, gmem);
 #endif
 }
+/* One 4-byte element (4-byte aligned) the same way: an f32 operand whose 16-byte runs are not
+ * aligned in global memory is still copied without a wait for each load. */
+DT_FN void dt_cp_async4(void* smem, const void* gmem) {
+#if DT_SM80
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dt_smem_u32(smem)), "l"(gmem) : "memory");
+#else
+    *(float*)smem = *(const float*)gmem;
+#endif
+}
 DT_FN void dt_cp_async_commit() {
 #if DT_SM80
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -3926,7 +3935,7 @@ extern "C" __global__ void __launch_bounds__(64) DT_CLUSTER(2) dt_mm_16_f32_spli
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)(dt_smem + 0 + st * 576))[l10 * 36 + (l11 * 4 + q)] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                            if ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + q)) < (unsigned)s2) dt_cp_async4(&((float*)(dt_smem + 0 + st * 576))[l10 * 36 + (l11 * 4 + q)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4 + q)) * (unsigned)args.input_strides[0][1]]); else ((float*)(dt_smem + 0 + st * 576))[l10 * 36 + (l11 * 4 + q)] = 0.0f;
                                         }
                                     }
                                 }
@@ -3948,7 +3957,7 @@ extern "C" __global__ void __launch_bounds__(64) DT_CLUSTER(2) dt_mm_16_f32_spli
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)(dt_smem + 2304 + st * 2176))[l13 * 68 + (l14 * 4 + q)] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                            if ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + q)) < (unsigned)s1) dt_cp_async4(&((float*)(dt_smem + 2304 + st * 2176))[l13 * 68 + (l14 * 4 + q)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4 + q)) * (unsigned)args.input_strides[1][1]]); else ((float*)(dt_smem + 2304 + st * 2176))[l13 * 68 + (l14 * 4 + q)] = 0.0f;
                                         }
                                     }
                                 }
@@ -3979,7 +3988,7 @@ extern "C" __global__ void __launch_bounds__(64) DT_CLUSTER(2) dt_mm_16_f32_spli
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)(dt_smem + 0 + wr7 * 576))[l17 * 36 + (l18 * 4 + q)] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                            if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + q)) < (unsigned)s2) dt_cp_async4(&((float*)(dt_smem + 0 + wr7 * 576))[l17 * 36 + (l18 * 4 + q)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4 + q)) * (unsigned)args.input_strides[0][1]]); else ((float*)(dt_smem + 0 + wr7 * 576))[l17 * 36 + (l18 * 4 + q)] = 0.0f;
                                         }
                                     }
                                 }
@@ -4001,7 +4010,7 @@ extern "C" __global__ void __launch_bounds__(64) DT_CLUSTER(2) dt_mm_16_f32_spli
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)(dt_smem + 2304 + wr7 * 2176))[l20 * 68 + (l21 * 4 + q)] = ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                            if ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + q)) < (unsigned)s1) dt_cp_async4(&((float*)(dt_smem + 2304 + wr7 * 2176))[l20 * 68 + (l21 * 4 + q)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4 + q)) * (unsigned)args.input_strides[1][1]]); else ((float*)(dt_smem + 2304 + wr7 * 2176))[l20 * 68 + (l21 * 4 + q)] = 0.0f;
                                         }
                                     }
                                 }
@@ -4072,11 +4081,18 @@ extern "C" __global__ void __launch_bounds__(64) DT_CLUSTER(2) dt_mm_16_f32_spli
                 }
             }
             dt_cluster_arrive();
+            /* the fragments four adjacent columns at a time */
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int l27 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                const int l28 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                if ((unsigned)(o1 + l27) < (unsigned)s0 && (unsigned)(o2 + l28) < (unsigned)s1) out[(unsigned)(o1 + l27) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l28) * (unsigned)args.output_strides[1]] = dt_store_f32(v4[r]);
+            for (int r = 0; r < 16; r += 4) {
+                const int lr = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) *(float4*)(out + a) = make_float4(v4[r], v4[r + 1], v4[r + 2], v4[r + 3]);
+                else {
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v4[r]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v4[r + 1]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v4[r + 2]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v4[r + 3]);
+                }
             }
             dt_cluster_wait();
         }
@@ -4288,13 +4304,17 @@ extern "C" __global__ void __launch_bounds__(64) DT_CLUSTER(2) dt_mm_16_f32_spli
                 }
             }
             dt_cluster_arrive();
-            /* the fragments two adjacent columns at a time */
+            /* the fragments four adjacent columns at a time */
             #pragma unroll
-            for (int r = 0; r < 16; r += 2) {
+            for (int r = 0; r < 16; r += 4) {
                 const int lr = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
                 const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(float2*)(out + a) = make_float2(v4[r], v4[r + 1]);
-                else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v4[r]);
+                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1) *(float4*)(out + a) = make_float4(v4[r], v4[r + 1], v4[r + 2], v4[r + 3]);
+                else {
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v4[r]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v4[r + 1]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v4[r + 2]);
+                }
             }
             dt_cluster_wait();
         }
@@ -4357,7 +4377,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_mm_16_f32_f32(DT_GRID_CONSTA
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + st * 576))[l10 * 36 + (l11 * 4 + q)] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                            if ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + q)) < (unsigned)s2) dt_cp_async4(&((float*)((dt_smem + 0) + st * 576))[l10 * 36 + (l11 * 4 + q)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4 + q)) * (unsigned)args.input_strides[0][1]]); else ((float*)((dt_smem + 0) + st * 576))[l10 * 36 + (l11 * 4 + q)] = 0.0f;
                                         }
                                     }
                                 }
@@ -4379,7 +4399,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_mm_16_f32_f32(DT_GRID_CONSTA
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 2304) + st * 2176))[l13 * 68 + (l14 * 4 + q)] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                            if ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + q)) < (unsigned)s1) dt_cp_async4(&((float*)((dt_smem + 2304) + st * 2176))[l13 * 68 + (l14 * 4 + q)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4 + q)) * (unsigned)args.input_strides[1][1]]); else ((float*)((dt_smem + 2304) + st * 2176))[l13 * 68 + (l14 * 4 + q)] = 0.0f;
                                         }
                                     }
                                 }
@@ -4410,7 +4430,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_mm_16_f32_f32(DT_GRID_CONSTA
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + wr7 * 576))[l17 * 36 + (l18 * 4 + q)] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                            if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + q)) < (unsigned)s2) dt_cp_async4(&((float*)((dt_smem + 0) + wr7 * 576))[l17 * 36 + (l18 * 4 + q)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4 + q)) * (unsigned)args.input_strides[0][1]]); else ((float*)((dt_smem + 0) + wr7 * 576))[l17 * 36 + (l18 * 4 + q)] = 0.0f;
                                         }
                                     }
                                 }
@@ -4432,7 +4452,7 @@ extern "C" __global__ void __launch_bounds__(64) dt_mm_16_f32_f32(DT_GRID_CONSTA
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 2304) + wr7 * 2176))[l20 * 68 + (l21 * 4 + q)] = ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                            if ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + q)) < (unsigned)s1) dt_cp_async4(&((float*)((dt_smem + 2304) + wr7 * 2176))[l20 * 68 + (l21 * 4 + q)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4 + q)) * (unsigned)args.input_strides[1][1]]); else ((float*)((dt_smem + 2304) + wr7 * 2176))[l20 * 68 + (l21 * 4 + q)] = 0.0f;
                                         }
                                     }
                                 }
@@ -4478,11 +4498,18 @@ extern "C" __global__ void __launch_bounds__(64) dt_mm_16_f32_f32(DT_GRID_CONSTA
             for (int r = 0; r < 16; r++) {
                 v3[r] = acc0[r];
             }
+            /* the fragments four adjacent columns at a time */
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int l24 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                const int l25 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o2 + l25) < (unsigned)s1) out[(unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l25) * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r]);
+            for (int r = 0; r < 16; r += 4) {
+                const int lr = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) *(float4*)(out + a) = make_float4(v3[r], v3[r + 1], v3[r + 2], v3[r + 3]);
+                else {
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 1]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 2]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 3]);
+                }
             }
         }
     }
@@ -4665,13 +4692,404 @@ extern "C" __global__ void __launch_bounds__(64) dt_mm_16_f32_f32_whole(DT_GRID_
             for (int r = 0; r < 16; r++) {
                 v3[r] = acc0[r];
             }
-            /* the fragments two adjacent columns at a time */
+            /* the fragments four adjacent columns at a time */
             #pragma unroll
-            for (int r = 0; r < 16; r += 2) {
+            for (int r = 0; r < 16; r += 4) {
                 const int lr = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
                 const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(float2*)(out + a) = make_float2(v3[r], v3[r + 1]);
-                else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1) *(float4*)(out + a) = make_float4(v3[r], v3[r + 1], v3[r + 2], v3[r + 3]);
+                else {
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 1]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 2]);
+                }
+            }
+        }
+    }
+}
+
+/* kernel mm_512_f32 for f32: grid block(x:32, y:32); 64 threads, 36864 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) dt_mm_512_f32_f32(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
+    float* __restrict__ out = (float*)args.output; /* mm_512_f32 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 32));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 32));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 32)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 32)) return; /* past the end of a short group */
+    /* block(x:32) mm_512_f32.tensorize(x:32) */
+    for (long long o1 = b0 * 32; o1 < dt_min_ll(b0 * 32 + 32, s0); o1 += 32) {
+        /* block(y:32) mm_512_f32.tensorize(y:32) */
+        for (long long o2 = b1 * 32; o2 < dt_min_ll(b1 * 32 + 32, s1); o2 += 32) {
+            /* rdot accumulator */
+            float acc0[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                acc0[r] = 0e0f;
+            }
+            /* rdot mm_512_f32.tensorize(k:32) num_stages(4) */
+            /* num_stages(4): the operands of the next 3 steps are copied (cp.async) while the dots work on this one */
+            {
+                __syncthreads();
+                int rd6 = 0, wr7 = 3;
+                for (int st = 0; st < 3; st++) {
+                    const long long o5 = (long long)st * 32;
+                    if (o5 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec9 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 64;
+                                (void)e; {
+                                    const int l10 = (int)((unsigned)e / 8u % 32u);
+                                    const int l11 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec9 && (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + st * 1152))[l10 * 36 + (l11 * 4)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + st * 1152))[l10 * 36 + (l11 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            if ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + q)) < (unsigned)s2) dt_cp_async4(&((float*)((dt_smem + 0) + st * 1152))[l10 * 36 + (l11 * 4 + q)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4 + q)) * (unsigned)args.input_strides[0][1]]); else ((float*)((dt_smem + 0) + st * 1152))[l10 * 36 + (l11 * 4 + q)] = 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec12 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 64;
+                                (void)e; {
+                                    const int l13 = (int)((unsigned)e / 8u % 32u);
+                                    const int l14 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec12 && (unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 4608) + st * 1152))[l13 * 36 + (l14 * 4)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 4608) + st * 1152))[l13 * 36 + (l14 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            if ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + q)) < (unsigned)s1) dt_cp_async4(&((float*)((dt_smem + 4608) + st * 1152))[l13 * 36 + (l14 * 4 + q)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4 + q)) * (unsigned)args.input_strides[1][1]]); else ((float*)((dt_smem + 4608) + st * 1152))[l13 * 36 + (l14 * 4 + q)] = 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                }
+                for (long long o5 = 0; o5 < s2; o5 += 32) {
+                    /* wait for the copies of this step (buffer rd6), then start those 3 steps ahead (buffer wr7) */
+                    dt_cp_async_wait<2>();
+                    __syncthreads();
+                    const long long o15 = o5 + 96;
+                    if (o15 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec16 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 64;
+                                (void)e; {
+                                    const int l17 = (int)((unsigned)e / 8u % 32u);
+                                    const int l18 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec16 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + wr7 * 1152))[l17 * 36 + (l18 * 4)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + wr7 * 1152))[l17 * 36 + (l18 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + q)) < (unsigned)s2) dt_cp_async4(&((float*)((dt_smem + 0) + wr7 * 1152))[l17 * 36 + (l18 * 4 + q)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4 + q)) * (unsigned)args.input_strides[0][1]]); else ((float*)((dt_smem + 0) + wr7 * 1152))[l17 * 36 + (l18 * 4 + q)] = 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec19 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 64;
+                                (void)e; {
+                                    const int l20 = (int)((unsigned)e / 8u % 32u);
+                                    const int l21 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec19 && (unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 4608) + wr7 * 1152))[l20 * 36 + (l21 * 4)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 4608) + wr7 * 1152))[l20 * 36 + (l21 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            if ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + q)) < (unsigned)s1) dt_cp_async4(&((float*)((dt_smem + 4608) + wr7 * 1152))[l20 * 36 + (l21 * 4 + q)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4 + q)) * (unsigned)args.input_strides[1][1]]); else ((float*)((dt_smem + 4608) + wr7 * 1152))[l20 * 36 + (l21 * 4 + q)] = 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                    /* v0: loaded by the dot that reads it (staged in shared memory) */
+                    /* v1: loaded by the dot that reads it (staged in shared memory) */
+                    /* rdot on the vector units (fmaf): [x:32, y:32] over k:32 by 2 x 1 groups of 32 lanes of 1 x 1 m16n32k4 fragments */
+                    {
+                        const int lane = tid & 31;
+                        const float* fa0 = (const float*)(((dt_smem + 0) + rd6 * 1152) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 36);
+                        const float* fb0 = (const float*)(((dt_smem + 4608) + rd6 * 1152) + (tid >> 5) % 1 * 32 + (lane & 7) * 4);
+                        #pragma unroll
+                        for (int kk = 0; kk < 32; kk += 4) {
+                            float fa[1][16], fb[1][16];
+                            #pragma unroll
+                            for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 36 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                            #pragma unroll
+                            for (int j = 0; j < 1; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 36 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
+                            #pragma unroll
+                            for (int kq = 0; kq < 4; kq++)
+                            #pragma unroll
+                            for (int i = 0; i < 1; i++)
+                            #pragma unroll
+                            for (int j = 0; j < 1; j++)
+                            #pragma unroll
+                            for (int q = 0; q < 4; q++)
+                            #pragma unroll
+                            for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
+                        }
+                    }
+                    /* acc0 += v2: accumulated by the dot above */
+                    rd6 = rd6 + 1 == 4 ? 0 : rd6 + 1;
+                    wr7 = wr7 + 1 == 4 ? 0 : wr7 + 1;
+                }
+                dt_cp_async_wait<0>();
+                __syncthreads();
+            }
+            float v3[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                v3[r] = acc0[r];
+            }
+            /* the fragments four adjacent columns at a time */
+            #pragma unroll
+            for (int r = 0; r < 16; r += 4) {
+                const int lr = (tid >> 5) / 1 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 1 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) *(float4*)(out + a) = make_float4(v3[r], v3[r + 1], v3[r + 2], v3[r + 3]);
+                else {
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 1]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 2]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 3]);
+                }
+            }
+        }
+    }
+}
+
+/* kernel mm_512_f32 for f32: grid block(x:32, y:32); 64 threads, 36864 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(64) dt_mm_512_f32_f32_whole(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
+    float* __restrict__ out = (float*)args.output; /* mm_512_f32 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 32));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 32));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 32)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 32)) return; /* past the end of a short group */
+    /* block(x:32) mm_512_f32.tensorize(x:32) */
+    for (long long o1 = b0 * 32; o1 < dt_min_ll(b0 * 32 + 32, s0); o1 += 32) {
+        /* block(y:32) mm_512_f32.tensorize(y:32) */
+        for (long long o2 = b1 * 32; o2 < dt_min_ll(b1 * 32 + 32, s1); o2 += 32) {
+            /* rdot accumulator */
+            float acc0[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                acc0[r] = 0e0f;
+            }
+            /* rdot mm_512_f32.tensorize(k:32) num_stages(4) */
+            /* num_stages(4): the operands of the next 3 steps are copied (cp.async) while the dots work on this one */
+            {
+                __syncthreads();
+                int rd6 = 0, wr7 = 3;
+                for (int st = 0; st < 3; st++) {
+                    const long long o5 = (long long)st * 32;
+                    if (o5 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec9 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 64;
+                                (void)e; {
+                                    const int l10 = (int)((unsigned)e / 8u % 32u);
+                                    const int l11 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec9 && (unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + st * 1152))[l10 * 36 + (l11 * 4)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + st * 1152))[l10 * 36 + (l11 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 0) + st * 1152))[l10 * 36 + (l11 * 4 + q)] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec12 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 64;
+                                (void)e; {
+                                    const int l13 = (int)((unsigned)e / 8u % 32u);
+                                    const int l14 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec12 && (unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 4608) + st * 1152))[l13 * 36 + (l14 * 4)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 4608) + st * 1152))[l13 * 36 + (l14 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 4608) + st * 1152))[l13 * 36 + (l14 * 4 + q)] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                }
+                for (long long o5 = 0; o5 < s2; o5 += 32) {
+                    /* wait for the copies of this step (buffer rd6), then start those 3 steps ahead (buffer wr7) */
+                    dt_cp_async_wait<2>();
+                    __syncthreads();
+                    const long long o15 = o5 + 96;
+                    if (o15 < s2) {
+                        /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec16 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 64;
+                                (void)e; {
+                                    const int l17 = (int)((unsigned)e / 8u % 32u);
+                                    const int l18 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec16 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + 3)) < (unsigned)s2) {
+                                        dt_cp_async16(&((float*)((dt_smem + 0) + wr7 * 1152))[l17 * 36 + (l18 * 4)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4)) * (unsigned)args.input_strides[0][1]]);
+                                    } else if (!((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4)) < (unsigned)s2)) {
+                                        *(uint4*)&((float*)((dt_smem + 0) + wr7 * 1152))[l17 * 36 + (l18 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 0) + wr7 * 1152))[l17 * 36 + (l18 * 4 + q)] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                        {
+                            const bool vec19 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                            #pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                const int e = tid + r * 64;
+                                (void)e; {
+                                    const int l20 = (int)((unsigned)e / 8u % 32u);
+                                    const int l21 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec19 && (unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + 3)) < (unsigned)s1) {
+                                        dt_cp_async16(&((float*)((dt_smem + 4608) + wr7 * 1152))[l20 * 36 + (l21 * 4)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4)) * (unsigned)args.input_strides[1][1]]);
+                                    } else if (!((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4)) < (unsigned)s1)) {
+                                        *(uint4*)&((float*)((dt_smem + 4608) + wr7 * 1152))[l20 * 36 + (l21 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                                    } else {
+                                        #pragma unroll
+                                        for (int q = 0; q < 4; q++) {
+                                            ((float*)((dt_smem + 4608) + wr7 * 1152))[l20 * 36 + (l21 * 4 + q)] = ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    dt_cp_async_commit();
+                    /* v0: loaded by the dot that reads it (staged in shared memory) */
+                    /* v1: loaded by the dot that reads it (staged in shared memory) */
+                    /* rdot on the vector units (fmaf): [x:32, y:32] over k:32 by 2 x 1 groups of 32 lanes of 1 x 1 m16n32k4 fragments */
+                    {
+                        const int lane = tid & 31;
+                        const float* fa0 = (const float*)(((dt_smem + 0) + rd6 * 1152) + ((tid >> 5) / 1 * 16 + (lane >> 3)) * 36);
+                        const float* fb0 = (const float*)(((dt_smem + 4608) + rd6 * 1152) + (tid >> 5) % 1 * 32 + (lane & 7) * 4);
+                        #pragma unroll
+                        for (int kk = 0; kk < 32; kk += 4) {
+                            float fa[1][16], fb[1][16];
+                            #pragma unroll
+                            for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 36 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                            #pragma unroll
+                            for (int j = 0; j < 1; j++) for (int kq = 0; kq < 4; kq++) { const float4 w = *(const float4*)(fb0 + (kk + kq) * 36 + j * 32); fb[j][kq * 4] = w.x; fb[j][kq * 4 + 1] = w.y; fb[j][kq * 4 + 2] = w.z; fb[j][kq * 4 + 3] = w.w; }
+                            #pragma unroll
+                            for (int kq = 0; kq < 4; kq++)
+                            #pragma unroll
+                            for (int i = 0; i < 1; i++)
+                            #pragma unroll
+                            for (int j = 0; j < 1; j++)
+                            #pragma unroll
+                            for (int q = 0; q < 4; q++)
+                            #pragma unroll
+                            for (int c = 0; c < 4; c++) acc0[(i * 1 + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], acc0[(i * 1 + j) * 16 + q * 4 + c]);
+                        }
+                    }
+                    /* acc0 += v2: accumulated by the dot above */
+                    rd6 = rd6 + 1 == 4 ? 0 : rd6 + 1;
+                    wr7 = wr7 + 1 == 4 ? 0 : wr7 + 1;
+                }
+                dt_cp_async_wait<0>();
+                __syncthreads();
+            }
+            float v3[16];
+            #pragma unroll
+            for (int r = 0; r < 16; r++) {
+                v3[r] = acc0[r];
+            }
+            /* the fragments four adjacent columns at a time */
+            #pragma unroll
+            for (int r = 0; r < 16; r += 4) {
+                const int lr = (tid >> 5) / 1 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 1 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1) *(float4*)(out + a) = make_float4(v3[r], v3[r + 1], v3[r + 2], v3[r + 3]);
+                else {
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 1]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 2]);
+                }
             }
         }
     }
@@ -4735,7 +5153,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32(DT_GRID_CONST
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + st * 1280))[l10 * 20 + (l11 * 4 + q)] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                            if ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + q)) < (unsigned)s2) dt_cp_async4(&((float*)((dt_smem + 0) + st * 1280))[l10 * 20 + (l11 * 4 + q)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4 + q)) * (unsigned)args.input_strides[0][1]]); else ((float*)((dt_smem + 0) + st * 1280))[l10 * 20 + (l11 * 4 + q)] = 0.0f;
                                         }
                                     }
                                 }
@@ -4757,7 +5175,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32(DT_GRID_CONST
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 3840) + st * 1088))[l13 * 68 + (l14 * 4 + q)] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                            if ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + q)) < (unsigned)s1) dt_cp_async4(&((float*)((dt_smem + 3840) + st * 1088))[l13 * 68 + (l14 * 4 + q)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4 + q)) * (unsigned)args.input_strides[1][1]]); else ((float*)((dt_smem + 3840) + st * 1088))[l13 * 68 + (l14 * 4 + q)] = 0.0f;
                                         }
                                     }
                                 }
@@ -4788,7 +5206,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32(DT_GRID_CONST
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + wr7 * 1280))[l17 * 20 + (l18 * 4 + q)] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                            if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + q)) < (unsigned)s2) dt_cp_async4(&((float*)((dt_smem + 0) + wr7 * 1280))[l17 * 20 + (l18 * 4 + q)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4 + q)) * (unsigned)args.input_strides[0][1]]); else ((float*)((dt_smem + 0) + wr7 * 1280))[l17 * 20 + (l18 * 4 + q)] = 0.0f;
                                         }
                                     }
                                 }
@@ -4810,7 +5228,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32(DT_GRID_CONST
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 3840) + wr7 * 1088))[l20 * 68 + (l21 * 4 + q)] = ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                            if ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + q)) < (unsigned)s1) dt_cp_async4(&((float*)((dt_smem + 3840) + wr7 * 1088))[l20 * 68 + (l21 * 4 + q)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4 + q)) * (unsigned)args.input_strides[1][1]]); else ((float*)((dt_smem + 3840) + wr7 * 1088))[l20 * 68 + (l21 * 4 + q)] = 0.0f;
                                         }
                                     }
                                 }
@@ -4856,11 +5274,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32(DT_GRID_CONST
             for (int r = 0; r < 32; r++) {
                 v3[r] = acc0[r];
             }
+            /* the fragments four adjacent columns at a time */
             #pragma unroll
-            for (int r = 0; r < 32; r++) {
-                const int l24 = (tid >> 5) / 2 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                const int l25 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o2 + l25) < (unsigned)s1) out[(unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l25) * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r]);
+            for (int r = 0; r < 32; r += 4) {
+                const int lr = (tid >> 5) / 2 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) *(float4*)(out + a) = make_float4(v3[r], v3[r + 1], v3[r + 2], v3[r + 3]);
+                else {
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 1]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 2]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 3]);
+                }
             }
         }
     }
@@ -5045,13 +5470,17 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32_whole(DT_GRID
             for (int r = 0; r < 32; r++) {
                 v3[r] = acc0[r];
             }
-            /* the fragments two adjacent columns at a time */
+            /* the fragments four adjacent columns at a time */
             #pragma unroll
-            for (int r = 0; r < 32; r += 2) {
+            for (int r = 0; r < 32; r += 4) {
                 const int lr = (tid >> 5) / 2 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
                 const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(float2*)(out + a) = make_float2(v3[r], v3[r + 1]);
-                else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1) *(float4*)(out + a) = make_float4(v3[r], v3[r + 1], v3[r + 2], v3[r + 3]);
+                else {
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 1]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 2]);
+                }
             }
         }
     }
@@ -5115,7 +5544,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32(DT_GRID_CONS
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + st * 2560))[l10 * 20 + (l11 * 4 + q)] = ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                            if ((unsigned)(o1 + l10) < (unsigned)s0 && (unsigned)(o5 + (l11 * 4 + q)) < (unsigned)s2) dt_cp_async4(&((float*)((dt_smem + 0) + st * 2560))[l10 * 20 + (l11 * 4 + q)], &in0[(unsigned)(o1 + l10) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l11 * 4 + q)) * (unsigned)args.input_strides[0][1]]); else ((float*)((dt_smem + 0) + st * 2560))[l10 * 20 + (l11 * 4 + q)] = 0.0f;
                                         }
                                     }
                                 }
@@ -5137,7 +5566,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32(DT_GRID_CONS
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 7680) + st * 2112))[l13 * 132 + (l14 * 4 + q)] = ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                            if ((unsigned)(o5 + l13) < (unsigned)s2 && (unsigned)(o2 + (l14 * 4 + q)) < (unsigned)s1) dt_cp_async4(&((float*)((dt_smem + 7680) + st * 2112))[l13 * 132 + (l14 * 4 + q)], &in1[(unsigned)(o5 + l13) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l14 * 4 + q)) * (unsigned)args.input_strides[1][1]]); else ((float*)((dt_smem + 7680) + st * 2112))[l13 * 132 + (l14 * 4 + q)] = 0.0f;
                                         }
                                     }
                                 }
@@ -5168,7 +5597,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32(DT_GRID_CONS
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 0) + wr7 * 2560))[l17 * 20 + (l18 * 4 + q)] = ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                            if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o15 + (l18 * 4 + q)) < (unsigned)s2) dt_cp_async4(&((float*)((dt_smem + 0) + wr7 * 2560))[l17 * 20 + (l18 * 4 + q)], &in0[(unsigned)(o1 + l17) * (unsigned)args.input_strides[0][0] + (unsigned)(o15 + (l18 * 4 + q)) * (unsigned)args.input_strides[0][1]]); else ((float*)((dt_smem + 0) + wr7 * 2560))[l17 * 20 + (l18 * 4 + q)] = 0.0f;
                                         }
                                     }
                                 }
@@ -5190,7 +5619,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32(DT_GRID_CONS
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 4; q++) {
-                                            ((float*)((dt_smem + 7680) + wr7 * 2112))[l20 * 132 + (l21 * 4 + q)] = ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                            if ((unsigned)(o15 + l20) < (unsigned)s2 && (unsigned)(o2 + (l21 * 4 + q)) < (unsigned)s1) dt_cp_async4(&((float*)((dt_smem + 7680) + wr7 * 2112))[l20 * 132 + (l21 * 4 + q)], &in1[(unsigned)(o15 + l20) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l21 * 4 + q)) * (unsigned)args.input_strides[1][1]]); else ((float*)((dt_smem + 7680) + wr7 * 2112))[l20 * 132 + (l21 * 4 + q)] = 0.0f;
                                         }
                                     }
                                 }
@@ -5236,11 +5665,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32(DT_GRID_CONS
             for (int r = 0; r < 64; r++) {
                 v3[r] = acc0[r];
             }
+            /* the fragments four adjacent columns at a time */
             #pragma unroll
-            for (int r = 0; r < 64; r++) {
-                const int l24 = (tid >> 5) / 2 * 32 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                const int l25 = (tid >> 5) % 2 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
-                if ((unsigned)(o1 + l24) < (unsigned)s0 && (unsigned)(o2 + l25) < (unsigned)s1) out[(unsigned)(o1 + l24) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l25) * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r]);
+            for (int r = 0; r < 64; r += 4) {
+                const int lr = (tid >> 5) / 2 * 32 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 2 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) *(float4*)(out + a) = make_float4(v3[r], v3[r + 1], v3[r + 2], v3[r + 3]);
+                else {
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 1]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 2]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 3]);
+                }
             }
         }
     }
@@ -5425,13 +5861,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32_whole(DT_GRI
             for (int r = 0; r < 64; r++) {
                 v3[r] = acc0[r];
             }
-            /* the fragments two adjacent columns at a time */
+            /* the fragments four adjacent columns at a time */
             #pragma unroll
-            for (int r = 0; r < 64; r += 2) {
+            for (int r = 0; r < 64; r += 4) {
                 const int lr = (tid >> 5) / 2 * 32 + (r >> 4) / 2 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 2 * 64 + (r >> 4) % 2 * 32 + (tid & 7) * 4 + (r & 3);
                 const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(float2*)(out + a) = make_float2(v3[r], v3[r + 1]);
-                else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1) *(float4*)(out + a) = make_float4(v3[r], v3[r + 1], v3[r + 2], v3[r + 3]);
+                else {
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 1]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 2]);
+                }
             }
         }
     }

@@ -182,6 +182,15 @@ DT_FN void dt_cp_async16(void* smem, const void* gmem) {
     dt_copy16_to_shared(smem, gmem);
 #endif
 }
+/* One 4-byte element (4-byte aligned) the same way: an f32 operand whose 16-byte runs are not
+ * aligned in global memory is still copied without a wait for each load. */
+DT_FN void dt_cp_async4(void* smem, const void* gmem) {
+#if DT_SM80
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dt_smem_u32(smem)), "l"(gmem) : "memory");
+#else
+    *(float*)smem = *(const float*)gmem;
+#endif
+}
 DT_FN void dt_cp_async_commit() {
 #if DT_SM80
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -1220,6 +1229,243 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_16_f32_f32_whole(DT_GRID
     }
 }
 
+/* kernel mm_512_f32 for f32: grid block(x:32, y:32); 128 threads, 8192 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_mm_512_f32_f32(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
+    float* __restrict__ out = (float*)args.output; /* mm_512_f32 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 32));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 32));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 32)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 32)) return; /* past the end of a short group */
+    /* block(x:32) mm_512_f32.tensorize(x:32) */
+    for (long long o1 = b0 * 32; o1 < dt_min_ll(b0 * 32 + 32, s0); o1 += 32) {
+        /* block(y:32) mm_512_f32.tensorize(y:32) */
+        for (long long o2 = b1 * 32; o2 < dt_min_ll(b1 * 32 + 32, s1); o2 += 32) {
+            /* rdot accumulator */
+            float acc0[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    acc0[r] = 0e0f;
+                }
+            }
+            /* rdot mm_512_f32.tensorize(k:32) num_stages(4) */
+            for (long long o5 = 0; o5 < s2; o5 += 32) {
+                float v0[8];
+                #pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const int e = (c * 128 + tid) * 4;
+                    const int l6 = (int)((unsigned)e / 32u % 32u);
+                    const int l7 = (int)((unsigned)e / 1u % 32u);
+                    const unsigned a = (unsigned)(o1 + l6) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l7) * (unsigned)args.input_strides[0][1];
+                    if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
+                        const uint4 q = *(const uint4*)(in0 + a);
+                        v0[c * 4 + 0] = __uint_as_float(q.x);
+                        v0[c * 4 + 1] = __uint_as_float(q.y);
+                        v0[c * 4 + 2] = __uint_as_float(q.z);
+                        v0[c * 4 + 3] = __uint_as_float(q.w);
+                    } else {
+                        v0[c * 4 + 0] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + l7) < (unsigned)s2) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 1] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 1)) < (unsigned)s2) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 2] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 2)) < (unsigned)s2) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                        v0[c * 4 + 3] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s2) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                    }
+                }
+                float v1[8];
+                #pragma unroll
+                for (int r = 0; r < 8; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        const int l8 = (int)((unsigned)e / 32u % 32u);
+                        const int l9 = (int)((unsigned)e / 1u % 32u);
+                        v1[r] = ((unsigned)(o5 + l9) < (unsigned)s2 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f32(in1[(unsigned)(o5 + l9) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[1][1]]) : 0e0f;
+                    }
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
+                __syncthreads();
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 1024)[e] = v1[r]; }
+                __syncthreads();
+                float v2[8];
+                #pragma unroll
+                for (int r = 0; r < 8; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        const int l10 = (int)((unsigned)e / 32u % 32u);
+                        const int l11 = (int)((unsigned)e / 1u % 32u);
+                        float a12 = 0.0f;
+                        for (int q = 0; q < 32; q++) a12 = fmaf((dt_smem + 0)[l10 * 32 + q * 1], (dt_smem + 1024)[l11 * 32 + q * 1], a12);
+                        v2[r] = a12;
+                    }
+                }
+                #pragma unroll
+                for (int r = 0; r < 8; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        acc0[r] = acc0[r] + v2[r];
+                    }
+                }
+            }
+            float v3[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v3[r] = acc0[r];
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l17 = (int)((unsigned)e / 32u % 32u);
+                const int l18 = (int)((unsigned)e / 1u % 32u);
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l18) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + (l18 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
+                    *(uint4*)(out + a) = make_uint4(__float_as_uint(v3[c * 4 + 0]), __float_as_uint(v3[c * 4 + 1]), __float_as_uint(v3[c * 4 + 2]), __float_as_uint(v3[c * 4 + 3]));
+                } else {
+                    if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + l18) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[c * 4 + 0]);
+                    if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + (l18 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[c * 4 + 1]);
+                    if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + (l18 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[c * 4 + 2]);
+                    if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + (l18 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[c * 4 + 3]);
+                }
+            }
+        }
+    }
+}
+
+/* kernel mm_512_f32 for f32: grid block(x:32, y:32); 128 threads, 8192 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_mm_512_f32_f32_whole(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
+    extern __shared__ float dt_smem[];
+    (void)dt_smem;
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
+    const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
+    float* __restrict__ out = (float*)args.output; /* mm_512_f32 */
+    const long long pid = (long long)blockIdx.x;
+    unsigned rest = (unsigned)pid;
+    (void)rest;
+    const unsigned n1 = (unsigned)(dt_cdiv(s1, 32));
+    const long long g1 = rest % n1; rest /= n1;
+    const unsigned n0 = (unsigned)(dt_cdiv(s0, 32));
+    const long long g0 = rest % n0; rest /= n0;
+    const long long b0 = g0; /* block index along x */
+    if (b0 >= dt_cdiv(s0, 32)) return; /* past the end of a short group */
+    const long long b1 = g1; /* block index along y */
+    if (b1 >= dt_cdiv(s1, 32)) return; /* past the end of a short group */
+    /* block(x:32) mm_512_f32.tensorize(x:32) */
+    for (long long o1 = b0 * 32; o1 < dt_min_ll(b0 * 32 + 32, s0); o1 += 32) {
+        /* block(y:32) mm_512_f32.tensorize(y:32) */
+        for (long long o2 = b1 * 32; o2 < dt_min_ll(b1 * 32 + 32, s1); o2 += 32) {
+            /* rdot accumulator */
+            float acc0[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    acc0[r] = 0e0f;
+                }
+            }
+            /* rdot mm_512_f32.tensorize(k:32) num_stages(4) */
+            for (long long o5 = 0; o5 < s2; o5 += 32) {
+                float v0[8];
+                #pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const int e = (c * 128 + tid) * 4;
+                    const int l6 = (int)((unsigned)e / 32u % 32u);
+                    const int l7 = (int)((unsigned)e / 1u % 32u);
+                    const unsigned a = (unsigned)(o1 + l6) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l7) * (unsigned)args.input_strides[0][1];
+                    if ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + l7) < (unsigned)s2) {
+                        const uint4 q = *(const uint4*)(in0 + a);
+                        v0[c * 4 + 0] = __uint_as_float(q.x);
+                        v0[c * 4 + 1] = __uint_as_float(q.y);
+                        v0[c * 4 + 2] = __uint_as_float(q.z);
+                        v0[c * 4 + 3] = __uint_as_float(q.w);
+                    } else {
+                        v0[c * 4 + 0] = 0e0f;
+                        v0[c * 4 + 1] = 0e0f;
+                        v0[c * 4 + 2] = 0e0f;
+                        v0[c * 4 + 3] = 0e0f;
+                    }
+                }
+                float v1[8];
+                #pragma unroll
+                for (int r = 0; r < 8; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        const int l8 = (int)((unsigned)e / 32u % 32u);
+                        const int l9 = (int)((unsigned)e / 1u % 32u);
+                        v1[r] = ((unsigned)(o5 + l9) < (unsigned)s2 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f32(in1[(unsigned)(o5 + l9) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[1][1]]) : 0e0f;
+                    }
+                }
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
+                __syncthreads();
+                __syncthreads();
+                #pragma unroll
+                for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 1024)[e] = v1[r]; }
+                __syncthreads();
+                float v2[8];
+                #pragma unroll
+                for (int r = 0; r < 8; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        const int l10 = (int)((unsigned)e / 32u % 32u);
+                        const int l11 = (int)((unsigned)e / 1u % 32u);
+                        float a12 = 0.0f;
+                        for (int q = 0; q < 32; q++) a12 = fmaf((dt_smem + 0)[l10 * 32 + q * 1], (dt_smem + 1024)[l11 * 32 + q * 1], a12);
+                        v2[r] = a12;
+                    }
+                }
+                #pragma unroll
+                for (int r = 0; r < 8; r++) {
+                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                    (void)e; {
+                        acc0[r] = acc0[r] + v2[r];
+                    }
+                }
+            }
+            float v3[8];
+            #pragma unroll
+            for (int r = 0; r < 8; r++) {
+                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
+                (void)e; {
+                    v3[r] = acc0[r];
+                }
+            }
+            #pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int e = (c * 128 + tid) * 4;
+                const int l17 = (int)((unsigned)e / 32u % 32u);
+                const int l18 = (int)((unsigned)e / 1u % 32u);
+                const unsigned a = (unsigned)(o1 + l17) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l18) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + l18) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v3[c * 4 + 0]), __float_as_uint(v3[c * 4 + 1]), __float_as_uint(v3[c * 4 + 2]), __float_as_uint(v3[c * 4 + 3]));
+            }
+        }
+    }
+}
+
 /* kernel mm_1k_f32 for f32: grid block(x:64, y:64) map(x:x1/8, y, x1); 256 threads, 9472 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(256) dt_mm_1k_f32_f32(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
     extern __shared__ float dt_smem[];
@@ -1335,11 +1581,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_1k_f32_f32(DT_GRID_CONST
             for (int r = 0; r < 16; r++) {
                 v3[r] = acc0[r];
             }
+            /* the fragments four adjacent columns at a time */
             #pragma unroll
-            for (int r = 0; r < 16; r++) {
-                const int l14 = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                const int l15 = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                if ((unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)(o2 + l15) < (unsigned)s1) out[(unsigned)(o1 + l14) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l15) * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r]);
+            for (int r = 0; r < 16; r += 4) {
+                const int lr = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) *(float4*)(out + a) = make_float4(v3[r], v3[r + 1], v3[r + 2], v3[r + 3]);
+                else {
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 1]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 2]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 3]);
+                }
             }
         }
     }
@@ -1460,13 +1713,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_1k_f32_f32_whole(DT_GRID
             for (int r = 0; r < 16; r++) {
                 v3[r] = acc0[r];
             }
-            /* the fragments two adjacent columns at a time */
+            /* the fragments four adjacent columns at a time */
             #pragma unroll
-            for (int r = 0; r < 16; r += 2) {
+            for (int r = 0; r < 16; r += 4) {
                 const int lr = (tid >> 5) / 2 * 16 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 2 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
                 const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(float2*)(out + a) = make_float2(v3[r], v3[r + 1]);
-                else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1) *(float4*)(out + a) = make_float4(v3[r], v3[r + 1], v3[r + 2], v3[r + 3]);
+                else {
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 1]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 2]);
+                }
             }
         }
     }
@@ -1587,11 +1844,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_mm_128_f32_f32(DT_GRID_CONS
             for (int r = 0; r < 32; r++) {
                 v3[r] = acc0[r];
             }
+            /* the fragments four adjacent columns at a time */
             #pragma unroll
-            for (int r = 0; r < 32; r++) {
-                const int l14 = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4;
-                const int l15 = (tid >> 5) % 4 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
-                if ((unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)(o2 + l15) < (unsigned)s1) out[(unsigned)(o1 + l14) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l15) * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r]);
+            for (int r = 0; r < 32; r += 4) {
+                const int lr = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 4 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) *(float4*)(out + a) = make_float4(v3[r], v3[r + 1], v3[r + 2], v3[r + 3]);
+                else {
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 1]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 2]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 3]);
+                }
             }
         }
     }
@@ -1712,13 +1976,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_mm_128_f32_f32_whole(DT_GRI
             for (int r = 0; r < 32; r++) {
                 v3[r] = acc0[r];
             }
-            /* the fragments two adjacent columns at a time */
+            /* the fragments four adjacent columns at a time */
             #pragma unroll
-            for (int r = 0; r < 32; r += 2) {
+            for (int r = 0; r < 32; r += 4) {
                 const int lr = (tid >> 5) / 4 * 32 + (r >> 4) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 2) & 3) * 4, lc = (tid >> 5) % 4 * 32 + (r >> 4) % 1 * 32 + (tid & 7) * 4 + (r & 3);
                 const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(float2*)(out + a) = make_float2(v3[r], v3[r + 1]);
-                else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 3)) < (unsigned)s1) *(float4*)(out + a) = make_float4(v3[r], v3[r + 1], v3[r + 2], v3[r + 3]);
+                else {
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v3[r]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 1]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v3[r + 2]);
+                }
             }
         }
     }

@@ -360,6 +360,96 @@ void dt_out_16_f32_f32(const dt_args* args, long long first, long long last) {
     free(arena);
 }
 
+/* kernel out_512_f32 for f32: grid block(x:32, y:32) */
+void dt_out_512_f32_f32(const dt_args* args, long long first, long long last) {
+    const long long s0 = args->sizes[0]; /* size of x */
+    const long long s1 = args->sizes[1]; /* size of y */
+    const long long s2 = args->sizes[2]; /* size of k */
+    const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
+    const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* B */
+    float* out = (float*)(uintptr_t)args->output; /* out_512_f32 */
+    float* arena = (float*)malloc(sizeof(float) * 12290);
+    if (!arena) return;
+    const long long programs = (dt_cdiv(s0, 32)) * (dt_cdiv(s1, 32));
+    for (long long pid = first; pid < last && pid < programs; pid++) {
+        long long rest = (long long)pid;
+        (void)rest;
+        const long long n1 = (long long)(dt_cdiv(s1, 32));
+        const long long g1 = rest % n1; rest /= n1;
+        const long long n0 = (long long)(dt_cdiv(s0, 32));
+        const long long g0 = rest % n0; rest /= n0;
+        const long long b0 = g0; /* block index along x */
+        if (b0 >= dt_cdiv(s0, 32)) continue; /* past the end of a short group */
+        const long long b1 = g1; /* block index along y */
+        if (b1 >= dt_cdiv(s1, 32)) continue; /* past the end of a short group */
+        (arena + 5120)[0] = 0e0f;
+        (arena + 7169)[0] = 1e-2f;
+        /* block(x:32) out_512_f32.tensorize(x:32) */
+        for (long long o1 = b0 * 32; o1 < dt_min_ll(b0 * 32 + 32, s0); o1 += 32) {
+            /* block(y:32) out_512_f32.tensorize(y:32) */
+            for (long long o2 = b1 * 32; o2 < dt_min_ll(b1 * 32 + 32, s1); o2 += 32) {
+                /* rdot accumulator */
+                for (long long l3 = 0; l3 < 32; l3++) {
+                    for (long long l4 = 0; l4 < 32; l4++) {
+                        (arena + 10242)[l3 * 32 + l4] = 0e0f;
+                    }
+                }
+                /* rdot out_512_f32.tensorize(k:32) num_stages(4) */
+                for (long long o5 = 0; o5 < s2; o5 += 32) {
+                    for (long long l6 = 0; l6 < 32; l6++) {
+                        for (long long l7 = 0; l7 < 32; l7++) {
+                            (arena + 0)[l6 * 32 + l7] = (o1 + l6 < s0 && o5 + l7 < s2) ? dt_load_f32(in0[(o1 + l6) * args->input_strides[0][0] + (o5 + l7) * args->input_strides[0][1]]) : 0e0f;
+                        }
+                    }
+                    for (long long l8 = 0; l8 < 32; l8++) {
+                        for (long long l9 = 0; l9 < 32; l9++) {
+                            (arena + 1024)[l8 * 32 + l9] = (o5 + l9 < s2 && o2 + l8 < s1) ? dt_load_f32(in1[(o5 + l9) * args->input_strides[1][0] + (o2 + l8) * args->input_strides[1][1]]) : 0e0f;
+                        }
+                    }
+                    for (long long l10 = 0; l10 < 32; l10++) {
+                        for (long long l11 = 0; l11 < 32; l11++) {
+                            float a13 = 0.0f;
+                            for (long long r12 = 0; r12 < 32; r12++) a13 += (arena + 0)[l10 * 32 + r12 * 1] * (arena + 1024)[l11 * 32 + r12 * 1];
+                            (arena + 2048)[l10 * 32 + l11] = a13;
+                        }
+                    }
+                    for (long long l14 = 0; l14 < 32; l14++) {
+                        for (long long l15 = 0; l15 < 32; l15++) {
+                            (arena + 10242)[l14 * 32 + l15] = (arena + 10242)[l14 * 32 + l15] + (arena + 2048)[l14 * 32 + l15];
+                        }
+                    }
+                }
+                for (long long l16 = 0; l16 < 32; l16++) {
+                    for (long long l17 = 0; l17 < 32; l17++) {
+                        (arena + 3072)[l16 * 32 + l17] = (arena + 10242)[l16 * 32 + l17];
+                    }
+                }
+                for (long long l18 = 0; l18 < 32; l18++) {
+                    for (long long l19 = 0; l19 < 32; l19++) {
+                        (arena + 5121)[l18 * 32 + l19] = (((arena + 3072)[l18 * 32 + l19]) > ((arena + 5120)[0]) ? 1.0f : 0.0f);
+                    }
+                }
+                for (long long l20 = 0; l20 < 32; l20++) {
+                    for (long long l21 = 0; l21 < 32; l21++) {
+                        (arena + 8194)[l20 * 32 + l21] = ((arena + 7169)[0] * (arena + 3072)[l20 * 32 + l21]);
+                    }
+                }
+                for (long long l22 = 0; l22 < 32; l22++) {
+                    for (long long l23 = 0; l23 < 32; l23++) {
+                        (arena + 9218)[l22 * 32 + l23] = (arena + 5121)[l22 * 32 + l23] != 0.0f ? (arena + 3072)[l22 * 32 + l23] : (arena + 8194)[l22 * 32 + l23];
+                    }
+                }
+                for (long long l24 = 0; l24 < 32; l24++) {
+                    for (long long l25 = 0; l25 < 32; l25++) {
+                        if (o1 + l24 < s0 && o2 + l25 < s1) out[(o1 + l24) * args->output_strides[0] + (o2 + l25) * args->output_strides[1]] = dt_store_f32((arena + 9218)[l24 * 32 + l25]);
+                    }
+                }
+            }
+        }
+    }
+    free(arena);
+}
+
 /* kernel out_1k_f32 for f32: grid block(x:64, y:64) map(x:x1/8, y, x1) */
 void dt_out_1k_f32_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */

@@ -182,6 +182,15 @@ DT_FN void dt_cp_async16(void* smem, const void* gmem) {
     dt_copy16_to_shared(smem, gmem);
 #endif
 }
+/* One 4-byte element (4-byte aligned) the same way: an f32 operand whose 16-byte runs are not
+ * aligned in global memory is still copied without a wait for each load. */
+DT_FN void dt_cp_async4(void* smem, const void* gmem) {
+#if DT_SM80
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dt_smem_u32(smem)), "l"(gmem) : "memory");
+#else
+    *(float*)smem = *(const float*)gmem;
+#endif
+}
 DT_FN void dt_cp_async_commit() {
 #if DT_SM80
     asm volatile("cp.async.commit_group;" ::: "memory");

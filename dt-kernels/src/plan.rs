@@ -354,6 +354,9 @@ mod tests {
             let shapes: [(&[usize], &[usize]); 2] = [(&a, &[64, 1]), (&b, &[64, 1])];
             plan(&crate::matmul::OP, DType::F32, &shapes, &[], Device::PLAIN).map(|p| p.symbol).unwrap()
         };
+        assert_eq!(f32_rows(17), "dt_mm_512_f32_f32");
+        assert_eq!(f32_rows(512), "dt_mm_512_f32_f32");
+        assert_eq!(f32_rows(513), "dt_mm_1k_f32_f32");
         assert_eq!(f32_rows(1024), "dt_mm_1k_f32_f32");
         assert_eq!(f32_rows(1025), "dt_mm_128_f32_f32");
     }

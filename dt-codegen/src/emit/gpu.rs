@@ -817,17 +817,17 @@ impl Emitter<'_> {
                     e.line("}");
                 });
             }
-            Stmt::Store { value, tile } if self.stores_in_pairs(*value, tile) => {
+            Stmt::Store { value, tile } if self.stores_in_runs(*value, tile) => {
                 let src = self.sources(Reader::Store(*value), &[*value]);
                 let Some(Source::Own(name)) = src.first() else {
-                    return Err(EmitError(format!("kernel `{}`: a tile stored in pairs is not in its own registers", self.k.name)));
+                    return Err(EmitError(format!("kernel `{}`: a tile stored in runs is not in its own registers", self.k.name)));
                 };
                 let (RegLayout::Mma(t), name) = (self.layout(*value), name.clone()) else {
-                    return Err(EmitError(format!("kernel `{}`: a tile stored in pairs is not in fragments", self.k.name)));
+                    return Err(EmitError(format!("kernel `{}`: a tile stored in runs is not in fragments", self.k.name)));
                 };
                 match self.ws.as_ref().and_then(|w| w.store.clone()).filter(|s| s.value == *value) {
                     Some(s) => self.store_staged(&name, t, &s),
-                    None => self.store_pairs(&name, t, tile),
+                    None => self.store_runs(&name, t, tile),
                 }
             }
             Stmt::Store { value, tile } => {

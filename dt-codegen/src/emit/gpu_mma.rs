@@ -724,9 +724,20 @@ impl Emitter<'_> {
         }
         let (input, axes) = (load.input, load.axes.clone());
         let name = self.k.inputs[input].name.clone();
+        // Element by element: in a kernel for any layout, f32 elements go through the pipeline's
+        // asynchronous copies too (4 bytes is the smallest such copy), so that an input whose
+        // runs are not aligned (rows of 77 elements) does not wait for its loads at every step.
+        // (A kernel for whole runs copies elements only at the edges, where the registers these
+        // copies' addresses take cost more than the waits.)
+        let async4 = !self.whole_runs && buf.is_some() && d.tile.isa == MatrixIsa::Fma;
         let copy = |e: &mut Self, l: &Lanes| {
             let (cond, addr) = e.address(&axes, l, |a| e.input_stride(input, a));
-            e.line(&format!("{dst}[{}] = ({cond}) ? in{input}[{addr}] : {zero};", at(l)));
+            match async4 {
+                true => {
+                    e.line(&format!("if ({cond}) dt_cp_async4(&{dst}[{}], &in{input}[{addr}]); else {dst}[{}] = {zero};", at(l), at(l)))
+                }
+                false => e.line(&format!("{dst}[{}] = ({cond}) ? in{input}[{addr}] : {zero};", at(l))),
+            }
         };
         // 16 bytes at a time where the input's last axis runs along the staged lines, in whole
         // groups of 16 bytes: then a group is consecutive elements in memory and in shared
@@ -788,36 +799,45 @@ impl Emitter<'_> {
 }
 
 impl Emitter<'_> {
-    /// Whether a store of `value` to output tile `tile` writes pairs of adjacent elements: a whole
-    /// tile in tensor-core fragments, whose pairs of registers hold adjacent columns along the
-    /// output's contiguous last axis (a kernel for whole runs, or a warp-specialized one, whose
-    /// tensors keep stride 1 there and 16-byte aligned rows).
-    pub(super) fn stores_in_pairs(&self, value: ValueId, tile: &Shape) -> bool {
+    /// Whether a store of `value` to output tile `tile` writes runs of adjacent elements
+    /// ([`MatrixIsa::adjacent_columns`]): a whole tile in fragments whose consecutive registers
+    /// hold adjacent columns along the output's last axis. A kernel for whole runs, or a
+    /// warp-specialized one, keeps stride 1 there and 16-byte aligned rows; elsewhere only `Fma`
+    /// fragments (runs of four f32, one 16-byte write) are stored so, with the layout checked
+    /// at run time.
+    pub(super) fn stores_in_runs(&self, value: ValueId, tile: &Shape) -> bool {
         let RegLayout::Mma(t) = self.layout(value) else { return false };
         let contiguous = self.whole_runs || self.ws.is_some();
-        contiguous
-            && t.isa != MatrixIsa::Mfma
+        (contiguous || t.isa == MatrixIsa::Fma)
+            && t.isa.adjacent_columns() > 1
             && self.k.value(value).shape == *tile
             && self.k.output.dims.last() == Some(&t.n)
             && self.sources_plan(Reader::Store(value)).is_none()
     }
 
-    /// The store of fragments `src` (layout `t`) to output tile `tile` two adjacent columns at a
-    /// time: one 4-byte (16-bit types) or 8-byte (f32) store where both columns lie inside the
-    /// output, the first alone where only it does.
-    pub(super) fn store_pairs(&mut self, src: &str, t: MmaTile, tile: &Shape) {
+    /// The store of fragments `src` (layout `t`) to output tile `tile` a run of adjacent columns
+    /// at a time: one 4-byte (16-bit pairs), 8-byte (f32 pairs) or 16-byte (f32 runs of four)
+    /// write where the run lies inside the output (and, in a kernel for any layout, the output
+    /// has unit stride along it and the run is aligned), element by element where it does not.
+    pub(super) fn store_runs(&mut self, src: &str, t: MmaTile, tile: &Shape) {
         let dims = self.k.output.dims.clone();
         let strides = self.output_strides();
         let stride = |a: usize| strides[a].clone();
-        let (store, pair) = match self.dtype {
-            DType::F32 => ("dt_store_f32", format!("*(float2*)(out + a) = make_float2({src}[r], {src}[r + 1]);")),
-            d => ("", format!("*(unsigned*)(out + a) = dt_pack2_{}({src}[r], {src}[r + 1]);", d.name())),
+        let last = stride(dims.len() - 1);
+        let w = t.isa.adjacent_columns();
+        let elem = |j: usize| if j == 0 { format!("{src}[r]") } else { format!("{src}[r + {j}]") };
+        let elems: Vec<String> = (0..w as usize).map(elem).collect();
+        let run = match (self.dtype, w) {
+            (DType::F32, 4) => format!("*(float4*)(out + a) = make_float4({});", elems.join(", ")),
+            (DType::F32, _) => format!("*(float2*)(out + a) = make_float2({});", elems.join(", ")),
+            (d, _) => format!("*(unsigned*)(out + a) = dt_pack2_{}({});", d.name(), elems.join(", ")),
         };
-        let store = if store.is_empty() { format!("dt_store_{}", self.dtype.name()) } else { store.to_string() };
+        let store = format!("dt_store_{}", self.dtype.name());
         let (row, col) = t.row_col("r");
-        self.line("/* the fragments two adjacent columns at a time */");
+        let count = if w == 4 { "four" } else { "two" };
+        self.line(&format!("/* the fragments {count} adjacent columns at a time */"));
         self.line("#pragma unroll");
-        self.line(&format!("for (int r = 0; r < {}; r += 2) {{", self.regs(tile.elements())));
+        self.line(&format!("for (int r = 0; r < {}; r += {w}) {{", self.regs(tile.elements())));
         self.depth += 1;
         self.line(&format!("const int lr = {row}, lc = {col};"));
         let lanes = Lanes(
@@ -838,11 +858,37 @@ impl Emitter<'_> {
                 })
                 .collect(),
         );
-        let (inside, addr) = self.address(&dims, &lanes, stride);
-        let (both, _) = self.address(&dims, &lanes.shifted(t.n, 1), stride);
+        let (_, addr) = self.address(&dims, &lanes, stride);
+        let (all, _) = self.address(&dims, &lanes.shifted(t.n, w as usize - 1), stride);
+        let contiguous = self.whole_runs || self.ws.is_some();
+        let whole = match contiguous {
+            true => all,
+            false => {
+                let bytes = w as usize * self.dtype.size_bytes();
+                format!("{last} == 1 && {all} && ((unsigned long long)(out + a) & {}) == 0", bytes - 1)
+            }
+        };
         self.line(&format!("const {} a = {addr};", crate::emit::GPU_INDEX));
-        self.line(&format!("if ({both}) {pair}"));
-        self.line(&format!("else if ({inside}) out[a] = {store}({src}[r]);"));
+        self.line(&format!("if ({whole}) {run}"));
+        // Element by element: where the run is contiguous and not whole, its last column lies
+        // outside, and the columns before it may not.
+        let singles: Vec<String> = (0..w as usize - usize::from(contiguous))
+            .map(|j| {
+                let (inside, _) = self.address(&dims, &lanes.shifted(t.n, j), stride);
+                let at = if j == 0 { "a".to_string() } else { format!("a + {j} * {last}") };
+                format!("if ({inside}) out[{at}] = {store}({});", elem(j))
+            })
+            .collect();
+        match singles.as_slice() {
+            [one] => self.line(&format!("else {one}")),
+            _ => {
+                self.line("else {");
+                for single in &singles {
+                    self.line(&format!("    {single}"));
+                }
+                self.line("}");
+            }
+        }
         self.depth -= 1;
         self.line("}");
     }

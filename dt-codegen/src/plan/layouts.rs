@@ -118,6 +118,17 @@ impl MatrixIsa {
     }
 
     /// How the plan and the generated code's comments name it.
+    /// How many adjacent output columns a lane holds in consecutive registers of a fragment
+    /// (stored together by one wider write): column pairs of `mma.sync`, runs of four of `Fma`;
+    /// an MFMA lane holds one column per fragment row.
+    pub(crate) fn adjacent_columns(self) -> u32 {
+        match self {
+            MatrixIsa::MmaSync => 2,
+            MatrixIsa::Mfma => 1,
+            MatrixIsa::Fma => 4,
+        }
+    }
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             MatrixIsa::MmaSync => "mma.sync",
