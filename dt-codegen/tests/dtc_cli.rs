@@ -62,6 +62,24 @@ fn dtc_check_warns_where_fewer_stages_fit_than_asked() {
     assert!(err.contains(" 12 | _2mm.num_stages(4);") && err.contains("ask for 3"), "{err}");
 }
 
+/// A kernel that checks but that its target cannot build (a warp-specialized ring of 16 stages
+/// of 48 KiB, above sm_90a's shared memory) is refused by `check` as by `emit`, at its
+/// `compile()`, not accepted there and refused only when built.
+#[test]
+fn dtc_check_refuses_a_kernel_its_target_cannot_build() {
+    let spec = "Func mm;\nIn A, B;\nVar x, y;\nRVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\n\
+        mm.block(x:128, y:256);\nmm.tensorize(x:128, y:256, k:64);\nmm.num_warps(8);\nmm.num_stages(16);\n\
+        mm.warp_specialize();\nmm.dtypes(f16);\nmm.compile();\n";
+    let path = scratch("unbuildable").join("deep_ring.dt");
+    std::fs::write(&path, spec).unwrap();
+    let path = path.to_str().unwrap();
+    let (code, err) = stderr_of(&["check", path]);
+    assert_eq!(code, Some(1), "{err}");
+    let at = format!("{path}:12:1: error: kernel `mm` is scheduled with warp_specialize(), but its 16 stages");
+    assert!(err.starts_with(&at), "{err}");
+    assert!(err.contains(" 12 | mm.compile();") && err.contains("the CUDA build of this kernel fails"), "{err}");
+}
+
 #[test]
 fn dtc_check_reports_a_located_error_and_exits_1() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("dtc_cli_{}", std::process::id()));

@@ -121,6 +121,7 @@ impl<'a, 'd> Checker<'a, 'd> {
             "compile" | "compile_to_kernel" => {
                 if self.no_args(prim, args) && !self.prog.funcs[f.index()].schedule.kernel {
                     self.prog.funcs[f.index()].schedule.kernel = true;
+                    self.prog.funcs[f.index()].schedule.compile_span = Some(span);
                     self.prog.kernels.push(f);
                 }
             }

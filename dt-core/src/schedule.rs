@@ -33,6 +33,9 @@ pub struct Schedule {
     pub num_stages: u32,
     /// Where `num_stages` was asked for (a warning points there when fewer stages fit).
     pub num_stages_span: Option<crate::span::Span>,
+    /// Where `compile()` marked the Func as a kernel: where diagnostics about the kernel as a
+    /// whole (one its target cannot build) point.
+    pub compile_span: Option<crate::span::Span>,
     /// `max_registers(n)`: at most `n` registers per thread on CUDA (none: the compiler's
     /// choice).
     pub max_registers: Option<u32>,
@@ -71,6 +74,7 @@ impl Default for Schedule {
             num_warps: 4,
             num_stages: 1,
             num_stages_span: None,
+            compile_span: None,
             max_registers: None,
             fast_math: false,
             warp_specialize: false,

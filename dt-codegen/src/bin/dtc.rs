@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 use dt_codegen::emit::gpu::Dialect;
 use dt_codegen::npy;
 use dt_core::algo::{FuncId, Program};
+use dt_core::diag::Severity;
 use dt_core::kir::GpuFeatures;
 use dt_core::tensor::{Args, Tensor};
 use dt_core::{DType, SourceFile};
@@ -142,13 +143,28 @@ fn load_source(path: &Path) -> Result<(SourceFile, Program), String> {
     Ok((src, program))
 }
 
-/// Warnings on a spec that checks: each `num_stages` the CUDA plan serves with fewer stages,
-/// because the buffers of more do not fit (the library and the bench run what fits).
-fn warnings(p: &Program) -> Vec<dt_core::Diagnostic> {
+/// What the GPU plan and printer say of a spec that checks: an error at the kernel for each
+/// kernel the CUDA printer cannot build (a warp-specialized ring or tiles that do not fit the
+/// target's shared memory), which `dtc emit` and the library would refuse; a warning at its
+/// `num_stages` for each request the CUDA plan serves with fewer stages, because the buffers of
+/// more do not fit (the library and the bench run what fits).
+fn plan_diagnostics(p: &Program) -> Vec<dt_core::Diagnostic> {
     let mut out = Vec::new();
     for &fid in &p.kernels {
-        let Ok(k) = dt_core::lower::lower(p, fid) else { continue };
         let f = p.func(fid);
+        let k = match dt_core::lower::lower(p, fid) {
+            Ok(k) => k,
+            Err(e) => {
+                out.push(dt_core::Diagnostic::new(f.span, format!("kernel `{}` cannot be lowered: {e}", f.name)).with_label("this kernel"));
+                continue;
+            }
+        };
+        let items: Vec<_> = k.dtypes.iter().map(|d| (&k, *d, dt_codegen::emit::symbol(&k, *d))).collect();
+        if let Err(e) = dt_codegen::emit::gpu::emit_file("", Dialect::Cuda, &items) {
+            let span = f.schedule.compile_span.unwrap_or(f.span);
+            out.push(dt_core::Diagnostic::new(span, e.to_string()).with_label("the CUDA build of this kernel fails"));
+            continue;
+        }
         for (asked, planned) in dt_codegen::plan::lowered_stages(&k) {
             let span = f.schedule.num_stages_span.unwrap_or(f.span);
             out.push(
@@ -168,9 +184,13 @@ fn check(files: &[PathBuf]) -> Result<(), String> {
     for f in files {
         match load_source(f) {
             Ok((src, p)) => {
-                let warnings = warnings(&p);
+                let diags = plan_diagnostics(&p);
+                let (errs, warnings): (Vec<_>, Vec<_>) = diags.into_iter().partition(|d| d.severity == Severity::Error);
                 if !warnings.is_empty() {
                     eprint!("{}", src.render_all(&warnings));
+                }
+                if !errs.is_empty() {
+                    errors.push(src.render_all(&errs));
                 }
             }
             Err(e) => errors.push(e),
