@@ -54,6 +54,8 @@ const CHECK_SIZE: usize = 77;
 const CHECK_SIZE_TENSOR_MAPS: usize = 72;
 /// Most multiply-adds (output elements times the reduction) the CPU fallback times.
 const CPU_WORK_LIMIT: f64 = 4e9;
+/// Draws in a row without a new valid schedule after which a search stops drawing.
+const NO_NEW_SCHEDULE_DRAWS: usize = 200;
 
 /// What became of one drawn schedule.
 #[derive(Clone, Debug, PartialEq)]
@@ -105,13 +107,16 @@ enum Backend {
 }
 
 /// What a search did: schedules tried, how many ran correctly, how many outcomes came from the
-/// cache (read by the tests).
+/// cache, how many drawn schedules the compiler refused (read by the tests).
 #[derive(Debug)]
 #[cfg_attr(not(test), allow(dead_code))]
 pub struct Summary {
     pub tried: usize,
     pub correct: usize,
     pub cached: usize,
+    /// Samples the compiler refused (the spec's own alone can be one).
+    pub invalid: usize,
+    pub refused: usize,
 }
 
 pub fn run(opts: &Options) -> Result<Summary, String> {
@@ -172,9 +177,13 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
     // order on the one device.
     // Schedules are told apart by their text and, where they print, by their code (the C
     // backend prints the same code for schedules that differ only in warps, say): none is
-    // drawn twice; after a few tries at a new one the search stops short.
+    // drawn twice. A drawn schedule that the checker, the lowering or the printer refuses costs
+    // no build and no run: it is counted with its reason and another is drawn in its place, so
+    // that the samples are valid schedules (the spec's own aside, which is always the first).
+    // After a run of draws with no new valid schedule the search stops short.
     let (mut seen_text, mut seen_code) = (std::collections::HashSet::new(), std::collections::HashSet::new());
     let mut drawn: Vec<Drawn> = Vec::new();
+    let mut refused: Vec<String> = Vec::new();
     'draw: for i in 0..opts.samples.max(1) {
         let mut tries = 0;
         let (text, prepared) = loop {
@@ -190,14 +199,22 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
             });
             let new_code = prepared.as_ref().map_or(true, |p| !seen_code.contains(&p.path));
             if seen_text.insert(text.clone()) && new_code {
-                if let Ok(p) = &prepared {
-                    seen_code.insert(p.path.clone());
+                match &prepared {
+                    Ok(p) => {
+                        seen_code.insert(p.path.clone());
+                        break (text, prepared);
+                    }
+                    Err(_) if i == 0 => break (text, prepared),
+                    Err(why) => refused.push(first_line(why).to_string()),
                 }
-                break (text, prepared);
             }
             tries += 1;
-            if tries == 50 {
-                eprintln!("no new schedule in 50 draws: {} drawn", drawn.len());
+            if tries == NO_NEW_SCHEDULE_DRAWS {
+                eprintln!(
+                    "no new valid schedule in {NO_NEW_SCHEDULE_DRAWS} draws: {} drawn, {} refused by the compiler",
+                    drawn.len(),
+                    refused.len()
+                );
                 break 'draw;
             }
         };
@@ -258,7 +275,7 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
         );
         samples.push(Sample { schedule, outcome });
     }
-    let mut report = report(opts, src.text(), &names, &device, &samples, cached);
+    let mut report = report(opts, src.text(), &names, &device, &samples, cached, &refused);
     if samples.len() < total {
         report += &format!("stopped at the time limit after {} of {total} drawn schedules; a rerun goes on from there\n", samples.len());
     }
@@ -267,7 +284,13 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
         plot(&samples, reference(opts, &samples), path).map_err(|e| format!("{}: {e}", path.display()))?;
         println!("plot: {}", path.display());
     }
-    Ok(Summary { tried: samples.len(), correct: samples.iter().filter(|s| s.ms().is_some()).count(), cached })
+    Ok(Summary {
+        tried: samples.len(),
+        correct: samples.iter().filter(|s| s.ms().is_some()).count(),
+        cached,
+        invalid: samples.iter().filter(|s| matches!(s.outcome, Outcome::Invalid(_))).count(),
+        refused: refused.len(),
+    })
 }
 
 impl Sample {
@@ -509,7 +532,7 @@ fn reference(opts: &Options, samples: &[Sample]) -> Option<(f64, &'static str)> 
     }
 }
 
-fn report(opts: &Options, spec: &str, names: &[&str], device: &str, samples: &[Sample], cached: usize) -> String {
+fn report(opts: &Options, spec: &str, names: &[&str], device: &str, samples: &[Sample], cached: usize, refused: &[String]) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let count = |f: &dyn Fn(&Outcome) -> bool| samples.iter().filter(|s| f(&s.outcome)).count();
@@ -534,6 +557,21 @@ fn report(opts: &Options, spec: &str, names: &[&str], device: &str, samples: &[S
         count(&|o| matches!(o, Outcome::Invalid(_))),
         cached
     );
+    if !refused.is_empty() {
+        // The reasons, most frequent first.
+        let mut reasons: Vec<(usize, &str)> = Vec::new();
+        for why in refused {
+            match reasons.iter_mut().find(|(_, w)| *w == why.as_str()) {
+                Some((n, _)) => *n += 1,
+                None => reasons.push((1, why)),
+            }
+        }
+        reasons.sort_by_key(|r| std::cmp::Reverse(r.0));
+        let _ = writeln!(out, "drawn and refused by the compiler before any build, in place of a sample: {}, most often:", refused.len());
+        for (n, why) in reasons.iter().take(3) {
+            let _ = writeln!(out, "  {n} x {why}");
+        }
+    }
     match &samples[0].outcome {
         Outcome::Timed(ms) => _ = writeln!(out, "the spec's own schedule: {ms:.4} ms"),
         other => _ = writeln!(out, "the spec's own schedule: {}", describe(other)),
@@ -635,6 +673,33 @@ mod tests {
         let measured = std::fs::read_dir(&cache).unwrap().count() - 1;
         assert_eq!((again.correct, again.cached), (first.correct, measured), "a rerun measures nothing again");
         let _ = std::fs::remove_dir_all(&cache);
+    }
+
+    /// Near draws that the compiler refuses cost no build: each is counted and another drawn in
+    /// its place, so that every sample of a search is a valid schedule (near softmax_4k's own,
+    /// where about half the draws do not check), and none is counted as tried.
+    #[test]
+    fn refused_draws_are_counted_and_replaced_by_valid_ones() {
+        let cache = std::env::temp_dir().join(format!("dt-explore-refused-{}", std::process::id()));
+        let opts = Options {
+            spec: crate::regen::workspace().join("dt-kernels/specs/softmax.dt"),
+            kernel: "softmax_4k".into(),
+            shape: vec![8, 4096],
+            dtype: DType::F32,
+            samples: 6,
+            seed: 5,
+            budget_s: 0.01,
+            cache: cache.clone(),
+            baseline_ms: None,
+            plot: None,
+            near: true,
+            time_limit_s: None,
+        };
+        let s = run(&opts).unwrap();
+        let _ = std::fs::remove_dir_all(&cache);
+        // (The C backend prints one code for many of these schedules: fewer than 6 are new.)
+        assert!(s.tried >= 2 && s.invalid == 0, "{s:?}");
+        assert!(s.refused > 0, "some near draws are refused: {s:?}");
     }
 
     /// Schedules near softmax's own differ from it in a number or two and mostly check.
