@@ -117,7 +117,6 @@ impl MatrixIsa {
         }
     }
 
-    /// How the plan and the generated code's comments name it.
     /// How many adjacent output columns a lane holds in consecutive registers of a fragment
     /// (stored together by one wider write): column pairs of `mma.sync`, runs of four of `Fma`;
     /// an MFMA lane holds one column per fragment row.
@@ -129,6 +128,7 @@ impl MatrixIsa {
         }
     }
 
+    /// How the plan and the generated code's comments name it.
     pub(crate) fn name(self) -> &'static str {
         match self {
             MatrixIsa::MmaSync => "mma.sync",
