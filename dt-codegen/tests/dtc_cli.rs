@@ -64,7 +64,7 @@ fn dtc_check_warns_where_fewer_stages_fit_than_asked() {
 
 /// A kernel that checks but that its target cannot build (a warp-specialized ring of 16 stages
 /// of 48 KiB, above sm_90a's shared memory) is refused by `check` as by `emit`, at its
-/// `compile()`, not accepted there and refused only when built.
+/// `compile()`, not accepted there and refused only when built; `emit` refuses it the same way.
 #[test]
 fn dtc_check_refuses_a_kernel_its_target_cannot_build() {
     let spec = "Func mm;\nIn A, B;\nVar x, y;\nRVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\n\
@@ -78,6 +78,9 @@ fn dtc_check_refuses_a_kernel_its_target_cannot_build() {
     let at = format!("{path}:12:1: error: kernel `mm` is scheduled with warp_specialize(), but its 16 stages");
     assert!(err.starts_with(&at), "{err}");
     assert!(err.contains(" 12 | mm.compile();") && err.contains("the CUDA build of this kernel fails"), "{err}");
+    // `emit` refuses it with the same located error.
+    let (code, emitted) = stderr_of(&["emit", "--target", "cuda", path]);
+    assert_eq!((code, emitted.trim_end()), (Some(1), err.trim_end()));
 }
 
 #[test]

@@ -143,19 +143,26 @@ fn load_source(path: &Path) -> Result<(SourceFile, Program), String> {
     Ok((src, program))
 }
 
-/// What the GPU plan and printer say of a spec that checks: an error at the kernel for each
-/// kernel the CUDA printer cannot build (a warp-specialized ring or tiles that do not fit the
-/// target's shared memory), which `dtc emit` and the library would refuse; a warning at its
-/// `num_stages` for each request the CUDA plan serves with fewer stages, because the buffers of
-/// more do not fit (the library and the bench run what fits).
-fn plan_diagnostics(p: &Program) -> Vec<dt_core::Diagnostic> {
+/// Kernel `fid` of `p` lowered, or an error located at its definition.
+fn lowered(p: &Program, fid: FuncId) -> Result<dt_core::kir::Kernel, dt_core::Diagnostic> {
+    let f = p.func(fid);
+    dt_core::lower::lower(p, fid)
+        .map_err(|e| dt_core::Diagnostic::new(f.span, format!("kernel `{}` cannot be lowered: {e}", f.name)).with_label("this kernel"))
+}
+
+/// What the lowering, the GPU plan and the printer say of `kernels` of a spec that checks: an
+/// error at the kernel for each one that does not lower, or that the CUDA printer cannot build
+/// (a warp-specialized ring or tiles that do not fit the target's shared memory), located at its
+/// `compile()`; a warning at its `num_stages` for each request the CUDA plan serves with fewer
+/// stages, because the buffers of more do not fit (the library and the bench run what fits).
+fn kernel_diagnostics(p: &Program, kernels: &[FuncId]) -> Vec<dt_core::Diagnostic> {
     let mut out = Vec::new();
-    for &fid in &p.kernels {
+    for &fid in kernels {
         let f = p.func(fid);
-        let k = match dt_core::lower::lower(p, fid) {
+        let k = match lowered(p, fid) {
             Ok(k) => k,
-            Err(e) => {
-                out.push(dt_core::Diagnostic::new(f.span, format!("kernel `{}` cannot be lowered: {e}", f.name)).with_label("this kernel"));
+            Err(d) => {
+                out.push(d);
                 continue;
             }
         };
@@ -184,7 +191,7 @@ fn check(files: &[PathBuf]) -> Result<(), String> {
     for f in files {
         match load_source(f) {
             Ok((src, p)) => {
-                let diags = plan_diagnostics(&p);
+                let diags = kernel_diagnostics(&p, &p.kernels);
                 let (errs, warnings): (Vec<_>, Vec<_>) = diags.into_iter().partition(|d| d.severity == Severity::Error);
                 if !warnings.is_empty() {
                     eprint!("{}", src.render_all(&warnings));
@@ -311,9 +318,19 @@ fn kernels_to_emit(p: &Program, name: Option<&str>, file: &Path) -> Result<Vec<F
 
 fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>) -> Result<(), String> {
     let (src, p) = load_source(file)?;
+    let ids = kernels_to_emit(&p, kernel, file)?;
+    // A kernel that does not lower, or that CUDA's target cannot build, is refused with a
+    // located error, as `dtc check` refuses it.
+    let refused: Vec<_> = match target {
+        Target::Cuda | Target::GpuPlan => kernel_diagnostics(&p, &ids).into_iter().filter(|d| d.severity == Severity::Error).collect(),
+        _ => ids.iter().filter_map(|k| lowered(&p, *k).err()).collect(),
+    };
+    if !refused.is_empty() {
+        return Err(src.render_all(&refused));
+    }
     let mut kernels = Vec::new();
-    for k in kernels_to_emit(&p, kernel, file)? {
-        kernels.push(dt_core::lower::lower(&p, k).map_err(|e| format!("{}: error: {e}", file.display()))?);
+    for k in ids {
+        kernels.push(lowered(&p, k).map_err(|d| src.render(&d))?);
     }
     // A whole file for the CPU or HIP goes without the kernels only CUDA sm_90 runs, as the
     // library's files do (it runs another size class there); one kernel asked for by name, or a
