@@ -119,11 +119,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// Reads and checks a spec; on failure, the rendered diagnostics.
-fn load(path: &Path) -> Result<Program, String> {
-    load_source(path).map(|(_, p)| p)
-}
-
 /// The spec at `path` and its program, or its diagnostics rendered.
 fn load_source(path: &Path) -> Result<(SourceFile, Program), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: error: {e}", path.display()))?;
@@ -225,6 +220,8 @@ fn split_pair<'a>(s: &'a str, what: &str) -> Result<(&'a str, &'a str), String> 
 
 /// Everything a run needs: the program, the kernel, its arguments and the element type.
 struct Prepared {
+    /// The spec's text, where diagnostics point.
+    src: SourceFile,
     program: Program,
     kernel: FuncId,
     args: Args,
@@ -234,7 +231,7 @@ struct Prepared {
 /// Reads the arguments of a run and picks its kernel: the one named, the only one, or the size
 /// class the library would run on a backend offering `features`.
 fn prepare(a: &RunArgs, features: GpuFeatures) -> Result<Prepared, String> {
-    let program = load(&a.file)?;
+    let (src, program) = load_source(&a.file)?;
     let mut args = Args::default();
     let mut input_dtype: Option<DType> = None;
     for s in &a.inputs {
@@ -276,7 +273,7 @@ fn prepare(a: &RunArgs, features: GpuFeatures) -> Result<Prepared, String> {
         Err(several) if a.kernel.is_none() => pick_size_class(&program, &args, dtype, features).ok_or(several)?,
         other => other?,
     };
-    Ok(Prepared { program, kernel, args, dtype })
+    Ok(Prepared { src, program, kernel, args, dtype })
 }
 
 /// For a spec whose kernels are the size-class variants of one kernel (`softmax_1k`, ...,
@@ -402,7 +399,14 @@ fn run(backend: Backend, a: &RunArgs) -> Result<(), String> {
         let names: Vec<&str> = types.iter().map(|d| d.name()).collect();
         return Err(format!("kernel `{}` is not built for {} (its dtypes: {})", p.program.func(p.kernel).name, p.dtype, names.join(", ")));
     }
-    let kir = dt_core::lower::lower(&p.program, p.kernel).map_err(|e| format!("{}: error: {e}", a.file.display()))?;
+    let kir = lowered(&p.program, p.kernel).map_err(|d| p.src.render(&d))?;
+    // A kernel CUDA's target cannot build is refused where `dtc check` refuses it.
+    if matches!(backend, Backend::Cuda) {
+        let refused: Vec<_> = kernel_diagnostics(&p.program, &[p.kernel]).into_iter().filter(|d| d.severity == Severity::Error).collect();
+        if !refused.is_empty() {
+            return Err(p.src.render_all(&refused));
+        }
+    }
     let bound = dt_core::tensor::bind(&p.program, p.kernel, &p.args).map_err(|e| format!("dtc run: {e}"))?;
     let out = match backend {
         Backend::Interp => {
