@@ -178,6 +178,13 @@ fn kernel_diagnostics(p: &Program, kernels: &[FuncId]) -> Vec<dt_core::Diagnosti
     out
 }
 
+/// Where a CUDA build of `kernels` failed: the errors [`kernel_diagnostics`] locates, rendered
+/// (none: the failure is not one of those).
+fn cuda_build_errors(src: &SourceFile, p: &Program, kernels: &[FuncId]) -> Option<String> {
+    let errors: Vec<_> = kernel_diagnostics(p, kernels).into_iter().filter(|d| d.severity == Severity::Error).collect();
+    (!errors.is_empty()).then(|| src.render_all(&errors))
+}
+
 fn check(files: &[PathBuf]) -> Result<(), String> {
     if files.is_empty() {
         return Err("dtc check: no files given".into());
@@ -316,19 +323,18 @@ fn kernels_to_emit(p: &Program, name: Option<&str>, file: &Path) -> Result<Vec<F
 fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>) -> Result<(), String> {
     let (src, p) = load_source(file)?;
     let ids = kernels_to_emit(&p, kernel, file)?;
-    // A kernel that does not lower, or that CUDA's target cannot build, is refused with a
-    // located error, as `dtc check` refuses it.
-    let refused: Vec<_> = match target {
-        Target::Cuda | Target::GpuPlan => kernel_diagnostics(&p, &ids).into_iter().filter(|d| d.severity == Severity::Error).collect(),
-        _ => ids.iter().filter_map(|k| lowered(&p, *k).err()).collect(),
-    };
+    let (mut kernels, mut refused) = (Vec::new(), Vec::new());
+    for k in &ids {
+        match lowered(&p, *k) {
+            Ok(k) => kernels.push(k),
+            Err(d) => refused.push(d),
+        }
+    }
     if !refused.is_empty() {
         return Err(src.render_all(&refused));
     }
-    let mut kernels = Vec::new();
-    for k in ids {
-        kernels.push(lowered(&p, k).map_err(|d| src.render(&d))?);
-    }
+    // A CUDA build that fails is reported as `dtc check` reports it, at the kernel.
+    let located = |e: String| cuda_build_errors(&src, &p, &ids).unwrap_or_else(|| format!("{}: error: {e}", file.display()));
     // A whole file for the CPU or HIP goes without the kernels only CUDA sm_90 runs, as the
     // library's files do (it runs another size class there); one kernel asked for by name, or a
     // file of nothing else, is refused with the reason.
@@ -353,12 +359,9 @@ fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>
         }
         .map_err(|d| src.render_all(&d))?,
         Target::Kir => kernels.iter().map(dt_core::kir::print).collect::<Vec<_>>().join("\n"),
-        Target::GpuPlan => kernels
-            .iter()
-            .map(dt_codegen::plan::print_cuda)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("{}: error: {e}", file.display()))?
-            .join("\n"),
+        Target::GpuPlan => {
+            kernels.iter().map(dt_codegen::plan::print_cuda).collect::<Result<Vec<_>, _>>().map_err(|e| located(e.to_string()))?.join("\n")
+        }
         Target::C => {
             let items: Vec<_> =
                 kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
@@ -368,7 +371,11 @@ fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>
             let dialect = if matches!(target, Target::Cuda) { Dialect::Cuda } else { Dialect::Hip };
             let items: Vec<_> =
                 kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
-            dt_codegen::emit::gpu::emit_file(&header(file), dialect, &items).map_err(|e| format!("{}: error: {e}", file.display()))?.0
+            let built = dt_codegen::emit::gpu::emit_file(&header(file), dialect, &items);
+            match dialect {
+                Dialect::Cuda => built.map_err(|e| located(e.to_string()))?.0,
+                _ => built.map_err(|e| format!("{}: error: {e}", file.display()))?.0,
+            }
         }
     };
     write_output(output, &text)
@@ -400,13 +407,6 @@ fn run(backend: Backend, a: &RunArgs) -> Result<(), String> {
         return Err(format!("kernel `{}` is not built for {} (its dtypes: {})", p.program.func(p.kernel).name, p.dtype, names.join(", ")));
     }
     let kir = lowered(&p.program, p.kernel).map_err(|d| p.src.render(&d))?;
-    // A kernel CUDA's target cannot build is refused where `dtc check` refuses it.
-    if matches!(backend, Backend::Cuda) {
-        let refused: Vec<_> = kernel_diagnostics(&p.program, &[p.kernel]).into_iter().filter(|d| d.severity == Severity::Error).collect();
-        if !refused.is_empty() {
-            return Err(p.src.render_all(&refused));
-        }
-    }
     let bound = dt_core::tensor::bind(&p.program, p.kernel, &p.args).map_err(|e| format!("dtc run: {e}"))?;
     let out = match backend {
         Backend::Interp => {
@@ -426,8 +426,10 @@ fn run(backend: Backend, a: &RunArgs) -> Result<(), String> {
         }
         Backend::Cuda => {
             let symbol = dt_codegen::emit::symbol(&kir, p.dtype);
-            let (src, infos) = dt_codegen::emit::gpu::emit_file(&header(&a.file), Dialect::Cuda, &[(&kir, p.dtype, symbol)])
-                .map_err(|e| format!("{}: error: {e}", a.file.display()))?;
+            let (src, infos) =
+                dt_codegen::emit::gpu::emit_file(&header(&a.file), Dialect::Cuda, &[(&kir, p.dtype, symbol)]).map_err(|e| {
+                    cuda_build_errors(&p.src, &p.program, &[p.kernel]).unwrap_or_else(|| format!("{}: error: {e}", a.file.display()))
+                })?;
             let gpu = gpu.ok_or("dtc run: no GPU")?;
             if !kir.runs_on(gpu.features()) {
                 return Err(format!(

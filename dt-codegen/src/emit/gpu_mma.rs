@@ -799,6 +799,12 @@ impl Emitter<'_> {
 }
 
 impl Emitter<'_> {
+    /// Whether the output keeps stride 1 along its last axis and 16-byte aligned rows, known
+    /// when the kernel is built: a kernel for whole runs, or a warp-specialized one.
+    fn output_in_runs(&self) -> bool {
+        self.whole_runs || self.ws.is_some()
+    }
+
     /// Whether a store of `value` to output tile `tile` writes runs of adjacent elements
     /// ([`MatrixIsa::adjacent_columns`]): a whole tile in fragments whose consecutive registers
     /// hold adjacent columns along the output's last axis. A kernel for whole runs, or a
@@ -807,8 +813,7 @@ impl Emitter<'_> {
     /// at run time.
     pub(super) fn stores_in_runs(&self, value: ValueId, tile: &Shape) -> bool {
         let RegLayout::Mma(t) = self.layout(value) else { return false };
-        let contiguous = self.whole_runs || self.ws.is_some();
-        (contiguous || t.isa == MatrixIsa::Fma)
+        (self.output_in_runs() || t.isa == MatrixIsa::Fma)
             && t.isa.adjacent_columns() > 1
             && self.k.value(value).shape == *tile
             && self.k.output.dims.last() == Some(&t.n)
@@ -860,7 +865,7 @@ impl Emitter<'_> {
         );
         let (_, addr) = self.address(&dims, &lanes, stride);
         let (all, _) = self.address(&dims, &lanes.shifted(t.n, w as usize - 1), stride);
-        let contiguous = self.whole_runs || self.ws.is_some();
+        let contiguous = self.output_in_runs();
         let whole = match contiguous {
             true => all,
             false => {
