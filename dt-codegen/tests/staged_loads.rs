@@ -140,3 +140,36 @@ fn f32_loads_are_staged_only_to_hold_a_block() {
     assert!(cuda.contains("*(const uint4*)(in0 + a)") || cuda.contains("dt_load_once((const uint4*)(in0 + a))"), "{cuda}");
     assert!(info.shared_bytes < 1024, "{}", info.shared_bytes);
 }
+
+/// The first kernel of spec `src`, lowered.
+fn kernel(src: &str) -> dt_core::kir::Kernel {
+    let p = dt_core::compile_spec(src).expect("spec checks");
+    dt_core::lower::lower_all(&p).expect("lowers").remove(0)
+}
+
+/// The printed plan (`dtc emit --target gpu-plan`) says how each loop issues its loads: the
+/// statistics loop stages its block's steps and holds them, the loops after it read them there.
+#[test]
+fn the_plan_shows_how_each_loop_issues_its_loads() {
+    let held = dt_codegen::plan::print_cuda(&kernel(&clustered_softmax(8))).expect("plans");
+    assert!(
+        held.contains("every step of its block by cp.async into a ring of 8 buffers") && held.contains("held for the loops after it"),
+        "{held}"
+    );
+    assert!(held.contains("reads from the block held at word"), "{held}");
+    let ahead = dt_codegen::plan::print_cuda(&kernel(&row_mean(8192, 2))).expect("plans");
+    assert!(ahead.contains("one step ahead in registers: v"), "{ahead}");
+    let staged = dt_codegen::plan::print_cuda(&kernel(&row_mean(8192, 4))).expect("plans");
+    assert!(staged.contains("3 steps ahead by cp.async into a ring of 4 buffers"), "{staged}");
+}
+
+/// A ring of `num_stages` that does not fit the shared memory is no silent change: the plan
+/// shows the stages the loop runs with, and `dtc check` warns of them (`lowered_stages`).
+#[test]
+fn a_ring_that_does_not_fit_is_reported() {
+    let k = kernel(&row_mean(32768, 4));
+    assert_eq!(dt_codegen::plan::lowered_stages(&k), [(4, 2)]);
+    let text = dt_codegen::plan::print_cuda(&k).expect("plans");
+    assert!(text.contains("num_stages(4) runs with 2: its ring does not fit the shared memory"), "{text}");
+    assert!(dt_codegen::plan::lowered_stages(&kernel(&row_mean(8192, 4))).is_empty());
+}

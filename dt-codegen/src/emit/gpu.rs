@@ -35,7 +35,8 @@ use super::expr::{binary_in, combine, float_lit, unary_in, Math};
 use super::{check_abi, program_coords, EmitError, Lanes};
 use crate::abi;
 use crate::plan::layouts::{self, same_layout, Mapping, Plan, RegLayout};
-use crate::plan::publishing::{plan_publishing, store_layout, Publishing, Reader};
+use crate::plan::publishing::{store_layout, Publishing, Reader};
+use crate::plan::staged_rows::{AheadLoad, HeldLoad, RowLoads, StagedRing};
 use dt_core::algo::DimId;
 use dt_core::kir::*;
 use dt_core::DType;
@@ -194,17 +195,14 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     let ws = gpu_plan.as_ref().and_then(|p| p.warp_specialized.clone());
     // The threads that run the kernel's statements: all of them, or a warp-specialized
     // kernel's consumers (its producer warpgroup comes after them).
-    let mapping = Mapping::of(k, dtype, dialect);
+    let older = crate::plan::plan_older(k, dtype, dialect, ws.as_ref().zip(target.as_ref())).map_err(|e| EmitError(e.0))?;
+    if k.wgmma {
+        hopper::check_warpgroup_dots(k, &older.registers)?;
+    }
+    let shared_bytes = older.shared_bytes();
+    let crate::plan::OlderPlan { mapping, registers: plan, publishing, shared, rows } = older;
     let threads = mapping.threads as u32;
     let vector = mapping.vector;
-    let plan = crate::plan::register_layouts(k, dtype, dialect, ws.as_ref(), mapping);
-    let publishing = plan_publishing(k, &plan, mapping);
-    if k.wgmma {
-        hopper::check_warpgroup_dots(k, &plan)?;
-    }
-    let ws_target = ws.as_ref().zip(target.as_ref());
-    let shared = crate::plan::shared::lay_out(k, ws_target, &publishing.slot_elements, &plan).map_err(|e| EmitError(e.0))?;
-    let shared_bytes = shared.bytes;
     let mut e = Emitter {
         k,
         dtype,
@@ -225,12 +223,8 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         holds: Vec::new(),
         cluster_arrived: false,
         pairs: Vec::new(),
-        dialect,
         dot_rings: shared.dot_rings,
-        ring_offset: shared.staged_rings,
-        ring_used: 0,
-        ring_words: 0,
-        held: Vec::new(),
+        rows,
         run_window: None,
         whole_runs: layouts != Layouts::Any && runs_start_whole(k, vector),
         specialized: layouts == Layouts::Specialized,
@@ -294,8 +288,6 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
     if !tensor_maps.is_empty() {
         e.drop_unused_pointers();
     }
-    // The rings of loads staged in shared memory come after the slots.
-    let shared_bytes = shared_bytes + (e.ring_words * 4) as u32;
     let helpers: String = e.wgmma_shapes.iter().map(|(n, rs)| hopper::wgmma_helper(*n, dtype, *rs)).collect();
     let head = format!(
         "{helpers}/* kernel {} for {dtype}: grid {}; {threads} threads, {shared_bytes} bytes of shared memory */\n",
@@ -371,19 +363,11 @@ struct Emitter<'a> {
     /// [`Emitter::stmts`]): the reduction's value, the pair's, its rule, operand and counts. The
     /// reduction's meeting computes the pair's value too ([`Emitter::paired_meeting`]).
     pairs: Vec<(ValueId, ValueId, PairRule, ValueId, Option<ValueId>)>,
-    /// The dialect printed for (loads staged in shared memory need CUDA's asynchronous copies).
-    dialect: Dialect,
     /// Where the rings of the loops that feed several dots start in shared memory (4-byte words,
     /// after the slots; `plan::dot_rings`).
     dot_rings: usize,
-    /// Where the rings of [`Emitter::staged_rows`] start in shared memory (in 4-byte words, after
-    /// every slot), the words the rings of the staged loops the printed code is in take (a
-    /// nested loop's ring comes after them), and the most words they ever take together.
-    ring_offset: usize,
-    ring_used: usize,
-    ring_words: usize,
-    /// The blocks that staged loops left in shared memory, for later loops over the same block.
-    held: Vec<HeldRing>,
+    /// How the loops over rows or chunks issue their loads ahead (`plan::staged_rows`).
+    rows: crate::plan::staged_rows::StagedRows<'a>,
     /// Inside the loop over the runs of an output printed run by run ([`output_runs`]): the
     /// run's C variable and the registers per run. Loops over a tile's registers or runs cover
     /// that run's only.
@@ -395,49 +379,6 @@ struct Emitter<'a> {
     ws: Option<crate::plan::WarpSpecialized>,
     /// The `wgmma` helpers the printed warpgroup dots call: N, and whether A is in registers.
     wgmma_shapes: Vec<(u32, bool)>,
-}
-
-/// The ring of a staged loop over a block that has a buffer per step of the block
-/// ([`Emitter::staged_rows`]): after the loop it holds the whole block of each of its loads, and
-/// a later loop over the same block reads them there instead of from memory.
-#[derive(Clone, Debug)]
-struct HeldRing {
-    dim: DimId,
-    step: u32,
-    /// Where it starts in shared memory, in 4-byte words.
-    offset: usize,
-    loads: Vec<HeldTile>,
-}
-
-/// A load a [`HeldRing`] holds.
-#[derive(Clone, Debug)]
-struct HeldTile {
-    input: usize,
-    axes: Vec<DimId>,
-    shape: Shape,
-    /// The offsets of its other axes (the row it belongs to), as printed.
-    at: Vec<String>,
-    /// Where its buffers start in the ring (16-byte words), and its 16-byte runs per thread.
-    base: usize,
-    runs: usize,
-}
-
-/// A load of a loop that a [`HeldRing`] holds: where the ring starts in shared memory (4-byte
-/// words), where the load's buffers start in it (16-byte words), and its runs per thread.
-#[derive(Clone, Copy, Debug)]
-struct HeldLoad {
-    offset: usize,
-    base: usize,
-    runs: usize,
-}
-
-/// A load that [`Emitter::pipelined_rows`] issues ahead, with the offsets of the single-step
-/// loops it sits in.
-struct Prefetch {
-    value: ValueId,
-    input: usize,
-    axes: Vec<DimId>,
-    at: Vec<(DimId, String)>,
 }
 
 /// What the printed code has done so far to the two regions of partials of reductions in
@@ -602,9 +543,6 @@ impl Emitter<'_> {
     }
 
     fn stmts(&mut self, stmts: &[Stmt]) -> Result<(), EmitError> {
-        // A block a staged loop here holds stays in shared memory until the end of these
-        // statements ([`HeldRing`]).
-        let (held, ring_used) = (self.held.len(), self.ring_used);
         // A cluster reduction right before the second statistic of its pair meets for both.
         for w in stmts.windows(2) {
             if let [Stmt::Let { value: met, op: Op::ClusterReduce { value: first, .. } }, Stmt::Let { value: paired, op: Op::ClusterPaired { rule, value, first: f, count, .. } }] =
@@ -631,8 +569,6 @@ impl Emitter<'_> {
                 }
             }
         }
-        self.held.truncate(held);
-        self.ring_used = ring_used;
         Ok(())
     }
 
@@ -689,36 +625,24 @@ impl Emitter<'_> {
 
     /// A loop: its staged dots pipelined, with its loads issued a step ahead, or plain.
     fn loop_stmt_inner(&mut self, l: &Loop) -> Result<(), EmitError> {
-        if let Some(w) = self.ws.clone().filter(|w| hopper::is_planned_loop(w, l)) {
+        if let Some(w) = self.ws.clone().filter(|w| w.is_its_loop(l)) {
             return self.consumer_loop(l, &w);
         }
         let staged = self.plan.staged_dots(l);
         if !staged.is_empty() {
             return self.ring_loop(l, &staged);
         }
+        // How the plan has the loop issue its loads ahead (`plan::staged_rows`).
+        let held = match self.rows.of(l).cloned() {
+            Some(RowLoads::Staged(ring)) => return self.staged_rows(l, &ring),
+            Some(RowLoads::Registers(loads)) => return self.pipelined_rows(l, &loads),
+            Some(RowLoads::Held(held)) => held,
+            None => Vec::new(),
+        };
         // Loads a loop before this one left in shared memory are read there, once every copy
         // has landed (a single wait, before the loop).
-        let held = self.held_loads(l);
         if !held.is_empty() {
             self.line("dt_cp_async_wait<0>(); /* the block held in shared memory */");
-        }
-        // Such a loop issues its other loads (layernorm's weights) at their use, never ahead:
-        // one step ahead, their double buffer's copies and flags took 46 of the 152 instructions
-        // of a step (ptxas does not unroll the loop to rename them), and the held layernorm ran
-        // slower on the H100 (docs/decisions/0011-held-blocks.md).
-        let loads: Vec<Prefetch> = if held.is_empty() { self.prefetchable(l) } else { Vec::new() };
-        let holds = self.holds_block(l, &loads);
-        // f32 loads go ahead only into a block held in shared memory: one step ahead in
-        // registers they spilled, and staged in a ring they ran slower
-        // (docs/decisions/0007-loads-in-flight.md).
-        let loads = if self.dtype.size_bytes() == 2 || holds { loads } else { Vec::new() };
-        let ring_fits =
-            crate::plan::shared::staged_ring_fits(self.k, holds, self.ring_offset + self.ring_used + self.ring_words_for(l, &loads, holds));
-        if !loads.is_empty() && l.stages > 2 && self.dialect == Dialect::Cuda && ring_fits {
-            return self.staged_rows(l, &loads, holds);
-        }
-        if !loads.is_empty() && self.dtype.size_bytes() == 2 {
-            return self.pipelined_rows(l, &loads);
         }
         let o = self.fresh("o");
         if !l.origin.is_empty() {
@@ -1100,15 +1024,6 @@ impl Emitter<'_> {
         }
         Ok(())
     }
-}
-
-/// The statements after loop `l` in the list of statements that holds it.
-fn statements_after<'a>(stmts: &'a [Stmt], l: &Loop) -> Option<&'a [Stmt]> {
-    stmts.iter().enumerate().find_map(|(i, s)| match s {
-        Stmt::Loop(x) if std::ptr::eq(x, l) => Some(&stmts[i + 1..]),
-        Stmt::Loop(x) => statements_after(&x.body, l),
-        _ => None,
-    })
 }
 
 /// Whether `text` uses the identifier `name` (not merely a longer identifier that starts with it).

@@ -34,13 +34,6 @@ pub(super) fn consumer_sync(threads: u32) -> String {
     format!("dt_consumer_sync<{threads}>();")
 }
 
-/// Whether `l` is the loop the plan warp-specializes.
-pub(super) fn is_planned_loop(w: &WarpSpecialized, l: &Loop) -> bool {
-    (l.kind == LoopKind::Reduction || w.split.is_some() && l.kind == LoopKind::Block)
-        && l.dim == w.k
-        && l.body.iter().any(|s| matches!(s, Stmt::Let { value, .. } if *value == w.dot))
-}
-
 /// The cluster reductions among `stmts`, at any depth: each is one meeting of the cluster.
 fn cluster_meetings(stmts: &[Stmt]) -> usize {
     stmts

@@ -3,18 +3,14 @@
 
 use super::*;
 use crate::emit::Lanes;
-use crate::plan::layouts::RegLayout;
 use dt_core::algo::DimId;
 use dt_core::DType;
 
 impl Emitter<'_> {
     /// The run length for 16-byte accesses to a tensor indexed along `axes` by a tile of
-    /// `shape`, if runs apply: the tile is dealt in runs (see [`Mapping`]) and a run lies along the
-    /// tensor's last axis, within one row of the tile.
+    /// `shape`, if runs apply ([`Mapping::vector_run`]).
     pub(super) fn vector_run(&self, shape: &Shape, axes: &[DimId]) -> Option<usize> {
-        let v = self.mapping.width(shape.elements());
-        let (last, ext) = *shape.0.last()?;
-        (v > 1 && axes.last() == Some(&last) && (ext as usize).is_multiple_of(v)).then_some(v)
+        self.mapping.vector_run(shape, axes)
     }
 
     /// Loops over the runs of `v` consecutive elements of `shape` this thread holds, with the
@@ -138,24 +134,14 @@ impl Emitter<'_> {
     }
 
     /// Whether value `id` is a load read in 16-byte runs that its element type holds as loaded
-    /// (fill included): the loads a loop may issue ahead ([`Self::prefetchable`]).
+    /// (fill included): the loads a loop may issue ahead (`plan::staged_rows`).
     pub(super) fn read_in_runs(&self, id: ValueId) -> bool {
-        let Op::Load { axes, fill, .. } = self.def(id) else { return false };
-        let shape = &self.k.value(id).shape;
-        self.layout(id) == RegLayout::Blocked
-            && !self.plan.direct_load(id)
-            && self.vector_run(shape, axes).is_some()
-            && self.dtype.round(*fill) == *fill
+        crate::plan::staged_rows::read_in_runs(self.k, self.dtype, self.mapping, &self.plan, id)
     }
 
     /// The words and flags of load `id` where a loop issued its runs ahead ([`Self::prefetched`]).
     pub(super) fn prefetched_runs(&self, id: ValueId) -> Option<(String, String)> {
         self.prefetched.iter().find(|(x, ..)| *x == id).map(|(_, q, f)| (q.clone(), f.clone()))
-    }
-
-    /// The operation that defines value `id`.
-    pub(super) fn def(&self, id: ValueId) -> &Op {
-        self.k.def_of(id).expect("every value is defined")
     }
 
     /// A [`Self::packed`] load: its 16-byte runs (issued ahead by the block loop, or here), and

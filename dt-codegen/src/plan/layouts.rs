@@ -998,6 +998,20 @@ impl Mapping {
         }
     }
 
+    /// The registers each thread takes for a tile of `n` elements.
+    pub(crate) fn regs(&self, n: usize) -> usize {
+        n.div_ceil(self.threads).max(1)
+    }
+
+    /// The run length for 16-byte accesses to a tensor indexed along `axes` by a tile of
+    /// `shape`, if runs apply: the tile is dealt in runs ([`Self::width`]) and a run lies along
+    /// the tensor's last axis, within one row of the tile.
+    pub(crate) fn vector_run(&self, shape: &Shape, axes: &[DimId]) -> Option<usize> {
+        let v = self.width(shape.elements());
+        let (last, ext) = *shape.0.last()?;
+        (v > 1 && axes.last() == Some(&last) && (ext as usize).is_multiple_of(v)).then_some(v)
+    }
+
     /// The element register `r` of thread `tid` holds, as a C expression.
     pub(crate) fn element(&self, n: usize, r: &str) -> String {
         match self.width(n) {

@@ -20,20 +20,22 @@
 //! never a silent change.
 //!
 //! The older path (every kernel on sm_80 and HIP, and the parts of a warp-specialized kernel
-//! outside its loop) is planned by `register_layouts`, in order: `layouts::plan` (register
-//! layouts, tensor-core dots with their staging, `cp.async` pipelines, and the rings of
-//! `dot_rings` for loops of several dots, which in a `wgmma()` kernel feed warpgroup dots
-//! through bulk tensor copies), `rows` (row statistics
-//! in the accumulator's rows), `replicate` and `runs`, `verify::verify_registers` after each in debug builds and tests; then
-//! `publishing` (which operands go through shared memory), then `shared` (where the slots and rings
-//! lie, and whether the kernel fits the shared memory of its GPUs). The GPU printer
-//! runs them and prints what they decide; `dtc emit --target gpu-plan` prints them too. Still
-//! decided while printing: the order of copies, barriers and loads within a statement, the
-//! element-wise code of each layout. That path's shared-memory limits (`shared`) are target descriptions
-//! ([`Target::PORTABLE`], [`Target::SM80`], [`Target::SM90A`]) read as constants, not a target
-//! passed in; a `cp.async` pipeline of one dot (`layouts::pipeline`) and the rings of several
-//! (`dot_rings`) take fewer stages than `num_stages` asks where those do not fit, which the
-//! printed plan shows (the stages of each dot) but no diagnostic reports.
+//! outside its loop) is planned by [`plan_older`], in order: `layouts::plan` (register layouts,
+//! tensor-core dots with their staging, `cp.async` pipelines, and the rings of `dot_rings` for
+//! loops of several dots, which in a `wgmma()` kernel feed warpgroup dots through bulk tensor
+//! copies), `rows` (row statistics in the accumulator's rows), `replicate` and `runs`,
+//! `verify::verify_registers` after each in debug builds and tests; then `publishing` (which
+//! operands go through shared memory), `shared` (where the slots and rings lie, and whether the
+//! kernel fits the shared memory of its GPUs), and `staged_rows` (how each loop over rows issues
+//! its loads ahead: staged in a ring of shared memory, held for the loops after it, or one step
+//! ahead in registers; where those rings lie). The GPU printer runs them and prints what they
+//! decide; `dtc emit --target gpu-plan` prints them too. Still decided while printing: the order
+//! of copies, barriers and loads within a statement, the element-wise code of each layout. That
+//! path's shared-memory limits (`shared`) are target descriptions ([`Target::PORTABLE`],
+//! [`Target::SM80`], [`Target::SM90A`]) read as constants, not a target passed in; a `cp.async`
+//! pipeline of one dot (`layouts::pipeline`), the rings of several (`dot_rings`) and the rings of
+//! staged rows take fewer stages than `num_stages` asks where those do not fit, which the printed
+//! plan shows and `dtc check` warns of ([`lowered_stages`]).
 
 pub(crate) mod dot_rings;
 pub mod layouts;
@@ -42,6 +44,7 @@ mod replicate;
 mod rows;
 mod runs;
 pub mod shared;
+pub mod staged_rows;
 pub mod target;
 pub mod verify;
 pub mod warp_specialize;
@@ -96,6 +99,56 @@ pub(crate) fn register_layouts(
     p
 }
 
+/// The older path's plan of one kernel instance, in the order of its passes: how its threads
+/// hold a blocked tile, its register layouts ([`register_layouts`]), the operands read through
+/// shared memory ([`publishing::plan_publishing`]), where its shared memory lies
+/// ([`shared::lay_out`]), and how its loops over rows issue their loads ahead
+/// ([`staged_rows::plan_staged_rows`]).
+pub(crate) struct OlderPlan<'k> {
+    pub mapping: layouts::Mapping,
+    pub registers: layouts::Plan,
+    pub publishing: publishing::Publishing,
+    pub shared: shared::SharedLayout,
+    pub rows: staged_rows::StagedRows<'k>,
+}
+
+impl OlderPlan<'_> {
+    /// The bytes of dynamic shared memory a program asks for: the layout's, then the staged
+    /// rows' rings.
+    pub fn shared_bytes(&self) -> u32 {
+        self.shared.bytes + (self.rows.ring_words * 4) as u32
+    }
+}
+
+/// Plans kernel `k` built for `dtype` in `dialect` on the older path; `ws` is its
+/// warp-specialized loop's plan and target, if it has one.
+pub(crate) fn plan_older<'k>(
+    k: &'k Kernel,
+    dtype: DType,
+    dialect: crate::emit::gpu::Dialect,
+    ws: Option<(&WarpSpecialized, &Target)>,
+) -> Result<OlderPlan<'k>, PlanError> {
+    let mapping = layouts::Mapping::of(k, dtype, dialect);
+    let registers = register_layouts(k, dtype, dialect, ws.map(|(w, _)| w), mapping);
+    let publishing = publishing::plan_publishing(k, &registers, mapping);
+    let shared = shared::lay_out(k, ws, &publishing.slot_elements, &registers)?;
+    let rows = staged_rows::plan_staged_rows(&staged_rows::Inputs {
+        k,
+        dtype,
+        dialect,
+        mapping,
+        registers: &registers,
+        ws: ws.map(|(w, _)| w),
+        base: shared.staged_rings,
+    });
+    if cfg!(debug_assertions) {
+        if let Err(e) = verify::verify_staged_rows(k, &rows, shared.staged_rings) {
+            panic!("the staged rows' plan of kernel `{}` is invalid: {e}\n{}", k.name, dt_core::kir::print(k));
+        }
+    }
+    Ok(OlderPlan { mapping, registers, publishing, shared, rows })
+}
+
 /// The register plan's verifier after pass `pass`, in debug builds and tests: a broken rule is
 /// a bug of the pass, reported with the kernel.
 fn check_registers(pass: &str, k: &Kernel, p: &layouts::Plan) {
@@ -137,18 +190,20 @@ pub fn print_cuda(k: &Kernel) -> Result<String, PlanError> {
         match cuda_target(k) {
             Some(t) => out += &print(k, &plan(k, *dtype, &t)?),
             None => {
-                let (mapping, registers) = older_cuda_plan(k, *dtype);
+                let older = plan_older(k, *dtype, crate::emit::gpu::Dialect::Cuda, None)?;
                 let on = if k.wgmma { "sm_90a (wgmma())" } else { "sm_80 and newer" };
                 let _ = writeln!(out, "plan {} for {} on {on}", k.name, dtype.name());
-                let _ = writeln!(out, "  threads   {}", mapping.threads);
-                layouts::print(k, *dtype, &registers, &mut out);
-                let shared = publishing::plan_publishing(k, &registers, mapping);
-                let slots: Vec<String> = shared.slot_elements.iter().map(|n| format!("{} bytes", n.next_multiple_of(4) * 4)).collect();
+                let _ = writeln!(out, "  threads   {}", older.mapping.threads);
+                layouts::print(k, *dtype, &older.registers, &mut out);
+                staged_rows::print(k, &older.rows, &mut out);
+                let slots: Vec<String> =
+                    older.publishing.slot_elements.iter().map(|n| format!("{} bytes", n.next_multiple_of(4) * 4)).collect();
                 let _ = writeln!(
                     out,
-                    "  shared    {} statements read operands through shared memory; slots: {}",
-                    shared.reads.len(),
-                    if slots.is_empty() { "none".to_string() } else { slots.join(", ") }
+                    "  shared    {} statements read operands through shared memory; slots: {}; {} bytes in all",
+                    older.publishing.reads.len(),
+                    if slots.is_empty() { "none".to_string() } else { slots.join(", ") },
+                    older.shared_bytes()
                 );
             }
         }
@@ -165,21 +220,19 @@ pub fn lowered_stages(k: &Kernel) -> Vec<(u32, u32)> {
         return out;
     }
     for dtype in &k.dtypes {
-        for pair in layouts::lowered_stages(k, &older_cuda_plan(k, *dtype).1) {
+        // A kernel the plan refuses has no stages to report (`dtc check` reports the refusal).
+        let Ok(older) = plan_older(k, *dtype, crate::emit::gpu::Dialect::Cuda, None) else { continue };
+        // A loop whose ring does not fit counts where no loop of the kernel stages its rows:
+        // `num_stages` is the kernel's, and a ring elsewhere serves it.
+        let staged = older.rows.loops.iter().any(|(_, r)| matches!(r, staged_rows::RowLoads::Staged(_)));
+        let rows = older.rows.unfitted.iter().filter(|_| !staged).map(|(l, planned)| (l.stages, *planned));
+        for pair in layouts::lowered_stages(k, &older.registers).into_iter().chain(rows) {
             if !out.contains(&pair) {
                 out.push(pair);
             }
         }
     }
     out
-}
-
-/// The thread mapping and register plan of kernel `k` in `dtype` on the older CUDA path (every
-/// kernel but the warp-specialized ones).
-fn older_cuda_plan(k: &Kernel, dtype: DType) -> (layouts::Mapping, layouts::Plan) {
-    let dialect = crate::emit::gpu::Dialect::Cuda;
-    let mapping = layouts::Mapping::of(k, dtype, dialect);
-    (mapping, register_layouts(k, dtype, dialect, None, mapping))
 }
 
 /// The plan in its readable form.

@@ -254,6 +254,14 @@ pub struct Split {
 }
 
 impl WarpSpecialized {
+    /// Whether `l` is the loop this plan warp-specializes (the consumers' loop over the
+    /// contraction; its body is the plan's, not printed statement by statement).
+    pub fn is_its_loop(&self, l: &Loop) -> bool {
+        (l.kind == LoopKind::Reduction || self.split.is_some() && l.kind == LoopKind::Block)
+            && l.dim == self.k
+            && l.body.iter().any(|s| matches!(s, Stmt::Let { value, .. } if *value == self.dot))
+    }
+
     /// The tensor maps the kernel takes, in the order of [`StagedOperand::map`].
     pub fn tensor_maps(&self) -> Vec<TensorMapSpec> {
         let operands =
