@@ -7,7 +7,7 @@
 //! (`dt-codegen/tests/cluster/held_rows_cluster.dt` runs such kernels on the GPU).
 
 use dt_codegen::emit::gpu::{self, Dialect, LaunchInfo};
-use dt_codegen::plan::shared::MAX_STAGED_SHARED_BYTES;
+use dt_codegen::plan::Target;
 use dt_core::DType;
 
 /// A looped row mean in f16 with steps of `step` columns over 32 warps and `stages` stages.
@@ -38,7 +38,7 @@ fn staged_loads_take_shared_memory_where_they_fit() {
     // 8192 columns per step: 16 KiB per stage, 4 stages.
     let (cuda, info) = emitted(&row_mean(8192, 4), Dialect::Cuda);
     assert!(cuda.contains("loads 3 steps ahead, staged in shared memory") && cuda.contains("dt_cp_async_wait<3>()"), "{cuda}");
-    assert!(info.shared_bytes >= 4 * 16 * 1024 && info.shared_bytes <= MAX_STAGED_SHARED_BYTES, "{}", info.shared_bytes);
+    assert!(info.shared_bytes >= 4 * 16 * 1024 && info.shared_bytes <= Target::SM80.shared_bytes_per_block, "{}", info.shared_bytes);
     // Two stages: one step ahead in registers, as before.
     let (cuda, info) = emitted(&row_mean(8192, 2), Dialect::Cuda);
     assert!(!cuda.contains("dt_cp_async16(ring") && cuda.contains("loads one step ahead"), "{cuda}");
@@ -50,7 +50,7 @@ fn loads_that_cannot_be_staged_go_one_step_ahead_in_registers() {
     // 32768 columns per step: 64 KiB per stage, 4 stages do not fit.
     let (cuda, info) = emitted(&row_mean(32768, 4), Dialect::Cuda);
     assert!(!cuda.contains("dt_cp_async16(ring") && cuda.contains("loads one step ahead"), "{cuda}");
-    assert!(info.shared_bytes <= MAX_STAGED_SHARED_BYTES, "{}", info.shared_bytes);
+    assert!(info.shared_bytes <= Target::SM80.shared_bytes_per_block, "{}", info.shared_bytes);
     // HIP has no asynchronous copies to shared memory.
     let (hip, _) = emitted(&row_mean(8192, 4), Dialect::Hip);
     assert!(!hip.contains("dt_cp_async16(ring") && hip.contains("loads one step ahead"), "{hip}");

@@ -171,7 +171,9 @@ fn kernel_diagnostics(p: &Program, kernels: &[FuncId]) -> Vec<dt_core::Diagnosti
             let span = f.schedule.num_stages_span.unwrap_or(f.span);
             out.push(
                 dt_core::Diagnostic::warning(span, format!("`{}` runs num_stages({asked}) with {planned} stages on CUDA", f.name))
-                    .with_label(format!("the buffers of more do not fit the shared memory of every GPU; ask for {planned}")),
+                    .with_label(format!(
+                        "the buffers of more do not fit the shared memory its CUDA target gives a block; ask for {planned}"
+                    )),
             );
         }
     }

@@ -13,8 +13,8 @@
 //! ([`MmaDot::a_in_fragments`]). A loop around a single dot that is all it does is the plain
 //! pipeline's (`layouts::pipeline`).
 //! The operands' lines are padded where the rings fit so, else swizzled ([`MmaDot::swizzle`]):
-//! S is lowered until the rings fit in [`RING_BYTES`] (sm_90a's shared memory in a `wgmma()`
-//! kernel, see [`ring_bytes`]); a loop whose rings do not fit with two
+//! S is lowered until the rings fit the shared memory of the kernel's target less the slots'
+//! reserve ([`ring_bytes`]); a loop whose rings do not fit with two
 //! stages runs unpipelined. The operands of warpgroup dots ([`MmaDot::warpgroup`]) are always
 //! swizzled, and every buffer of such a loop's rings is a whole number of 1024-byte swizzle
 //! atoms, from a ring region that starts at a multiple of 1024 bytes (the printer's part).
@@ -25,22 +25,18 @@
 use super::layouts::{MmaDot, Plan, RingBuffers};
 use dt_core::kir::*;
 
-/// Most shared memory the rings of one kernel may take: what leaves room for the slots within
-/// sm_80's 99 KiB, the staged path's limit (`shared::MAX_STAGED_SHARED_BYTES`).
-pub(crate) const RING_BYTES: usize = crate::plan::Target::SM80.shared_bytes_per_block as usize - 3 * 1024;
+/// Shared memory a kernel keeps out of its rings for its slots: 3 KiB.
+pub(crate) const RING_SLOTS_RESERVE: usize = 3 * 1024;
 
 /// Shared memory a `wgmma()` kernel (sm_90a only, which gives a block 227 KiB) keeps out of its
 /// rings: for its slots, and the 1024 bytes of alignment of its swizzle atoms.
 pub(crate) const SLOTS_RESERVE: usize = 2 * 1024;
 
-/// Most shared memory (bytes) the rings of kernel `k` may take: [`RING_BYTES`], or in a kernel
-/// only sm_90a runs (`wgmma()`), what that target gives a block less [`SLOTS_RESERVE`].
-fn ring_bytes(k: &Kernel) -> usize {
-    if k.wgmma {
-        crate::plan::Target::SM90A.shared_bytes_per_block as usize - SLOTS_RESERVE
-    } else {
-        RING_BYTES
-    }
+/// Most shared memory (bytes) the rings of kernel `k` may take on `target`: what it gives a
+/// block less the slots' reserve ([`RING_SLOTS_RESERVE`], or [`SLOTS_RESERVE`] in a `wgmma()`
+/// kernel).
+fn ring_bytes(k: &Kernel, target: &crate::plan::Target) -> usize {
+    target.shared_bytes_per_block as usize - if k.wgmma { SLOTS_RESERVE } else { RING_SLOTS_RESERVE }
 }
 
 /// Gives the dots of every loop that qualifies (see the module docs) their rings, laid out one
@@ -87,7 +83,7 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
                 .sum()
         };
         // The most stages that fit, padded where that fits, else swizzled.
-        let fits = |stages: u32, swizzle: bool| (p.ring_words + words(stages, swizzle)) * 4 <= ring_bytes(k);
+        let fits = |stages: u32, swizzle: bool| (p.ring_words + words(stages, swizzle)) * 4 <= ring_bytes(k, &p.target);
         let choice = (2..=l.stages).rev().find_map(|s| [false, true].into_iter().find(|sw| fits(s, *sw)).map(|sw| (s, sw)));
         let Some((stages, swizzle)) = choice else { continue };
         for v in &dots {
@@ -215,7 +211,7 @@ fn bulk_copies(k: &Kernel, dots: &[ValueId], p: &mut Plan) {
     let stages = p.dots[fed[0]].1.ring.expect("fed by a ring").stages as usize;
     let barriers = p.ring_words.next_multiple_of(2);
     let counts = barriers + 2 * stages;
-    let done_counts = (!two_programs_fit(counts + stages)).then_some(counts);
+    let done_counts = (!two_programs_fit(&p.target, counts + stages)).then_some(counts);
     p.ring_words = done_counts.map_or(counts, |c| c + stages);
     for x in &fed {
         if let Some(r) = &mut p.dots[*x].1.ring {
@@ -238,8 +234,8 @@ fn bulk_copies(k: &Kernel, dots: &[ValueId], p: &mut Plan) {
 /// last warp done with a stage refills it instead ([`RingBuffers::done_counts`]), and no
 /// barrier holds the warpgroups in step, so one computes its softmax while the other's
 /// products run.
-fn two_programs_fit(ring_words: usize) -> bool {
-    2 * (ring_words * 4 + SLOTS_RESERVE) <= crate::plan::Target::SM90A.shared_bytes_per_sm as usize
+fn two_programs_fit(target: &crate::plan::Target, ring_words: usize) -> bool {
+    2 * (ring_words * 4 + SLOTS_RESERVE) <= target.shared_bytes_per_sm as usize
 }
 
 /// `d` with every operand it stages that can be swizzled swizzled, when `swizzle` or when the

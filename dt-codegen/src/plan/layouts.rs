@@ -504,6 +504,9 @@ pub(crate) struct Plan {
     /// The tensor maps the kernel takes (ahead of its argument block), for the bulk tensor
     /// copies of its rings ([`RingBuffers::maps`]).
     pub tensor_maps: Vec<dt_core::abi::TensorMapSpec>,
+    /// The GPUs the build runs on ([`crate::plan::Target::older`]), whose shared memory the
+    /// pipelines, rings and slots keep within.
+    pub target: crate::plan::Target,
 }
 
 impl Plan {
@@ -581,6 +584,7 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
         ring_words: 0,
         async_copies: dialect == Dialect::Cuda,
         tensor_maps: Vec::new(),
+        target: crate::plan::Target::older(k, dialect),
     };
     let mut lets = Vec::new();
     let mut updates = Vec::new();
@@ -798,7 +802,7 @@ fn pipeline(stmts: &[Stmt], p: &mut Plan) {
             continue;
         }
         let words = d.buffer_words(0) + d.buffer_words(1);
-        let fit = (super::shared::MAX_SHARED_BYTES as usize / 4 / words) as u32;
+        let fit = (p.target.shared_bytes_per_block as usize / 4 / words) as u32;
         d.stages = l.stages.min(fit).max(1);
     }
 }
@@ -1045,14 +1049,12 @@ impl Mapping {
     }
 }
 
-/// The register plan `p` of kernel `k` in its readable form (`dtc emit --target gpu-plan`): the
-/// tensor-core dots with their geometry, staging and pipelines, and how many values and
-/// accumulators each layout holds.
 /// What the plan's `stages` for dot `dot` are to its loop's `num_stages`: that, or fewer where
-/// the buffers of more do not fit (say so, as the plan chose it on its own).
-fn stages_asked(k: &Kernel, dot: ValueId, stages: u32) -> String {
+/// the buffers of more do not fit the shared memory of `target` (say so, as the plan chose it on
+/// its own).
+fn stages_asked(k: &Kernel, dot: ValueId, stages: u32, target: &crate::plan::Target) -> String {
     match asked_stages(&k.body, dot) {
-        Some(n) if n > stages => format!("num_stages({n}) lowered to {stages}: more do not fit the shared memory of every GPU"),
+        Some(n) if n > stages => format!("num_stages({n}) lowered to {stages}: more do not fit the shared memory of {}", target.name),
         _ => "num_stages".to_string(),
     }
 }
@@ -1081,6 +1083,9 @@ pub(crate) fn lowered_stages(k: &Kernel, p: &Plan) -> Vec<(u32, u32)> {
     out
 }
 
+/// The register plan `p` of kernel `k` in its readable form (`dtc emit --target gpu-plan`): the
+/// tensor-core dots with their geometry, staging and pipelines, and how many values and
+/// accumulators each layout holds.
 pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
     use std::fmt::Write;
     let dim = |d: DimId| k.dim_name(d).to_string();
@@ -1142,7 +1147,7 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
             };
             let ring = match d.ring {
                 Some(r) if r.held[i] => format!(", held for the loop (one buffer, copied before it, {})", copies(r)),
-                Some(r) => format!(", a ring of {} buffers ({}, {})", r.stages, copies(r), stages_asked(k, *id, r.stages)),
+                Some(r) => format!(", a ring of {} buffers ({}, {})", r.stages, copies(r), stages_asked(k, *id, r.stages, &p.target)),
                 None => String::new(),
             };
             let swizzled = if d.swizzled(i) { " (swizzled in 128-byte atoms)" } else { "" };
@@ -1169,7 +1174,8 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
             }
         }
         if d.stages > 1 {
-            let _ = writeln!(out, "    pipeline  {} buffers per operand, cp.async ({})", d.stages, stages_asked(k, *id, d.stages));
+            let _ =
+                writeln!(out, "    pipeline  {} buffers per operand, cp.async ({})", d.stages, stages_asked(k, *id, d.stages, &p.target));
         }
     }
     let count = |ls: &[RegLayout]| {

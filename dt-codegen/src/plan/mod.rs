@@ -31,11 +31,12 @@
 //! ahead in registers; where those rings lie). The GPU printer runs them and prints what they
 //! decide; `dtc emit --target gpu-plan` prints them too. Still decided while printing: the order
 //! of copies, barriers and loads within a statement, the element-wise code of each layout. That
-//! path's shared-memory limits (`shared`) are target descriptions ([`Target::PORTABLE`],
-//! [`Target::SM80`], [`Target::SM90A`]) read as constants, not a target passed in; a `cp.async`
-//! pipeline of one dot (`layouts::pipeline`), the rings of several (`dot_rings`) and the rings of
-//! staged rows take fewer stages than `num_stages` asks where those do not fit, which the printed
-//! plan shows and `dtc check` warns of ([`lowered_stages`]).
+//! path's shared-memory limits are those of the build's target ([`Target::older`]: every GPU on
+//! HIP, sm_80 on CUDA, sm_90a for a kernel only Hopper runs), which `layouts::plan` keeps in the
+//! register plan for the passes after it; a `cp.async` pipeline of one dot (`layouts::pipeline`),
+//! the rings of several (`dot_rings`) and the rings of staged rows take fewer stages than
+//! `num_stages` asks where those do not fit, which the printed plan shows and `dtc check` warns
+//! of ([`lowered_stages`]).
 
 pub(crate) mod dot_rings;
 pub mod layouts;
@@ -142,7 +143,7 @@ pub(crate) fn plan_older<'k>(
         base: shared.staged_rings,
     });
     if cfg!(debug_assertions) {
-        if let Err(e) = verify::verify_staged_rows(k, &rows, shared.staged_rings) {
+        if let Err(e) = verify::verify_staged_rows(k, &registers.target, &rows, shared.staged_rings) {
             panic!("the staged rows' plan of kernel `{}` is invalid: {e}\n{}", k.name, dt_core::kir::print(k));
         }
     }

@@ -209,7 +209,7 @@ impl<'k> Walk<'_, '_, 'k> {
         let holds = self.holds_block(l, &loads);
         let loads = if self.i.dtype.size_bytes() == 2 || holds { loads } else { Vec::new() };
         let own = self.ring_words(l, &loads, holds);
-        let fits = super::shared::staged_ring_fits(k, holds, self.i.base + self.used + own);
+        let fits = super::shared::staged_ring_fits(k, &self.i.registers.target, self.i.base + self.used + own);
         if !loads.is_empty() && l.stages > 2 && self.i.dialect == Dialect::Cuda {
             if fits {
                 self.staged(l, loads, holds, own);
@@ -440,14 +440,14 @@ mod tests {
         let older = crate::plan::plan_older(&k, DType::F16, Dialect::Cuda, None).expect("plans");
         let base = older.shared.staged_rings;
         let mut rows = older.rows.clone();
-        assert!(verify_staged_rows(&k, &rows, base).is_ok());
+        assert!(verify_staged_rows(&k, &older.registers.target, &rows, base).is_ok());
         let (l, RowLoads::Staged(ring)) = rows.loops[0].clone() else { panic!("a staged loop: {:?}", rows.loops) };
         let mut moved = ring.clone();
         moved.offset += 4;
         rows.loops[0] = (l, RowLoads::Staged(moved));
-        assert!(verify_staged_rows(&k, &rows, base).unwrap_err().contains("lies outside"));
+        assert!(verify_staged_rows(&k, &older.registers.target, &rows, base).unwrap_err().contains("lies outside"));
         let held = HeldLoad { offset: ring.offset, base: 0, runs: 1 };
         rows.loops[0] = (l, RowLoads::Held(vec![(ring.loads[0].clone(), held)]));
-        assert!(verify_staged_rows(&k, &rows, base).unwrap_err().contains("no loop before it holds"));
+        assert!(verify_staged_rows(&k, &older.registers.target, &rows, base).unwrap_err().contains("no loop before it holds"));
     }
 }

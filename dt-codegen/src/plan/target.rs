@@ -2,6 +2,9 @@
 //! choose. Plan passes read it instead of constants, and a request it cannot meet is an error
 //! that names the target.
 
+use crate::emit::gpu::Dialect;
+use dt_core::kir::Kernel;
+
 /// Instructions and mechanisms a target may have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Features {
@@ -36,10 +39,19 @@ pub struct Target {
 }
 
 impl Target {
+    /// The target the older path plans kernel `k`'s build for `dialect` for: on HIP, every GPU
+    /// ([`Self::PORTABLE`], the MI200's 64 KiB); on CUDA, sm_90a for a kernel only Hopper runs
+    /// (clusters, tensor maps: [`Kernel::needs_sm90`]), sm_80 otherwise.
+    pub fn older(k: &Kernel, dialect: Dialect) -> Target {
+        match dialect {
+            Dialect::Hip => Self::PORTABLE,
+            Dialect::Cuda if k.needs_sm90() => Self::SM90A,
+            Dialect::Cuda => Self::SM80,
+        }
+    }
+
     /// Every GPU the older path's kernels run on, CUDA sm_80 and newer and AMD gfx90a (MI200):
-    /// 64 KiB of shared memory (the MI200's LDS), which a kernel without staged loads or rings
-    /// keeps within, and a `cp.async` pipeline of one dot (`layouts::pipeline`) lowers its
-    /// stages to.
+    /// 64 KiB of shared memory (the MI200's LDS). The target of HIP builds.
     pub const PORTABLE: Target = Target {
         name: "sm_80 and newer, gfx90a",
         shared_bytes_per_block: 64 * 1024,

@@ -264,8 +264,59 @@ pub(crate) fn verify_registers(k: &Kernel, p: &super::layouts::Plan) -> Result<(
             }
         }
         let words = (d.buffer_words(0) + d.buffer_words(1)) * d.stages as usize;
-        if d.stages > 1 && words * 4 > super::shared::MAX_SHARED_BYTES as usize {
-            return Err(format!("dot %{}'s {} pipeline buffers take {} bytes of shared memory", id.0, d.stages, words * 4));
+        if d.stages > 1 && words * 4 > p.target.shared_bytes_per_block as usize {
+            return Err(format!(
+                "dot %{}'s {} pipeline buffers take {} bytes of shared memory, more than {} gives a block",
+                id.0,
+                d.stages,
+                words * 4,
+                p.target.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The rules of the staged rows' plan of kernel `k`, whose rings start at word `base`: each ring
+/// lies in the words the plan asks for and fits the kernel's GPUs, its buffers hold its loads,
+/// and a loop reads a held block only from a ring that holds it, planned before it.
+pub(crate) fn verify_staged_rows(
+    k: &Kernel,
+    target: &super::Target,
+    rows: &super::staged_rows::StagedRows,
+    base: usize,
+) -> Result<(), String> {
+    use super::staged_rows::RowLoads;
+    let mut holding = Vec::new();
+    for (l, form) in &rows.loops {
+        let at = format!("the loop over {} ({})", k.dim_name(l.dim), l.origin);
+        match form {
+            RowLoads::Staged(r) => {
+                if r.offset < base || r.offset + r.words > base + rows.ring_words {
+                    return Err(format!(
+                        "{at}: its ring at word {} of {} words lies outside the rings' {} words from {base}",
+                        r.offset, r.words, rows.ring_words
+                    ));
+                }
+                if !super::shared::staged_ring_fits(k, target, r.offset + r.words) {
+                    return Err(format!("{at}: its ring ends at word {}, past the shared memory of its GPUs", r.offset + r.words));
+                }
+                let moving = r.loads.iter().filter(|p| p.axes.contains(&l.dim)).count();
+                let words: usize = r.rings.iter().map(|(_, runs)| runs * 4 * r.buffers).sum();
+                if r.rings.len() != moving || r.rings.iter().any(|(_, runs)| *runs == 0) || words > r.words {
+                    return Err(format!("{at}: its ring's buffers ({:?}) do not hold its {moving} moving loads", r.rings));
+                }
+                if r.holds {
+                    holding.push(r.offset);
+                }
+            }
+            RowLoads::Held(held) => {
+                if let Some((p, h)) = held.iter().find(|(_, h)| !holding.contains(&h.offset)) {
+                    return Err(format!("{at}: v{} reads a held block at word {} that no loop before it holds", p.value.0, h.offset));
+                }
+            }
+            RowLoads::Registers(loads) if loads.is_empty() => return Err(format!("{at}: issues no loads ahead")),
+            RowLoads::Registers(_) => {}
         }
     }
     Ok(())
@@ -433,44 +484,4 @@ mod tests {
         broken.vars[into.0 as usize] = RegLayout::Blocked;
         assert!(verify_registers(&k, &broken).unwrap_err().contains("another layout"));
     }
-}
-
-/// The rules of the staged rows' plan of kernel `k`, whose rings start at word `base`: each ring
-/// lies in the words the plan asks for and fits the kernel's GPUs, its buffers hold its loads,
-/// and a loop reads a held block only from a ring that holds it, planned before it.
-pub(crate) fn verify_staged_rows(k: &Kernel, rows: &super::staged_rows::StagedRows, base: usize) -> Result<(), String> {
-    use super::staged_rows::RowLoads;
-    let mut holding = Vec::new();
-    for (l, form) in &rows.loops {
-        let at = format!("the loop over {} ({})", k.dim_name(l.dim), l.origin);
-        match form {
-            RowLoads::Staged(r) => {
-                if r.offset < base || r.offset + r.words > base + rows.ring_words {
-                    return Err(format!(
-                        "{at}: its ring at word {} of {} words lies outside the rings' {} words from {base}",
-                        r.offset, r.words, rows.ring_words
-                    ));
-                }
-                if !super::shared::staged_ring_fits(k, r.holds, r.offset + r.words) {
-                    return Err(format!("{at}: its ring ends at word {}, past the shared memory of its GPUs", r.offset + r.words));
-                }
-                let moving = r.loads.iter().filter(|p| p.axes.contains(&l.dim)).count();
-                let words: usize = r.rings.iter().map(|(_, runs)| runs * 4 * r.buffers).sum();
-                if r.rings.len() != moving || r.rings.iter().any(|(_, runs)| *runs == 0) || words > r.words {
-                    return Err(format!("{at}: its ring's buffers ({:?}) do not hold its {moving} moving loads", r.rings));
-                }
-                if r.holds {
-                    holding.push(r.offset);
-                }
-            }
-            RowLoads::Held(held) => {
-                if let Some((p, h)) = held.iter().find(|(_, h)| !holding.contains(&h.offset)) {
-                    return Err(format!("{at}: v{} reads a held block at word {} that no loop before it holds", p.value.0, h.offset));
-                }
-            }
-            RowLoads::Registers(loads) if loads.is_empty() => return Err(format!("{at}: issues no loads ahead")),
-            RowLoads::Registers(_) => {}
-        }
-    }
-    Ok(())
 }
