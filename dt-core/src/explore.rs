@@ -102,8 +102,9 @@ pub fn kernel_spec(src: &str, kernel: &str) -> Result<String, Vec<Diagnostic>> {
 /// `kernel`'s `block`, `tensorize`, `map` (its groups), `num_warps`, `num_stages` and
 /// `max_registers` statements halved or doubled (at least one; a whole tile, `d:0`, stays
 /// whole; a tile as wide as its block follows the block, a narrower one stays within it), every
-/// other statement as written. It may not check (fewer warps than a tile needs, say): the
-/// checker says.
+/// other statement as written. A warp-specialized kernel's numbers move together
+/// ([`WarpSpecialized`]). It may not check (fewer warps than a tile needs, say): the checker
+/// says.
 pub fn nearby_spec(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Diagnostic>> {
     // A change can cancel out (a tile that follows its block): draw again, a few times.
     for _ in 0..16 {
@@ -122,10 +123,12 @@ fn nearby_once(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Di
         return Err(diags);
     }
     const NEAR: &[&str] = &["block", "tensorize", "map", "num_warps", "num_stages", "max_registers"];
+    let ws = WarpSpecialized::of(&file, kernel);
     let numbers = |item: &Item| match item {
         Item::Sched { func, prim, args, .. } if func.name == kernel && NEAR.contains(&prim.name.as_str()) => args
             .iter()
             .filter(|a| matches!(a, SchedArg::Number(v, _) | SchedArg::Extent(_, v, _) | SchedArg::Split { factor: v, .. } if *v >= 1.0))
+            .filter(|a| ws.as_ref().is_none_or(|w| w.draws(&prim.name, a)))
             .count(),
         _ => 0,
     };
@@ -155,18 +158,39 @@ fn nearby_once(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Di
             Item::Decl { span, .. } | Item::Def { span, .. } | Item::Sched { span, .. } | Item::Block { span, .. } => span,
         };
         match item {
-            Item::Sched { func, prim, args, .. } if numbers(item) > 0 => {
+            // A warp-specialized kernel's tile and warps follow its block, drawn or not.
+            Item::Sched { func, prim, args, .. }
+                if numbers(item) > 0
+                    || (func.name == kernel && ws.is_some() && ["tensorize", "num_warps"].contains(&prim.name.as_str())) =>
+            {
                 let text: Vec<String> = args
                     .iter()
                     .map(|a| match a {
+                        // A warp-specialized kernel's warps follow its rows; its stages stay 2 or more.
+                        SchedArg::Number(_, _) if prim.name == "num_warps" && ws.is_some() => {
+                            let rows = ws.as_ref().and_then(|w| blocks.iter().find(|(b, ..)| *b == w.rows)).map_or(64.0, |b| b.2);
+                            format!("{}", rows / 16.0)
+                        }
+                        SchedArg::Number(v, _) if prim.name == "num_stages" && ws.is_some() => {
+                            let moved = step(*v, rng);
+                            format!("{}", ws.as_ref().map_or(moved, |w| w.stages(*v, moved, &blocks)))
+                        }
                         SchedArg::Number(v, _) => format!("{}", step(*v, rng)),
                         SchedArg::Extent(d, v, _) if prim.name == "block" => {
-                            let new = step(*v, rng);
+                            let new = match &ws {
+                                Some(w) if d.name == w.rows => w.rows_of(step(*v, rng)),
+                                Some(w) if d.name == w.cols => w.cols_of(step(*v, rng)),
+                                Some(_) => *v,
+                                None => step(*v, rng),
+                            };
                             blocks.push((d.name.clone(), *v, new));
                             format!("{}:{new}", d.name)
                         }
                         SchedArg::Extent(d, v, _) if prim.name == "tensorize" => {
                             let tile = match blocks.iter().find(|(b, ..)| *b == d.name) {
+                                // A warp-specialized tile is its block, its step along the contraction fixed.
+                                Some((_, _, new)) if ws.as_ref().is_some_and(|w| d.name == w.rows || d.name == w.cols) => *new,
+                                _ if ws.is_some() => *v,
                                 Some((_, old, new)) if v == old => *new,
                                 Some((_, _, new)) => step(*v, rng).min(*new),
                                 None => step(*v, rng),
@@ -185,6 +209,76 @@ fn nearby_once(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Di
         out.push('\n');
     }
     Ok(out)
+}
+
+/// The coupled numbers of a kernel scheduled with `warp_specialize()` (docs/language.md): its
+/// tile is its block, whose rows are 64 per consumer warpgroup of 4 warps (`num_warps` is the
+/// rows over 16) and whose columns a multiple of 64 up to 256, and its step along the
+/// contraction is 64. [`nearby_spec`] draws the rows, the columns, the stages
+/// ([`Self::stages`]) and the map, and sets the rest from them.
+struct WarpSpecialized {
+    /// The names of the output's row and column dimensions.
+    rows: String,
+    cols: String,
+}
+
+impl WarpSpecialized {
+    /// Kernel `kernel` of `file`, if it is warp-specialized and its output is a matrix.
+    fn of(file: &crate::ast::File, kernel: &str) -> Option<Self> {
+        let ws =
+            file.items.iter().any(|i| matches!(i, Item::Sched { func, prim, .. } if func.name == kernel && prim.name == "warp_specialize"));
+        let dims = file.items.iter().find_map(|i| match i {
+            Item::Def { func, dims, .. } if func.name == kernel => Some(dims),
+            _ => None,
+        })?;
+        match &dims[..] {
+            [rows, cols] if ws => Some(WarpSpecialized { rows: rows.name.clone(), cols: cols.name.clone() }),
+            _ => None,
+        }
+    }
+
+    /// Whether argument `a` of primitive `prim` is drawn (rather than set from the others).
+    fn draws(&self, prim: &str, a: &SchedArg) -> bool {
+        match (prim, a) {
+            ("tensorize" | "num_warps", _) => false,
+            ("block", SchedArg::Extent(d, ..)) => d.name == self.rows || d.name == self.cols,
+            _ => true,
+        }
+    }
+
+    /// The stages near `v` where the draw moved them to `moved`: a quarter more or less (a ring
+    /// twice as deep seldom fits), and fewer where the block grew (`blocks`: each dimension's
+    /// extent before and after), so that the ring's bytes, which grow with the rows and the
+    /// columns, stay about the same; at least 2.
+    fn stages(&self, v: f64, moved: f64, blocks: &[(String, f64, f64)]) -> f64 {
+        let by = (v / 4.0).round().max(1.0);
+        let near = if moved > v {
+            v + by
+        } else if moved < v {
+            v - by
+        } else {
+            v
+        };
+        let edges = |after: bool| -> f64 {
+            blocks.iter().filter(|(d, ..)| *d == self.rows || *d == self.cols).map(|(_, old, new)| if after { *new } else { *old }).sum()
+        };
+        let grown = if edges(false) > 0.0 { edges(true) / edges(false) } else { 1.0 };
+        if grown > 1.0 { (near / grown).floor() } else { near }.max(2.0)
+    }
+
+    /// The rows a block may have nearest `v`: one consumer warpgroup's 64 or two's 128.
+    fn rows_of(&self, v: f64) -> f64 {
+        if v < 96.0 {
+            64.0
+        } else {
+            128.0
+        }
+    }
+
+    /// The columns a block may have nearest `v`: a multiple of 64 from 64 to 256.
+    fn cols_of(&self, v: f64) -> f64 {
+        ((v / 64.0).round() * 64.0).clamp(64.0, 256.0)
+    }
 }
 
 /// Normal-ish values (sum of uniforms), never all zero.
@@ -461,5 +555,26 @@ mod tests {
             })
             .collect();
         assert!(errs.len() <= 10, "{}", errs.join("\n"));
+    }
+
+    /// Near a warp-specialized kernel, the tile is the block, the warps are the rows over 16, the
+    /// rows 64 or 128, the columns a multiple of 64 up to 256, the step along the contraction 64,
+    /// and the stages 2 or more; every draw checks.
+    #[test]
+    fn nearby_warp_specialized_numbers_move_together() {
+        let src = "Func mm; In A, B; Var x, y; RVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\nmm.block(x:128, y:256);\nmm.tensorize(x:128, y:256, k:64);\nmm.map(x:x1/8, y, x1);\nmm.num_warps(8);\nmm.num_stages(4);\nmm.warp_specialize();\nmm.dtypes(f16);\nmm.compile();\n";
+        let own = kernel_spec(src, "mm").unwrap();
+        let mut rng = Rng::new(3);
+        let numbers = |line: &str| -> Vec<u32> { line.split(|c: char| !c.is_ascii_digit()).filter_map(|t| t.parse().ok()).collect() };
+        for _ in 0..40 {
+            let d = nearby_spec(&own, "mm", &mut rng).unwrap();
+            let line = |prim: &str| d.lines().find(|l| l.starts_with(&format!("mm.{prim}("))).map(numbers).expect(prim);
+            let (block, tile, warps, stages) = (line("block"), line("tensorize"), line("num_warps"), line("num_stages"));
+            assert!(crate::compile_spec(&d).is_ok(), "{d}");
+            assert_eq!(tile, [block[0], block[1], 64], "{d}");
+            assert!([64, 128].contains(&block[0]) && block[1] % 64 == 0 && (64..=256).contains(&block[1]), "{d}");
+            assert_eq!(warps, [block[0] / 16], "{d}");
+            assert!(stages[0] >= 2, "{d}");
+        }
     }
 }

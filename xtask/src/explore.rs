@@ -714,6 +714,27 @@ mod tests {
         assert!(checking >= 10, "{checking} of 20 check");
     }
 
+    /// Schedules near a warp-specialized matmul class keep its coupled numbers together (tile
+    /// and block, warps and rows, columns in multiples of 64): most of them build for CUDA, the
+    /// others asking for more stages than fit. `mm_90a_m16_split`'s 16 stages and its cluster's
+    /// partial sums already fill the shared memory, so that most moves there overflow it.
+    #[test]
+    fn schedules_near_a_warp_specialized_class_mostly_build() {
+        let src = std::fs::read_to_string(crate::regen::workspace().join("dt-kernels/specs/matmul.dt")).unwrap();
+        for (class, least) in [("mm_90a", 24), ("mm_90a_1k", 24), ("mm_90a_m16_split", 10)] {
+            let own = explore::kernel_spec(&src, class).unwrap();
+            let mut rng = Rng::new(7);
+            let drawn: Vec<String> = (0..40).map(|_| explore::nearby_spec(&own, class, &mut rng).unwrap()).collect();
+            let builds = |text: &String| {
+                let Ok(p) = dt_core::compile_spec(text) else { return false };
+                let Ok(k) = dt_core::lower::lower(&p, p.kernel_by_name(class).expect("the class")) else { return false };
+                gpu::emit_kernel(&k, DType::F16, &dt_codegen::emit::symbol(&k, DType::F16), Dialect::Cuda, gpu::Layouts::Any).is_ok()
+            };
+            let built = drawn.iter().filter(|d| builds(d)).count();
+            assert!(built >= least, "{class}: {built} of 40 near draws build");
+        }
+    }
+
     #[test]
     fn outcomes_survive_the_cache() {
         let path = std::env::temp_dir().join(format!("dt-explore-outcome-{}.json", std::process::id()));
