@@ -81,3 +81,45 @@ fn rows_taken_one_per_step_are_never_bounds_checked() {
         assert!(text.contains("< (unsigned)s0"), "{text}");
     }
 }
+
+/// The plan builds a kernel's twin for whole runs (`plan::twins`) exactly where its code differs
+/// from the kernel for any layout: over every library and test spec and schedules drawn at random
+/// from each, in both dialects and every element type the kernel is built for.
+#[test]
+fn the_twin_for_whole_runs_is_built_exactly_where_its_code_differs() {
+    use dt_codegen::emit::gpu::Dialect;
+    let mut rng = dt_core::explore::Rng::new(0x7A1);
+    let opts = dt_core::explore::Options { max_size: 2048, max_tile_elements: 1 << 13 };
+    let mut checked = 0;
+    for rel in common::SPECS {
+        let src = common::read_spec(rel);
+        let base = dt_core::compile_spec(&src).expect("spec checks");
+        let algorithm = dt_core::explore::algorithm_text(&src).expect("spec parses");
+        let mut specs = vec![src.clone()];
+        specs.extend((0..common::cases(24)).map(|_| dt_core::explore::random_spec(&algorithm, &base, &mut rng, &opts)));
+        for spec in &specs {
+            let p = dt_core::compile_spec(spec).expect("schedule checks");
+            for k in dt_core::lower::lower_all(&p).expect("lowers") {
+                for dtype in &k.dtypes {
+                    for dialect in [Dialect::Cuda, Dialect::Hip] {
+                        let symbol = dt_codegen::emit::symbol(&k, *dtype);
+                        let Ok((any, _)) = gpu::emit_kernel(&k, *dtype, &symbol, dialect, Layouts::Any) else { continue };
+                        let whole = gpu::whole_runs_symbol(&symbol);
+                        let (text, _) = gpu::emit_kernel(&k, *dtype, &whole, dialect, Layouts::WholeRuns).expect("the twin emits");
+                        let differs = text.replace(&whole, &symbol) != any && !k.warp_specialize;
+                        let twins = dt_codegen::plan::twins(&k, *dtype, dialect).expect("plans");
+                        assert_eq!(
+                            twins.contains(&Layouts::WholeRuns),
+                            differs,
+                            "{rel}, kernel {} {dtype} {dialect:?}:\n{}",
+                            k.name,
+                            dt_core::kir::print(&k)
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 200, "{checked} kernel instances");
+}

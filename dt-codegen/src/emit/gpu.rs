@@ -110,50 +110,16 @@ pub fn emit_file(header: &str, dialect: Dialect, kernels: &[(&Kernel, DType, Str
         out += "\n";
         out += &text;
         infos.push(info);
-        // A warp-specialized kernel reads through tensor maps, whatever the layouts: no twins.
-        if k.warp_specialize {
-            continue;
-        }
-        // The kernel for whole runs, where its code differs (it does wherever a tile is read or
-        // written in 16-byte runs).
-        let whole = whole_runs_symbol(symbol);
-        let (text_whole, info_whole) = emit_kernel(k, *dtype, &whole, dialect, Layouts::WholeRuns)?;
-        if text_whole.replace(&whole, symbol) != text {
+        // The twins (pass `plan::twins`): for whole runs, where the code differs; for the
+        // specialized sizes, where the schedule asks and whole runs are possible.
+        for layouts in crate::plan::twins(k, *dtype, dialect).map_err(|e| EmitError(e.0))?.into_iter().skip(1) {
+            let (text, info) = emit_kernel(k, *dtype, &layouts.symbol(symbol), dialect, layouts)?;
             out += "\n";
-            out += &text_whole;
-            infos.push(info_whole);
-        }
-        // The twin for the sizes the schedule specializes (`specialize`), where it can run: it
-        // needs whole runs, which a specialized size along a tensor's last axis that is no
-        // multiple of the run never gives.
-        let run = (dt_core::kir::RUN_BYTES / dtype.size_bytes()) as u64;
-        let last_axes = run_dims(k);
-        if !k.specialize.is_empty() && k.specialize.iter().all(|(d, n)| !last_axes.contains(d) || n % run == 0) {
-            let (text_exact, info_exact) = emit_kernel(k, *dtype, &specialized_symbol(symbol), dialect, Layouts::Specialized)?;
-            out += "\n";
-            out += &text_exact;
-            infos.push(info_exact);
+            out += &text;
+            infos.push(info);
         }
     }
     Ok((out, infos))
-}
-
-/// Whether every 16-byte run of `vector` elements that kernel `k` reads or writes starts at a
-/// multiple of `vector` along its tensor's last axis: every block and loop step along such an
-/// axis is a multiple of `vector`. Then, given tensors whose runs are whole, each run the kernel
-/// accesses is one of them.
-fn runs_start_whole(k: &Kernel, vector: usize) -> bool {
-    fn steps_ok(body: &[Stmt], run_dims: &[DimId], vector: usize) -> bool {
-        body.iter().all(|s| match s {
-            Stmt::Loop(l) => {
-                (!run_dims.contains(&l.dim) || (l.step as usize).is_multiple_of(vector)) && steps_ok(&l.body, run_dims, vector)
-            }
-            _ => true,
-        })
-    }
-    let run_dims = run_dims(k);
-    run_dims.iter().all(|d| k.grid.block_extent(*d).is_none_or(|b| (b as usize).is_multiple_of(vector)))
-        && steps_ok(&k.body, &run_dims, vector)
 }
 
 /// The lane along `d` of element `element` (a C expression) of a tile of `shape`, row-major.
@@ -161,12 +127,6 @@ fn runs_start_whole(k: &Kernel, vector: usize) -> bool {
 /// masks.
 fn lane_of(shape: &Shape, d: DimId, element: &str) -> String {
     format!("(int)((unsigned){element} / {}u % {}u)", shape.stride(d), shape.extent(d).unwrap_or(1))
-}
-
-/// The dimensions that are the last axis of a tensor of `k`: those its 16-byte runs lie along.
-/// Where runs are whole, the size of each is a multiple of the run.
-fn run_dims(k: &Kernel) -> Vec<DimId> {
-    k.inputs.iter().chain([&k.output]).filter_map(|t| t.dims.last().copied()).collect()
 }
 
 /// The layouts a kernel is built for, and the symbols of its twins.
@@ -226,7 +186,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         dot_rings: shared.dot_rings,
         rows,
         run_window: None,
-        whole_runs: layouts != Layouts::Any && runs_start_whole(k, vector),
+        whole_runs: layouts != Layouts::Any && crate::plan::twins::runs_start_whole(k, vector),
         specialized: layouts == Layouts::Specialized,
         barrier: if ws.is_some() { hopper::consumer_sync(threads) } else { "__syncthreads();".to_string() },
         ws: ws.clone(),
@@ -493,14 +453,10 @@ impl Emitter<'_> {
     }
 
     /// Whether every lane of a register run ([`Mapping::run_start`]) of a `shape` tile in `layout`
-    /// is valid along `d` exactly where the run's first lane is: in a kernel for whole runs, a
-    /// blocked tile dealt in runs whose last dimension is `d`, where `d` is the last axis of a
-    /// tensor (so its size and the offsets along it are multiples of the run, [`runs_start_whole`]).
+    /// is valid along `d` exactly where the run's first lane is, in a kernel for whole runs
+    /// ([`crate::plan::twins::masks_by_run`]).
     fn masks_by_run(&self, shape: &Shape, layout: RegLayout, d: DimId) -> bool {
-        let n = self.mapping.width(shape.elements());
-        let last = shape.0.last().map(|(x, _)| *x);
-        let runs_along_d = last == Some(d) && shape.extent(d).is_some_and(|x| (x as usize).is_multiple_of(n));
-        self.whole_runs && layout == RegLayout::Blocked && n > 1 && runs_along_d && run_dims(self.k).contains(&d)
+        self.whole_runs && crate::plan::twins::masks_by_run(self.k, self.mapping, shape, layout, d)
     }
 
     /// The validity condition of `lane` along `d`: none where every lane along `d` is valid

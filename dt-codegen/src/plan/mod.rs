@@ -28,7 +28,8 @@
 //! operands go through shared memory), `shared` (where the slots and rings lie, and whether the
 //! kernel fits the shared memory of its GPUs), and `staged_rows` (how each loop over rows issues
 //! its loads ahead: staged in a ring of shared memory, held for the loops after it, or one step
-//! ahead in registers; where those rings lie). The GPU printer runs them and prints what they
+//! ahead in registers; where those rings lie); and `twins` (which twins of the kernel are built:
+//! for whole runs where its code depends on them, for its specialized sizes). The GPU printer runs them and prints what they
 //! decide; `dtc emit --target gpu-plan` prints them too. Still decided while printing: the order
 //! of copies, barriers and loads within a statement, the element-wise code of each layout. That
 //! path's shared-memory limits are those of the build's target ([`Target::older`]: every GPU on
@@ -47,6 +48,7 @@ mod runs;
 pub mod shared;
 pub mod staged_rows;
 pub mod target;
+pub(crate) mod twins;
 pub mod verify;
 pub mod warp_specialize;
 
@@ -197,6 +199,16 @@ pub fn print_cuda(k: &Kernel) -> Result<String, PlanError> {
                 let _ = writeln!(out, "  threads   {}", older.mapping.threads);
                 layouts::print(k, *dtype, &older.registers, &mut out);
                 staged_rows::print(k, &older.rows, &mut out);
+                let twins: Vec<&str> = twins::twins(k, *dtype, older.mapping, &older.registers)
+                    .iter()
+                    .skip(1)
+                    .map(|l| match l {
+                        dt_core::kir::Layouts::WholeRuns => "for whole runs",
+                        dt_core::kir::Layouts::Specialized => "for its specialized sizes",
+                        dt_core::kir::Layouts::Any => "for any layout",
+                    })
+                    .collect();
+                let _ = writeln!(out, "  twins     {}", if twins.is_empty() { "none".to_string() } else { twins.join(", ") });
                 let slots: Vec<String> =
                     older.publishing.slot_elements.iter().map(|n| format!("{} bytes", n.next_multiple_of(4) * 4)).collect();
                 let _ = writeln!(
@@ -210,6 +222,16 @@ pub fn print_cuda(k: &Kernel) -> Result<String, PlanError> {
         }
     }
     Ok(out)
+}
+
+/// The layouts kernel `k` built for `dtype` in `dialect` comes in: any layout first, then the
+/// twins whose code differs or that its schedule asks for (pass `twins`).
+pub fn twins(k: &Kernel, dtype: DType, dialect: crate::emit::gpu::Dialect) -> Result<Vec<dt_core::kir::Layouts>, PlanError> {
+    if k.warp_specialize {
+        return Ok(vec![dt_core::kir::Layouts::Any]);
+    }
+    let older = plan_older(k, dtype, dialect, None)?;
+    Ok(twins::twins(k, dtype, older.mapping, &older.registers))
 }
 
 /// Each `num_stages` that the CUDA plan of kernel `k` serves with fewer stages, for any of its
