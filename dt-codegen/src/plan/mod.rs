@@ -41,6 +41,7 @@
 
 pub(crate) mod dot_rings;
 pub mod layouts;
+mod mapping;
 pub(crate) mod publishing;
 mod replicate;
 mod rows;
