@@ -812,12 +812,8 @@ impl Emitter<'_> {
     /// fragments (runs of four f32, one 16-byte write) are stored so, with the layout checked
     /// at run time.
     pub(super) fn stores_in_runs(&self, value: ValueId, tile: &Shape) -> bool {
-        let RegLayout::Mma(t) = self.layout(value) else { return false };
-        (self.output_in_runs() || t.isa == MatrixIsa::Fma)
-            && t.isa.adjacent_columns() > 1
-            && self.k.value(value).shape == *tile
-            && self.k.output.dims.last() == Some(&t.n)
-            && self.sources_plan(Reader::Store(value)).is_none()
+        let Some(t) = crate::plan::twins::fragments_in_runs(self.k, value, self.layout(value), tile) else { return false };
+        (self.output_in_runs() || t.isa == MatrixIsa::Fma) && self.sources_plan(Reader::Store(value)).is_none()
     }
 
     /// The store of fragments `src` (layout `t`) to output tile `tile` a run of adjacent columns

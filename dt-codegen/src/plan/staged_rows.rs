@@ -110,8 +110,8 @@ pub(crate) fn plan_staged_rows<'k>(inputs: &Inputs<'_, 'k>) -> StagedRows<'k> {
 /// Prints the decisions of `rows` for kernel `k`, a line per loop.
 pub(crate) fn print(k: &Kernel, rows: &StagedRows, out: &mut String) {
     use std::fmt::Write;
-    let values = |loads: &mut dyn Iterator<Item = &AheadLoad>| {
-        loads.map(|p| format!("v{} ({})", p.value.0, k.inputs[p.input].name)).collect::<Vec<_>>().join(", ")
+    let values = |loads: Vec<&AheadLoad>| {
+        loads.iter().map(|p| format!("v{} ({})", p.value.0, k.inputs[p.input].name)).collect::<Vec<_>>().join(", ")
     };
     for (l, form) in &rows.loops {
         let what = match form {
@@ -122,13 +122,13 @@ pub(crate) fn print(k: &Kernel, rows: &StagedRows, out: &mut String) {
                 r.offset,
                 r.words * 4,
                 if r.holds { ", held for the loops after it" } else { "" },
-                values(&mut r.loads.iter())
+                values(r.loads.iter().collect())
             ),
-            RowLoads::Registers(loads) => format!("one step ahead in registers: {}", values(&mut loads.iter())),
+            RowLoads::Registers(loads) => format!("one step ahead in registers: {}", values(loads.iter().collect())),
             RowLoads::Held(held) => format!(
                 "reads from the block held at word {}: {}",
                 held.first().map_or(0, |(_, h)| h.offset),
-                values(&mut held.iter().map(|(p, _)| p))
+                values(held.iter().map(|(p, _)| p).collect())
             ),
         };
         let unfitted = match rows.unfitted.iter().find(|(x, _)| std::ptr::eq(*x, *l)) {

@@ -58,10 +58,19 @@ fn depends_on_whole_runs(k: &Kernel, mapping: Mapping, registers: &Plan) -> bool
     });
     let in_runs = |value: ValueId, tile: &Shape| match layout(value) {
         RegLayout::Blocked => !registers.direct_load(value) && mapping.vector_run(tile, &k.output.dims).is_some(),
-        RegLayout::Mma(t) => t.isa.adjacent_columns() > 1 && k.value(value).shape == *tile && k.output.dims.last() == Some(&t.n),
-        _ => false,
+        layout => fragments_in_runs(k, value, layout, tile).is_some(),
     };
     lets || stores(&k.body).iter().any(|(value, tile)| in_runs(*value, tile))
+}
+
+/// The fragment layout in which a store of `value` (in `layout`) to output tile `tile` may write
+/// runs of adjacent columns ([`MatrixIsa::adjacent_columns`]): a whole tile in fragments whose
+/// consecutive registers hold adjacent columns along the output's last axis.
+pub(crate) fn fragments_in_runs(k: &Kernel, value: ValueId, layout: RegLayout, tile: &Shape) -> Option<super::layouts::MmaTile> {
+    match layout {
+        RegLayout::Mma(t) if t.isa.adjacent_columns() > 1 && k.value(value).shape == *tile && k.output.dims.last() == Some(&t.n) => Some(t),
+        _ => None,
+    }
 }
 
 /// Whether, in a kernel for whole runs, every lane of a register run of a `shape` tile in
