@@ -24,9 +24,10 @@
 //! `DT_KERNELS_WERROR=1` (CI) compiles them with every warning an error. A failed compile stops the build with the
 //! exact command line and the compiler's output.
 //!
-//! The result is `OUT_DIR/kernels.rs`, included by `src/lib.rs`: per spec its text (re-lowered
-//! at run time for the launch metadata), its CUDA C, its fatbin if any, the launch parameters of
-//! each CUDA kernel, and the `extern "C"` declarations of its CPU kernels.
+//! The result is `OUT_DIR/kernels.rs`, included by `src/lib.rs`: per spec its manifest (the
+//! kernels' signatures and launch parameters, from which the library chooses and launches
+//! kernels without lowering the spec), its CUDA C, its fatbin if any, and the `extern "C"`
+//! declarations of its CPU kernels.
 
 use build_support::{cache, command, cuda, embed::EmbedModule, hip, BuildEnv, CompileError};
 use dt_codegen::generate::{generate, SpecOutputs};
@@ -36,7 +37,6 @@ use std::path::{Path, PathBuf};
 /// One spec read from `specs/`.
 struct Spec {
     name: String,
-    text: String,
     out: SpecOutputs,
 }
 
@@ -102,7 +102,7 @@ fn read_specs(dir: &Path) -> Vec<Spec> {
             );
             let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let out = generate(&name, &format!("dt-kernels/specs/{name}.dt"), &text).unwrap_or_else(|e| panic!("DT compile failed:\n{e}"));
-            Spec { name, text, out }
+            Spec { name, out }
         })
         .collect()
 }
@@ -111,7 +111,7 @@ fn read_specs(dir: &Path) -> Vec<Spec> {
 fn check_unique_symbols(specs: &[Spec]) {
     let mut seen: Vec<(&str, &str)> = Vec::new();
     for s in specs {
-        for l in &s.out.cuda_launch {
+        for l in &s.out.manifest.cuda {
             if let Some((_, other)) = seen.iter().find(|(sym, _)| *sym == l.symbol) {
                 panic!(
                     "kernel symbol `{}` is defined by both specs/{other}.dt and specs/{}.dt; rename one of the kernels",
@@ -379,9 +379,9 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts, hip: Option<
     let mut table = String::from("pub static SPECS: &[&SpecData] = &[");
     for (i, ((spec, src), fatbin)) in specs.iter().zip(&cuda.sources).zip(&cuda.fatbins).enumerate() {
         let c = const_name(&spec.name);
-        let dt_path = out_dir.join("specs").join(format!("{}.dt", spec.name));
-        write_if_changed(&dt_path, spec.text.as_bytes());
-        m.str(&format!("{c}_DT"), &dt_path).expect("absolute path");
+        let manifest_path = out_dir.join("manifests").join(format!("{}.manifest.json", spec.name));
+        write_if_changed(&manifest_path, spec.out.manifest_json.as_bytes());
+        m.str(&format!("{c}_MANIFEST"), &manifest_path).expect("absolute path");
         m.str(&format!("{c}_CUDA"), src).expect("absolute path");
         let fatbin = match fatbin {
             Some(path) => {
@@ -390,9 +390,8 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts, hip: Option<
             }
             None => "None".to_string(),
         };
-        let launch: Vec<String> = spec.out.cuda_launch.iter().map(launch_row).collect();
-        let cpu: Vec<String> = spec.out.cpu_symbols.iter().map(|s| format!("({s:?}, {s} as CpuFn)")).collect();
-        for s in &spec.out.cpu_symbols {
+        let cpu: Vec<String> = spec.out.manifest.cpu.iter().map(|s| format!("({s:?}, {s} as CpuFn)")).collect();
+        for s in &spec.out.manifest.cpu {
             let _ = writeln!(externs, "    fn {s}(args: *const DtArgs, first: i64, last: i64);");
         }
         let hip_fields = match hip {
@@ -403,16 +402,14 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts, hip: Option<
                     m.bytes(&name, path).expect("absolute path");
                     objects.push(format!("({arch:?}, {name})"));
                 }
-                let rows: Vec<String> = spec.out.hip_launch.iter().map(launch_row).collect();
-                format!("    hip_objects: &[{}],\n    hip_launch: &[\n        {}\n    ],\n", objects.join(", "), rows.join(",\n        "))
+                format!("    hip_objects: &[{}],\n", objects.join(", "))
             }
             None => String::new(),
         };
         m.item(&format!(
-            "static {c}: SpecData = SpecData {{\n    name: {:?},\n    dt: {c}_DT,\n    cuda: {c}_CUDA,\n    fatbin: {fatbin},\n    \
-             launch: &[\n        {}\n    ],\n{hip_fields}    cpu: &[\n        {}\n    ],\n    kernels: std::sync::OnceLock::new(),\n}};",
+            "static {c}: SpecData = SpecData {{\n    name: {:?},\n    manifest_json: {c}_MANIFEST,\n    cuda: {c}_CUDA,\n    \
+             fatbin: {fatbin},\n{hip_fields}    cpu: &[\n        {}\n    ],\n    manifest: std::sync::OnceLock::new(),\n}};",
             spec.name,
-            launch.join(",\n        "),
             cpu.join(",\n        "),
         ));
         let _ = write!(table, "&{c}, ");
@@ -422,29 +419,4 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts, hip: Option<
     m.item(&externs);
     m.item(&table);
     m
-}
-
-/// One kernel's launch parameters as a `LaunchRow` literal.
-fn launch_row(l: &dt_codegen::emit::gpu::LaunchInfo) -> String {
-    let maps: Vec<String> = l
-        .tensor_maps
-        .iter()
-        .map(|m| {
-            format!(
-                "TensorMapSpec {{ tensor: {:?}, boxes: std::borrow::Cow::Borrowed(&{:?}), swizzle: {} }}",
-                m.tensor,
-                &m.boxes[..],
-                m.swizzle
-            )
-        })
-        .collect();
-    format!(
-        "LaunchRow {{ symbol: {:?}, threads: {}, shared_bytes: {}, cluster: {}, tensor_maps: &[{}], persistent: {} }}",
-        l.symbol,
-        l.threads,
-        l.shared_bytes,
-        l.cluster,
-        maps.join(", "),
-        l.persistent
-    )
 }

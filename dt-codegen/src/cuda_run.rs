@@ -66,7 +66,7 @@ impl CudaRunner {
     }
 
     /// What this GPU offers the kernels' schedules (clusters, Hopper's copies and tensor cores).
-    pub fn features(&self) -> dt_core::kir::GpuFeatures {
+    pub fn features(&self) -> dt_core::signature::GpuFeatures {
         dt_cuda::features(&self.ctx)
     }
 
@@ -123,7 +123,7 @@ impl CudaRunner {
             return Err(GpuError(format!("kernel `{}` would need {programs} programs; at most 2^31-1 fit a grid", k.name)));
         }
         let layouts = crate::host::launch_layouts(k, dtype, &args);
-        let tma = k.admits_tensors(dtype.size_bytes(), &dt_core::kir::launch_tensors(k, &args));
+        let tma = k.admits_tensors(dtype.size_bytes(), &dt_core::select::launch_tensors(k, &args));
         Ok(Staged { _inputs: inputs, out, args, programs, out_shape: bound.out_shape.clone(), dtype, layouts, tma, kernel: k.clone() })
     }
 
@@ -214,7 +214,7 @@ pub struct Staged {
     /// The most specific layouts the tensors have ([`crate::host::launch_layouts`]): which of the
     /// kernel's twins may run them.
     pub layouts: crate::emit::gpu::Layouts,
-    /// Whether the kernel admits the tensors ([`Kernel::admits_tensors`]): those it reads or
+    /// Whether the kernel admits the tensors ([`dt_core::signature::Signature::admits_tensors`]): those it reads or
     /// writes through tensor maps are ones a map describes.
     pub tma: bool,
     /// The kernel launched, whose argument block and tensor maps the launch packs.

@@ -4,7 +4,9 @@
 
 use crate::abi::DtArgs;
 use crate::emit::gpu::Layouts;
+use dt_core::algo::Program;
 use dt_core::kir::Kernel;
+use dt_core::signature::{GpuFeatures, Signature};
 use dt_core::tensor::{strides, Bound, Tensor};
 use dt_core::DType;
 use std::path::{Path, PathBuf};
@@ -118,7 +120,7 @@ impl Buf {
 }
 
 /// Fills the argument block for `k` from bound arguments and buffer addresses.
-pub fn fill_args(k: &Kernel, bound: &Bound, input_addrs: &[u64], output_addr: u64) -> DtArgs {
+pub fn fill_args(k: &Signature, bound: &Bound, input_addrs: &[u64], output_addr: u64) -> DtArgs {
     let mut a = DtArgs::default();
     for (i, t) in bound.inputs.iter().enumerate() {
         a.inputs[i] = input_addrs[i];
@@ -142,7 +144,7 @@ pub fn fill_args(k: &Kernel, bound: &Bound, input_addrs: &[u64], output_addr: u6
 /// The most specific layouts the launch of `k` with argument block `a` has
 /// ([`Layouts::of_launch`]): which of the kernel's twins may run it.
 pub fn launch_layouts(k: &Kernel, dtype: DType, a: &DtArgs) -> Layouts {
-    Layouts::of_launch(k, dtype.size_bytes(), |slot| a.sizes[slot], &dt_core::kir::launch_tensors(k, a))
+    Layouts::of_launch(k, dtype.size_bytes(), |slot| a.sizes[slot], &dt_core::select::launch_tensors(k, a))
 }
 
 /// Checks that the kernel of launch parameters `info` may run on tensors of layouts `have`
@@ -168,7 +170,7 @@ pub fn check_layouts(info: &crate::emit::gpu::LaunchInfo, have: Layouts, dtype: 
 }
 
 /// Checks sizes against the kernel's bounds.
-pub fn check_bounds(k: &Kernel, bound: &Bound) -> Result<(), HostError> {
+pub fn check_bounds(k: &Signature, bound: &Bound) -> Result<(), HostError> {
     for (d, n) in &k.bounds {
         if bound.size(*d) as u64 > *n {
             return Err(HostError(format!(
@@ -180,6 +182,34 @@ pub fn check_bounds(k: &Kernel, bound: &Bound) -> Result<(), HostError> {
         }
     }
     Ok(())
+}
+
+/// The size class of kernel `family` of program `p` (lowered to `kernels`) that a run of `args`
+/// in element type `dtype` runs on a backend offering `features`, with the arguments bound to it:
+/// the library's rule ([`dt_core::select::choose_class`]) with the checks it makes, the type
+/// built, the bounds admitting the sizes, the tensors admitted, for the fresh contiguous buffers
+/// of the bench and `dtc run` (every address aligned).
+pub fn choose_size_class<'k, 'a, K: AsRef<Signature>>(
+    p: &Program,
+    kernels: &'k [K],
+    family: &str,
+    args: &'a dt_core::tensor::Args,
+    dtype: DType,
+    features: GpuFeatures,
+) -> Option<(&'k K, Bound<'a>)> {
+    dt_core::select::choose_class(
+        kernels,
+        family,
+        features,
+        |kernel| {
+            let kernel = kernel.as_ref();
+            let bound = dt_core::tensor::bind(p, p.kernel_by_name(&kernel.name)?, args).ok()?;
+            let a = fill_args(kernel, &bound, &vec![0; kernel.inputs.len()], 0);
+            let tensors_ok = kernel.admits_tensors(dtype.size_bytes(), &dt_core::select::launch_tensors(kernel, &a));
+            (kernel.dtypes.contains(&dtype) && check_bounds(kernel, &bound).is_ok() && tensors_ok).then_some(bound)
+        },
+        |bound, d| bound.size(d),
+    )
 }
 
 impl CpuLibrary {

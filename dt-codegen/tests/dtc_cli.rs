@@ -157,6 +157,17 @@ fn dtc_emit_kir_matches_the_checked_in_kernel_ir() {
     }
 }
 
+#[test]
+fn dtc_emit_manifest_matches_the_checked_in_manifest() {
+    for spec in library_specs() {
+        let name = spec.file_stem().unwrap().to_string_lossy().into_owned();
+        let out = dtc().args(["emit", "--target", "manifest"]).arg(&spec).output().expect("dtc runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let golden = std::fs::read_to_string(workspace().join(format!("dt-kernels/generated/{name}.manifest.json"))).expect("manifest");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), golden, "{name}: the manifest differs (run `cargo xtask regen`)");
+    }
+}
+
 fn python() -> Option<PathBuf> {
     let p = workspace().join(".venv/bin/python");
     let ok = p.exists() && Command::new(&p).args(["-c", "import numpy"]).output().is_ok_and(|o| o.status.success());

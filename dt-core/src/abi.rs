@@ -10,7 +10,7 @@
 //! generated code declares the block `__grid_constant__` (`DT_GRID_CONSTANT` of the device
 //! runtime) so that nvcc reads each field where it is used.
 
-use crate::kir::Kernel;
+use crate::signature::Signature;
 
 /// Most tensor inputs a kernel may have.
 pub const MAX_INPUTS: usize = 8;
@@ -97,7 +97,7 @@ pub const TENSOR_MAP_BYTES: usize = 128;
 /// and the swizzle; the host encodes the rest per launch from the argument block
 /// ([`tensor_map_params`]). Such a kernel takes `dt_tma_args_t<M, dt_args_t<..>>`: its `M` maps,
 /// then its argument block ([`GpuArgs::pack_with_maps`]).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct TensorMapSpec {
     /// The tensor: input `i`, or the output (`None`).
     pub tensor: Option<usize>,
@@ -122,8 +122,8 @@ pub struct TensorMapParams {
 
 /// The parameters of tensor map `map` of a launch of `k` with argument block `a` on elements of
 /// `elem_bytes` bytes; an error says which rule the launch breaks (the library chooses kernels
-/// that take maps only for launches that keep them, `kir::tma_describable`).
-pub fn tensor_map_params(k: &Kernel, a: &DtArgs, elem_bytes: usize, map: &TensorMapSpec) -> Result<TensorMapParams, String> {
+/// that take maps only for launches that keep them, `select::tma_describable`).
+pub fn tensor_map_params(k: &Signature, a: &DtArgs, elem_bytes: usize, map: &TensorMapSpec) -> Result<TensorMapParams, String> {
     let TensorMapSpec { tensor, boxes, swizzle } = map;
     let (tensor, swizzle) = (*tensor, *swizzle);
     let (name, dims, address, strides) = match tensor {
@@ -158,7 +158,7 @@ pub fn tensor_map_params(k: &Kernel, a: &DtArgs, elem_bytes: usize, map: &Tensor
 /// A packed argument block behind the tensor maps of a kernel that takes them
 /// (`dt_tma_args_t`): the kernel reads its maps, then its [`GpuArgs::bytes`] of block, then a
 /// word whose bit `i` says that map `i` was encoded (a warp-specialized kernel's producer copies
-/// an input whose map was not, `Kernel::copies_without_map`).
+/// an input whose map was not, `Signature::copies_without_map`).
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug)]
 pub struct PackedTmaArgs {
@@ -167,7 +167,7 @@ pub struct PackedTmaArgs {
 
 impl GpuArgs {
     /// The block of kernel `k` (its counts within the `MAX_*` limits, which the emitters check).
-    pub fn of(k: &Kernel) -> GpuArgs {
+    pub fn of(k: &Signature) -> GpuArgs {
         let rank = k.inputs.iter().chain([&k.output]).map(|t| t.dims.len()).max().unwrap_or(0);
         GpuArgs { inputs: k.inputs.len().max(1), rank: rank.max(1), sizes: k.dims.len().max(1), scalars: k.scalars.len().max(1) }
     }

@@ -406,7 +406,7 @@ impl<'a, 'd> Checker<'a, 'd> {
         let fdims = self.prog.func(f).dims.clone();
         let Some(d) = self.dim(id, &fdims) else { return };
         let Some(n) = self.int_arg(*v, *s, "a cluster size") else { return };
-        if !(2..=crate::kir::MAX_CLUSTER as u64).contains(&n) || !n.is_power_of_two() {
+        if !(2..=crate::signature::MAX_CLUSTER as u64).contains(&n) || !n.is_power_of_two() {
             self.err(*s, format!("a cluster of {n} programs is not supported"), "use 2, 4, 8 or 16 programs per cluster");
             return;
         }

@@ -14,8 +14,8 @@
 //! shapes of element-wise ops are subsets of the result shape (broadcast by name).
 
 use crate::algo::{BinOp, DimId, RedOp, UnOp};
-use crate::dtype::DType;
 use crate::schedule::MapEntry;
+use crate::signature::Signature;
 use std::fmt::Write;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -327,7 +327,7 @@ pub enum Stmt {
     },
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TensorParam {
     pub name: String,
     /// The dimension of each axis.
@@ -335,7 +335,7 @@ pub struct TensorParam {
 }
 
 /// The launch grid: blocked dimensions and the order in which program ids visit their blocks.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Grid {
     /// Each blocked dimension with its block extent.
     pub blocked: Vec<(DimId, u32)>,
@@ -449,21 +449,11 @@ impl Grid {
     }
 }
 
+/// A kernel: its [`Signature`] (what choosing and launching it needs, [`Kernel::signature`]),
+/// how it is built, and its body.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Kernel {
-    pub name: String,
-    pub inputs: Vec<TensorParam>,
-    pub scalars: Vec<String>,
-    pub output: TensorParam,
-    /// Every dimension whose size is an argument, with its name, in argument order.
-    pub dims: Vec<(DimId, String)>,
-    /// Largest allowed size of bounded dimensions (`bound`), checked at launch.
-    pub bounds: Vec<(DimId, u64)>,
-    /// Sizes a twin of the kernel is built for, with every tensor contiguous (`specialize`,
-    /// [`launch_is_specialized`]).
-    pub specialize: Vec<(DimId, u64)>,
-    pub dtypes: Vec<DType>,
-    pub grid: Grid,
+    pub signature: Signature,
     pub num_warps: u32,
     pub num_stages: u32,
     /// At most this many registers per thread (`max_registers`), on CUDA.
@@ -471,26 +461,33 @@ pub struct Kernel {
     /// The GPU's approximations of `exp`, `log`, `tanh`, `sigmoid`, `rsqrt` and division in
     /// every element type (`fast_math`), not only where the kernel stores 16-bit results.
     pub fast_math: bool,
-    /// A producer warpgroup feeds the `num_warps` compute warps (`warp_specialize`): only CUDA
-    /// GPUs of sm_90 run the kernel, on tensors a tensor map describes ([`tma_describable`]).
-    pub warp_specialize: bool,
-    /// The tensor-core dots run as `wgmma`, by warpgroups of four warps over 64 rows each, on
-    /// the operands the kernel stages (`wgmma`): only CUDA GPUs of sm_90 run the kernel.
-    pub wgmma: bool,
-    /// As many programs as the GPU runs at once, each taking blocks one after the other
-    /// (`persistent`).
-    pub persistent: bool,
     pub values: Vec<Value>,
     pub vars: Vec<Shape>,
     pub body: Vec<Stmt>,
 }
 
-impl Kernel {
-    /// The largest size dimension `d` may have (`bound`), where it has one.
-    pub fn bound(&self, d: DimId) -> Option<u64> {
-        self.bounds.iter().find(|(x, _)| *x == d).map(|(_, n)| *n)
+/// A kernel reads as its signature (`k.name`, `k.grid`, `k.needs_sm90()`): the passes and
+/// printers use both halves alike, and only the signature goes into the manifest.
+impl std::ops::Deref for Kernel {
+    type Target = Signature;
+    fn deref(&self) -> &Signature {
+        &self.signature
     }
+}
 
+impl AsRef<Signature> for Kernel {
+    fn as_ref(&self) -> &Signature {
+        &self.signature
+    }
+}
+
+impl std::ops::DerefMut for Kernel {
+    fn deref_mut(&mut self) -> &mut Signature {
+        &mut self.signature
+    }
+}
+
+impl Kernel {
     pub fn value(&self, v: ValueId) -> &Value {
         &self.values[v.0 as usize]
     }
@@ -507,13 +504,6 @@ impl Kernel {
     }
     pub fn var(&self, v: VarId) -> &Shape {
         &self.vars[v.0 as usize]
-    }
-    pub fn dim_name(&self, d: DimId) -> &str {
-        self.dims.iter().find(|(x, _)| *x == d).map_or("?", |(_, n)| n.as_str())
-    }
-    /// Position of dimension `d` among the size arguments.
-    pub fn dim_slot(&self, d: DimId) -> usize {
-        self.dims.iter().position(|(x, _)| *x == d).expect("dimension is a kernel argument")
     }
     /// Adds value `v` to the kernel's values and returns its id.
     pub fn push_value(&mut self, v: Value) -> ValueId {
@@ -733,263 +723,3 @@ fn print_stmts(k: &Kernel, stmts: &[Stmt], depth: usize, out: &mut String) {
 /// Bytes of one vector access: GPU kernels read and write runs of this many bytes of
 /// consecutive elements along a tensor's last axis.
 pub const RUN_BYTES: usize = 16;
-
-/// One tensor of a launch as the kernel sees it: its address and its strides (in elements) by
-/// axis.
-#[derive(Clone, Copy, Debug)]
-pub struct LaunchTensor<'a> {
-    pub addr: u64,
-    pub strides: &'a [i64],
-}
-
-/// The tensors of a launch of `k` with argument block `a`: its inputs in order, then its output.
-pub fn launch_tensors<'a>(k: &Kernel, a: &'a crate::abi::DtArgs) -> Vec<LaunchTensor<'a>> {
-    let inputs = (0..k.inputs.len()).map(|i| LaunchTensor { addr: a.inputs[i], strides: &a.input_strides[i][..] });
-    inputs.chain([LaunchTensor { addr: a.output, strides: &a.output_strides[..] }]).collect()
-}
-
-/// Whether a launch of `k` on elements of `elem_bytes` bytes may run the kernel built for whole
-/// runs (`_whole`): every 16-byte run of every tensor is one aligned access, entirely inside or
-/// entirely outside it. So for each tensor (`tensors`: the inputs in order, then the output;
-/// `size(slot)` the size of the dimension in slot `slot`): its address is 16-byte aligned, its
-/// last axis has stride 1 and a length that is a multiple of the run (8 elements of 2 bytes, 4 of
-/// 4), and every other stride is a multiple of the run. The kernel built for any layout checks
-/// this per run instead.
-pub fn runs_are_whole(k: &Kernel, elem_bytes: usize, size: impl Fn(usize) -> i64, tensors: &[LaunchTensor<'_>]) -> bool {
-    let run = (RUN_BYTES / elem_bytes) as i64;
-    let params = k.inputs.iter().chain([&k.output]);
-    tensors.len() == k.inputs.len() + 1
-        && params.zip(tensors).all(|(p, t)| {
-            let Some((last, outer)) = p.dims.split_last() else { return true };
-            let n = p.dims.len();
-            t.addr.is_multiple_of(RUN_BYTES as u64)
-                && t.strides.len() >= n
-                && t.strides[n - 1] == 1
-                && size(k.dim_slot(*last)) % run == 0
-                && t.strides[..outer.len()].iter().all(|s| s % run == 0)
-        })
-}
-
-/// Whether a tensor map (CUDA's TMA descriptor) describes every tensor of a launch of `k` on
-/// elements of `elem_bytes` bytes (`tensors`: the inputs in order, then the output; see
-/// [`tma_describes`]).
-pub fn tma_describable(k: &Kernel, elem_bytes: usize, tensors: &[LaunchTensor<'_>]) -> bool {
-    let params = k.inputs.iter().chain([&k.output]);
-    tensors.len() == k.inputs.len() + 1 && params.zip(tensors).all(|(p, t)| tma_describes(p.dims.len(), elem_bytes, t))
-}
-
-/// Whether a tensor map describes tensor `t` of `n` axes on elements of `elem_bytes` bytes:
-/// at most 5 axes, a 16-byte aligned address, stride 1 along its last axis, and every other
-/// stride a positive multiple of 16 bytes below 2^40 (the length of the last axis may be
-/// anything).
-pub fn tma_describes(n: usize, elem_bytes: usize, t: &LaunchTensor<'_>) -> bool {
-    (1..=5).contains(&n)
-        && t.addr.is_multiple_of(16)
-        && t.strides.len() >= n
-        && t.strides[n - 1] == 1
-        && t.strides[..n - 1]
-            .iter()
-            .all(|s| *s > 0 && (*s as u64 * elem_bytes as u64).is_multiple_of(16) && (*s as u64 * elem_bytes as u64) < 1 << 40)
-}
-
-/// What a GPU offers that a kernel's schedule may need, beyond what every backend has.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GpuFeatures {
-    /// The most programs of a thread-block cluster (0: none).
-    pub max_cluster: u32,
-    /// Tensor-memory copies (TMA), `wgmma` and `setmaxnreg`: CUDA sm_90 (the H100 and H200),
-    /// which warp-specialized kernels need.
-    pub hopper: bool,
-}
-
-impl GpuFeatures {
-    /// The CPU, HIP, and any backend without these features.
-    pub const NONE: GpuFeatures = GpuFeatures { max_cluster: 0, hopper: false };
-
-    /// A CUDA GPU of compute capability `major`.x.
-    pub fn cuda(major: i32) -> GpuFeatures {
-        GpuFeatures { max_cluster: cuda_max_cluster(major), hopper: major == 9 }
-    }
-}
-
-impl Kernel {
-    /// Whether a GPU offering `f` runs this kernel: its clusters fit, and a warp-specialized or `wgmma`
-    /// kernel has sm_90's copies and tensor-core instructions.
-    pub fn runs_on(&self, f: GpuFeatures) -> bool {
-        self.grid.runs_with_clusters_of(f.max_cluster) && (!self.takes_tensor_maps() || f.hopper)
-    }
-
-    /// Whether only CUDA GPUs of sm_90 and newer run this kernel (clustered, warp-specialized or `wgmma`):
-    /// the CPU and HIP files go without it, and the library runs another size class there.
-    pub fn needs_sm90(&self) -> bool {
-        self.grid.cluster.is_some() || self.takes_tensor_maps()
-    }
-
-    /// Whether the tensors of a launch (as for [`tma_describable`]) suit this kernel: any do,
-    /// but a `wgmma` kernel copies its dots' operands through tensor maps, and a
-    /// warp-specialized one stores through a map and reads inputs contiguous along their last
-    /// axis (through maps where they describe them, else copied by its producer's threads,
-    /// [`Kernel::copies_without_map`]).
-    pub fn admits_tensors(&self, elem_bytes: usize, tensors: &[LaunchTensor<'_>]) -> bool {
-        if !self.warp_specialize {
-            return !self.takes_tensor_maps() || tma_describable(self, elem_bytes, tensors);
-        }
-        let params: Vec<&TensorParam> = self.inputs.iter().chain([&self.output]).collect();
-        tensors.len() == params.len()
-            && params.iter().zip(tensors).enumerate().all(|(i, (p, t))| {
-                let n = p.dims.len();
-                tma_describes(n, elem_bytes, t)
-                    || self.copies_without_map(Some(i)) && t.strides.len() >= n && n >= 1 && t.strides[n - 1] == 1
-            })
-    }
-
-    /// Whether the kernel copies tensor `tensor` (input `i`, or the output: `None`) where no
-    /// tensor map describes it, so that a launch passes no map for it: the inputs of a
-    /// warp-specialized kernel, which its producer warpgroup's threads copy then.
-    pub fn copies_without_map(&self, tensor: Option<usize>) -> bool {
-        self.warp_specialize && tensor.is_some_and(|i| i < self.inputs.len())
-    }
-
-    /// Whether the kernel copies through tensor maps (`warp_specialize()`, `wgmma()`): sm_90's
-    /// bulk tensor copies, which only sm_90 has.
-    pub fn takes_tensor_maps(&self) -> bool {
-        self.warp_specialize || self.wgmma
-    }
-}
-
-/// The symbol of the twin of GPU kernel `symbol` built for whole runs (see [`runs_are_whole`]).
-pub fn whole_runs_symbol(symbol: &str) -> String {
-    format!("{symbol}_whole")
-}
-
-/// Whether a launch of `k` may run the twin built for its specialized sizes (`specialize`,
-/// symbol [`specialized_symbol`]): its runs are whole ([`runs_are_whole`]), each specialized
-/// dimension has the size given, and every tensor is contiguous (row-major, each stride the
-/// product of the sizes of the axes after it), as that twin takes those sizes and strides for
-/// constants.
-pub fn launch_is_specialized(k: &Kernel, elem_bytes: usize, size: impl Fn(usize) -> i64, tensors: &[LaunchTensor<'_>]) -> bool {
-    let params = k.inputs.iter().chain([&k.output]);
-    !k.specialize.is_empty()
-        && k.specialize.iter().all(|(d, n)| size(k.dim_slot(*d)) == *n as i64)
-        && runs_are_whole(k, elem_bytes, &size, tensors)
-        && params.zip(tensors).all(|(p, t)| {
-            let mut stride = 1i64;
-            p.dims.iter().enumerate().rev().all(|(a, d)| {
-                let ok = t.strides.get(a) == Some(&stride);
-                stride *= size(k.dim_slot(*d));
-                ok
-            })
-        })
-}
-
-/// The symbol of the twin of GPU kernel `symbol` built for its specialized sizes (see
-/// [`launch_is_specialized`]).
-pub fn specialized_symbol(symbol: &str) -> String {
-    format!("{symbol}_exact")
-}
-
-/// The tensor layouts a GPU kernel or one of its twins is built for, from the most general to
-/// the most specific: each admits every launch the next one does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Layouts {
-    /// Any strides and addresses: each 16-byte run checks that it is contiguous, aligned and
-    /// inside its tensor, and otherwise goes element by element.
-    Any,
-    /// Layouts where every 16-byte run is whole ([`runs_are_whole`]): a run needs the bounds of
-    /// its first element only (symbol [`whole_runs_symbol`]).
-    WholeRuns,
-    /// Whole runs, contiguous tensors, and the sizes the kernel is specialized for
-    /// ([`launch_is_specialized`]), which it takes for constants (symbol [`specialized_symbol`]).
-    Specialized,
-}
-
-impl Layouts {
-    /// The most specific layouts a launch of `k` has (`tensors`, `size(slot)` as for
-    /// [`runs_are_whole`]).
-    pub fn of_launch(k: &Kernel, elem_bytes: usize, size: impl Fn(usize) -> i64, tensors: &[LaunchTensor<'_>]) -> Layouts {
-        if launch_is_specialized(k, elem_bytes, &size, tensors) {
-            Layouts::Specialized
-        } else if runs_are_whole(k, elem_bytes, &size, tensors) {
-            Layouts::WholeRuns
-        } else {
-            Layouts::Any
-        }
-    }
-
-    /// The symbol of the twin of GPU kernel `symbol` built for these layouts.
-    pub fn symbol(self, symbol: &str) -> String {
-        match self {
-            Layouts::Any => symbol.to_string(),
-            Layouts::WholeRuns => whole_runs_symbol(symbol),
-            Layouts::Specialized => specialized_symbol(symbol),
-        }
-    }
-
-    /// The kernel a launch with these layouts runs, of kernel `symbol` and the twins of it that
-    /// are built (`built`): the most specific one the launch admits. The library, the bench and
-    /// the test runners choose alike through it.
-    pub fn launch_symbol(self, symbol: &str, built: impl Fn(&str) -> bool) -> String {
-        [Layouts::Specialized, Layouts::WholeRuns]
-            .into_iter()
-            .filter(|l| *l <= self)
-            .map(|l| l.symbol(symbol))
-            .find(|s| built(s))
-            .unwrap_or_else(|| symbol.to_string())
-    }
-}
-
-/// The largest thread-block cluster that every CUDA GPU with clusters runs.
-pub const MAX_PORTABLE_CLUSTER: u32 = 8;
-
-/// The largest cluster a kernel may ask for: above [`MAX_PORTABLE_CLUSTER`] the kernel must opt in
-/// (`CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`), and only some GPUs run it (the H100
-/// does); where a GPU cannot, the library runs another class.
-pub const MAX_CLUSTER: u32 = 16;
-
-/// The largest thread-block cluster that a CUDA GPU of compute capability `major`.x runs: none (0)
-/// before sm_90; [`MAX_CLUSTER`] on sm_90 (the H100 and H200), where it is checked; elsewhere
-/// [`MAX_PORTABLE_CLUSTER`], which every GPU with clusters runs.
-pub fn cuda_max_cluster(major: i32) -> u32 {
-    match major {
-        ..=8 => 0,
-        9 => MAX_CLUSTER,
-        _ => MAX_PORTABLE_CLUSTER,
-    }
-}
-
-/// Whether kernel `name` is a size-class variant of the kernel `family`: the family's name
-/// itself, or that name followed by `_` and a class starting with a digit (`softmax_16k`). A
-/// library op runs the first variant, in the order of the spec, built for the element type
-/// whose bounds admit the sizes.
-pub fn is_variant_of(name: &str, family: &str) -> bool {
-    name == family
-        || name
-            .strip_prefix(family)
-            .and_then(|rest| rest.strip_prefix('_'))
-            .is_some_and(|class| class.starts_with(|c: char| c.is_ascii_digit()))
-}
-
-/// The size class of kernel `family` that a launch runs: one rule for the library, the bench and
-/// `dtc`. Among the variants of `family` ([`is_variant_of`]) in the spec's order that a GPU
-/// offering `features` runs ([`Kernel::runs_on`]), the first that `attempt` accepts (the
-/// caller's checks of the element type, the bounds and the tensors, [`Kernel::admits_tensors`]),
-/// with what `attempt` made of it; but a clustered class whose sizes (`size(made, dimension)`)
-/// would leave a program of each cluster without columns only where no later class is accepted.
-pub fn choose_class<'a, R>(
-    kernels: &'a [Kernel],
-    family: &str,
-    features: GpuFeatures,
-    mut attempt: impl FnMut(&'a Kernel) -> Option<R>,
-    size: impl Fn(&R, DimId) -> usize,
-) -> Option<(&'a Kernel, R)> {
-    let mut idle = None;
-    for k in kernels.iter().filter(|k| is_variant_of(&k.name, family) && k.runs_on(features)) {
-        let Some(made) = attempt(k) else { continue };
-        if k.grid.cluster_leaves_programs_idle(|d| size(&made, d)) {
-            idle.get_or_insert((k, made));
-            continue;
-        }
-        return Some((k, made));
-    }
-    idle
-}

@@ -10,6 +10,7 @@ use crate::algo::{BinOp, DimId, RedOp, UnOp};
 use crate::dtype::DType;
 use crate::kir::*;
 use crate::schedule::MapEntry;
+use crate::signature::Signature;
 
 /// A line of kernel-IR text that does not read as the printer writes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,22 +51,24 @@ pub fn parse(text: &str) -> std::result::Result<Kernel, KirParseError> {
 
 fn empty_kernel() -> Kernel {
     Kernel {
-        name: String::new(),
-        inputs: Vec::new(),
-        scalars: Vec::new(),
-        output: TensorParam { name: String::new(), dims: Vec::new() },
-        dims: Vec::new(),
-        bounds: Vec::new(),
-        specialize: Vec::new(),
-        dtypes: Vec::new(),
-        grid: Grid { blocked: Vec::new(), order: Vec::new(), cluster: None, descending: Vec::new(), origin: String::new() },
+        signature: Signature {
+            name: String::new(),
+            inputs: Vec::new(),
+            scalars: Vec::new(),
+            output: TensorParam { name: String::new(), dims: Vec::new() },
+            dims: Vec::new(),
+            bounds: Vec::new(),
+            specialize: Vec::new(),
+            dtypes: Vec::new(),
+            grid: Grid { blocked: Vec::new(), order: Vec::new(), cluster: None, descending: Vec::new(), origin: String::new() },
+            warp_specialize: false,
+            wgmma: false,
+            persistent: false,
+        },
         num_warps: 1,
         num_stages: 1,
         max_registers: None,
         fast_math: false,
-        warp_specialize: false,
-        wgmma: false,
-        persistent: false,
         values: Vec::new(),
         vars: Vec::new(),
         body: Vec::new(),
@@ -237,13 +240,13 @@ impl Reader<'_> {
                 }
                 "bound" => {
                     let (d, n) = rest.split_once(" <= ").ok_or("a bound is `dim <= size`")?;
-                    self.k.bounds.push((self.dim(d)?, number(n)?));
+                    self.k.signature.bounds.push((self.dim(d)?, number(n)?));
                 }
                 "specialized" => {
                     let twin =
                         after(rest, "twin for ")?.strip_suffix(", contiguous tensors").ok_or("a twin ends in `, contiguous tensors`")?;
                     let (d, n) = twin.split_once(" = ").ok_or("a twin is `dim = size`")?;
-                    self.k.specialize.push((self.dim(d)?, number(n)?));
+                    self.k.signature.specialize.push((self.dim(d)?, number(n)?));
                 }
                 "grid" if rest.starts_with("persistent") => self.k.persistent = true,
                 "grid" => {

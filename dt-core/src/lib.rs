@@ -16,8 +16,11 @@ pub mod kir;
 pub mod kir_text;
 pub mod lexer;
 pub mod lower;
+pub mod manifest;
 pub mod parser;
 pub mod schedule;
+pub mod select;
+pub mod signature;
 pub mod span;
 pub mod tensor;
 

@@ -7,7 +7,7 @@ use crate::dtype::DType;
 
 /// One entry of `map(...)`: program ids are assigned to blocks in the order of these entries,
 /// outermost first, the last fastest.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum MapEntry {
     /// All blocks of a blocked dimension.
     Whole(DimId),

@@ -160,17 +160,17 @@ fn clustered_layernorm_matches_reference() {
     }
 }
 
-/// Clusters of 16, the largest (`kir::MAX_CLUSTER`): the interpreter meets all 16 programs, for
+/// Clusters of 16, the largest (`signature::MAX_CLUSTER`): the interpreter meets all 16 programs, for
 /// rows that fill the cluster, leave most of it idle, or end inside a program. Such a grid runs
-/// only where a GPU allows clusters of 16 (`kir::cuda_max_cluster`).
+/// only where a GPU allows clusters of 16 (`signature::cuda_max_cluster`).
 #[test]
 fn clusters_of_16_match_reference() {
     for src in [SOFTMAX, LAYERNORM] {
         let src = src.replace("TILE", "8").replace("cluster(y:4)", "cluster(y:16)");
         let (_, k) = lowered(&src);
         assert_eq!(k.grid.cluster.map(|(_, n)| n), Some(16));
-        assert!(k.grid.runs_with_clusters_of(dt_core::kir::cuda_max_cluster(9)), "sm_90 runs clusters of 16");
-        assert!(!k.grid.runs_with_clusters_of(dt_core::kir::cuda_max_cluster(12)) && !k.grid.runs_with_clusters_of(0));
+        assert!(k.grid.runs_with_clusters_of(dt_core::signature::cuda_max_cluster(9)), "sm_90 runs clusters of 16");
+        assert!(!k.grid.runs_with_clusters_of(dt_core::signature::cuda_max_cluster(12)) && !k.grid.runs_with_clusters_of(0));
         for (rows, cols) in [(1, 1), (3, 17), (2, 200), (2, 256), (3, 241)] {
             check(&src, rows, cols, 4.0);
         }

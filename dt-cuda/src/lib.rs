@@ -6,7 +6,7 @@
 
 use cudarc::driver::{sys, CudaContext, CudaFunction, DeviceRepr, DriverError, LaunchArgs, PushKernelArg};
 use dt_core::abi::{DtArgs, GpuArgs, PackedArgs, PackedTmaArgs, TensorMapParams, TensorMapSpec, TENSOR_MAP_BYTES};
-use dt_core::kir::Kernel;
+use dt_core::signature::Signature;
 use dt_core::DType;
 
 /// The argument block of a kernel that takes no tensor maps (`dt_args_t`).
@@ -35,7 +35,7 @@ impl KernelParam {
     /// The parameter of a launch of `k` with argument block `a` on `dtype` elements: the block
     /// packed for `k`, behind the encoded `maps` where the kernel takes tensor maps. An error
     /// names the map the launch's tensors cannot give.
-    pub fn new(k: &Kernel, a: &DtArgs, dtype: DType, maps: &[TensorMapSpec]) -> Result<KernelParam, String> {
+    pub fn new(k: &Signature, a: &DtArgs, dtype: DType, maps: &[TensorMapSpec]) -> Result<KernelParam, String> {
         let block = GpuArgs::of(k);
         if maps.is_empty() {
             return Ok(KernelParam::Args(Box::new(ArgsParam(block.pack(a)))));
@@ -116,7 +116,7 @@ pub fn configure(f: &CudaFunction, shared_bytes: u32, cluster: u32) -> Result<()
     if shared_bytes > 48 * 1024 {
         f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes as i32)?;
     }
-    if cluster > dt_core::kir::MAX_PORTABLE_CLUSTER {
+    if cluster > dt_core::signature::MAX_PORTABLE_CLUSTER {
         f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)?;
     }
     Ok(())
@@ -145,8 +145,8 @@ pub fn nvrtc_arch(major: i32, minor: i32) -> String {
 }
 
 /// What the GPU of `ctx` offers the kernels' schedules.
-pub fn features(ctx: &CudaContext) -> dt_core::kir::GpuFeatures {
-    ctx.compute_capability().map_or(dt_core::kir::GpuFeatures::NONE, |(major, _)| dt_core::kir::GpuFeatures::cuda(major))
+pub fn features(ctx: &CudaContext) -> dt_core::signature::GpuFeatures {
+    ctx.compute_capability().map_or(dt_core::signature::GpuFeatures::NONE, |(major, _)| dt_core::signature::GpuFeatures::cuda(major))
 }
 
 #[cfg(test)]

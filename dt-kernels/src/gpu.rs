@@ -9,8 +9,9 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::layout::{self, contiguous_strides};
 use crate::plan::{plan, Device, OpDesc, Plan};
-use crate::registry::{LaunchRow, SpecData, NVCC_ARCHS, SPECS};
+use crate::registry::{SpecData, NVCC_ARCHS, SPECS};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
+use dt_core::manifest::LaunchInfo;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -36,7 +37,7 @@ struct Shared {
     nvrtc_only: bool,
     /// What the GPU offers the kernels' schedules: clusters, and Hopper's copies and tensor
     /// cores where the kernels are built for them.
-    features: dt_core::kir::GpuFeatures,
+    features: dt_core::signature::GpuFeatures,
     modules: Vec<OnceLock<std::result::Result<Loaded, String>>>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
 }
@@ -65,7 +66,7 @@ fn shared_for(ctx: &Arc<CudaContext>, nvrtc_only: bool) -> Arc<Shared> {
 /// What the GPU of `ctx` offers the kernels: its features, but Hopper's only where the kernels
 /// come with code for them (a fatbin built for sm_90a, or NVRTC, which compiles for
 /// `compute_90a` there).
-fn features(ctx: &Arc<CudaContext>, nvrtc_only: bool) -> dt_core::kir::GpuFeatures {
+fn features(ctx: &Arc<CudaContext>, nvrtc_only: bool) -> dt_core::signature::GpuFeatures {
     let mut f = dt_cuda::features(ctx);
     let fatbin_has_90a = NVCC_ARCHS.split(',').any(|a| a.trim().trim_start_matches("sm_").trim_start_matches("compute_") == "90a");
     f.hopper &= nvrtc_only || NVCC_ARCHS.is_empty() || fatbin_has_90a;
@@ -201,19 +202,19 @@ impl Gpu {
     }
 
     /// The kernel function `symbol` of spec `spec_index`, with its launch parameters.
-    fn function(&self, spec_index: usize, symbol: &str) -> Result<(CudaFunction, LaunchRow)> {
+    fn function(&self, spec_index: usize, symbol: &str) -> Result<(CudaFunction, &'static LaunchInfo)> {
         let spec: &'static SpecData = SPECS[spec_index];
         let row = spec.launch_row(symbol).ok_or_else(|| Error::Internal(format!("no CUDA kernel `{symbol}` in spec `{}`", spec.name)))?;
-        if let Some(f) = self.shared.functions.lock().unwrap_or_else(|e| e.into_inner()).get(row.symbol) {
+        if let Some(f) = self.shared.functions.lock().unwrap_or_else(|e| e.into_inner()).get(row.symbol.as_str()) {
             return Ok((f.clone(), row));
         }
         let module = &self.loaded(spec_index)?.module;
-        let f = module.load_function(row.symbol).map_err(Error::driver(format!("finding kernel `{}`", row.symbol)))?;
+        let f = module.load_function(&row.symbol).map_err(Error::driver(format!("finding kernel `{}`", row.symbol)))?;
         dt_cuda::configure(&f, row.shared_bytes, row.cluster).map_err(Error::driver(format!(
             "allowing kernel `{}` {} bytes of shared memory and clusters of {}",
             row.symbol, row.shared_bytes, row.cluster
         )))?;
-        self.shared.functions.lock().unwrap_or_else(|e| e.into_inner()).insert(row.symbol, f.clone());
+        self.shared.functions.lock().unwrap_or_else(|e| e.into_inner()).insert(row.symbol.as_str(), f.clone());
         Ok((f, row))
     }
 }
@@ -456,14 +457,14 @@ fn launch<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], plan:
     args.output = out_ptr;
     let symbol = plan.launch_symbol(&args, T::DTYPE, |s| plan.spec.launch_row(s).is_some());
     let (f, row) = gpu.function(plan.spec_index, &symbol)?;
-    let tensors = dt_core::kir::launch_tensors(plan.kernel, &args);
+    let tensors = dt_core::select::launch_tensors(plan.kernel, &args);
     if !plan.kernel.admits_tensors(T::DTYPE.size_bytes(), &tensors) {
         return Err(Error::Internal(format!(
             "{}: kernel `{symbol}` reads or writes through tensor maps, and a tensor that needs one is not 16-byte aligned with 16-byte rows",
             op.op
         )));
     }
-    let param = dt_cuda::KernelParam::new(plan.kernel, &args, T::DTYPE, row.tensor_maps).map_err(Error::Internal)?;
+    let param = dt_cuda::KernelParam::new(plan.kernel, &args, T::DTYPE, &row.tensor_maps).map_err(Error::Internal)?;
     let grid = dt_cuda::grid(&gpu.shared.ctx, plan.programs, row.persistent).map_err(Error::driver("reading the multiprocessor count"))?;
     let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (row.threads, 1, 1), shared_mem_bytes: row.shared_bytes };
     let mut launch = gpu.stream.launch_builder(&f);

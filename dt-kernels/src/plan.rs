@@ -5,7 +5,7 @@
 use crate::error::{Error, Result};
 use crate::layout::{contiguous_strides, elements};
 use crate::registry::{spec_index, DtArgs, SpecData, MAX_DIMS, MAX_INPUTS, MAX_SCALARS, SPECS};
-use dt_core::kir::Kernel;
+use dt_core::signature::Signature;
 use dt_core::DType;
 
 /// One tensor argument of an op.
@@ -37,7 +37,7 @@ pub(crate) struct OpDesc {
 pub(crate) struct Plan {
     pub spec_index: usize,
     pub spec: &'static SpecData,
-    pub kernel: &'static Kernel,
+    pub kernel: &'static Signature,
     /// The symbol of the kernel built for any layout ([`Plan::launch_symbol`] picks the one to
     /// run).
     pub symbol: String,
@@ -56,12 +56,12 @@ pub(crate) struct Plan {
 pub(crate) struct Device {
     /// Clusters (`cluster(y:N)` kernels of up to `max_cluster` programs run) and Hopper's
     /// copies and tensor cores (warp-specialized kernels run).
-    pub features: dt_core::kir::GpuFeatures,
+    pub features: dt_core::signature::GpuFeatures,
 }
 
 impl Device {
     /// The CPU, HIP, and CUDA GPUs before sm_90.
-    pub const PLAIN: Device = Device { features: dt_core::kir::GpuFeatures::NONE };
+    pub const PLAIN: Device = Device { features: dt_core::signature::GpuFeatures::NONE };
 }
 
 /// Matches `shapes` (one `(shape, strides)` per input of `op`, in `op.inputs` order) and
@@ -72,12 +72,12 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
     // The size-class variants of the op's kernel, in the spec's order: the first built for the
     // dtype whose bounds admit the sizes runs (a class may be scheduled for some dtypes only, and
     // another class of the same bounds for the others), among those the device runs and whose
-    // tensor needs the arguments meet (`dt_core::kir::choose_class`).
+    // tensor needs the arguments meet (`dt_core::select::choose_class`).
     // Where none runs: the error of the last variant built for the dtype (its bounds), else
     // that of the first (not built for it).
     let (mut bound, mut not_built) = (None, None);
-    let chosen = dt_core::kir::choose_class(
-        spec.kernels()?,
+    let chosen = dt_core::select::choose_class(
+        &spec.manifest()?.kernels,
         op.kernel,
         device.features,
         |kernel| match plan_kernel(op, kernel, dtype, shapes, scalars) {
@@ -92,7 +92,7 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
             Err(e) => Some(Err(e)),
             // A kernel that reads through tensor maps runs where they describe the tensors (of
             // the library's buffers, every address is aligned; `launch` checks it again).
-            Ok(planned) if !kernel.admits_tensors(dtype.size_bytes(), &dt_core::kir::launch_tensors(kernel, &planned.args)) => None,
+            Ok(planned) if !kernel.admits_tensors(dtype.size_bytes(), &dt_core::select::launch_tensors(kernel, &planned.args)) => None,
             Ok(planned) => Some(Ok(planned)),
         },
         |made, d| made.as_ref().map_or(usize::MAX, |p| p.args.sizes[p.kernel.dim_slot(d)] as usize),
@@ -104,7 +104,7 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
 }
 
 /// [`plan`] for one kernel.
-fn plan_kernel(op: &OpDesc, kernel: &'static Kernel, dtype: DType, shapes: &[(&[usize], &[usize])], scalars: &[f32]) -> Result<Plan> {
+fn plan_kernel(op: &OpDesc, kernel: &'static Signature, dtype: DType, shapes: &[(&[usize], &[usize])], scalars: &[f32]) -> Result<Plan> {
     for (name, &value) in op.scalars.iter().zip(scalars) {
         if !value.is_finite() {
             return Err(Error::InvalidScalar { op: op.op, name, value, why: "it must be a finite number" });
@@ -247,16 +247,16 @@ fn plan_kernel(op: &OpDesc, kernel: &'static Kernel, dtype: DType, shapes: &[(&[
 impl Plan {
     /// The kernel to launch with argument block `args` (addresses and strides filled in), of
     /// those the backend has (`built`): the most specific twin the launch's layouts admit
-    /// ([`dt_core::kir::Layouts::launch_symbol`]), the one for its specialized sizes, for whole
+    /// ([`dt_core::select::Layouts::launch_symbol`]), the one for its specialized sizes, for whole
     /// 16-byte runs, or for any layout.
     pub(crate) fn launch_symbol(&self, args: &DtArgs, dtype: DType, built: impl Fn(&str) -> bool) -> String {
-        let tensors = dt_core::kir::launch_tensors(self.kernel, args);
-        dt_core::kir::Layouts::of_launch(self.kernel, dtype.size_bytes(), |slot| args.sizes[slot], &tensors)
+        let tensors = dt_core::select::launch_tensors(self.kernel, args);
+        dt_core::select::Layouts::of_launch(self.kernel, dtype.size_bytes(), |slot| args.sizes[slot], &tensors)
             .launch_symbol(&self.symbol, built)
     }
 }
 
-fn programs(kernel: &Kernel, by_dim: &[Option<usize>]) -> usize {
+fn programs(kernel: &Signature, by_dim: &[Option<usize>]) -> usize {
     let sizes: Vec<usize> = by_dim.iter().map(|n| n.unwrap_or(0)).collect();
     kernel.grid.programs(&sizes)
 }
@@ -305,7 +305,7 @@ mod tests {
     /// multiply-adds, by rows.
     #[test]
     fn hopper_runs_the_warp_specialized_class_where_tensor_maps_describe_the_output() {
-        let hopper = Device { features: dt_core::kir::GpuFeatures { max_cluster: 16, hopper: true } };
+        let hopper = Device { features: dt_core::signature::GpuFeatures { max_cluster: 16, hopper: true } };
         let symbol = |dtype: DType, k: usize, a_strides: [usize; 2], device: Device| {
             let (a, b) = ([100, k], [k, 3000]);
             let shapes: [(&[usize], &[usize]); 2] = [(&a, &a_strides), (&b, &[3000, 1])];

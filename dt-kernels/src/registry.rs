@@ -1,53 +1,33 @@
-//! What the build script embedded (`OUT_DIR/kernels.rs`): per spec its text, CUDA C, fatbin,
-//! launch parameters and CPU kernels; and the launch metadata, re-lowered from the spec text once
-//! per process.
+//! What the build script embedded (`OUT_DIR/kernels.rs`): per spec its manifest (the kernels'
+//! signatures and launch parameters, read once per process), CUDA C, fatbin and CPU kernels.
 
 use crate::error::{Error, Result};
-use dt_core::kir::Kernel;
+use dt_core::manifest::{LaunchInfo, Manifest};
 use std::sync::OnceLock;
 
 pub use dt_core::abi::MAX_RANK;
-pub(crate) use dt_core::abi::{DtArgs, TensorMapSpec, MAX_DIMS, MAX_INPUTS, MAX_SCALARS};
+pub(crate) use dt_core::abi::{DtArgs, MAX_DIMS, MAX_INPUTS, MAX_SCALARS};
 
 /// A generated CPU kernel: `void SYMBOL(const dt_args*, long long first, long long last)`
 /// (`dt_args`: [`DtArgs`]), which runs programs `first..last` of its grid.
 pub(crate) type CpuFn = unsafe extern "C" fn(*const DtArgs, i64, i64);
 
-/// Launch parameters of one CUDA kernel.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct LaunchRow {
-    pub symbol: &'static str,
-    pub threads: u32,
-    pub shared_bytes: u32,
-    /// Programs per thread-block cluster (1: not clustered).
-    pub cluster: u32,
-    /// The tensor maps the kernel takes ahead of its argument block (none for most).
-    pub tensor_maps: &'static [TensorMapSpec],
-    /// Launched with at most one program per multiprocessor, each taking blocks in turn.
-    pub persistent: bool,
-}
-
 /// Everything embedded for one spec.
 pub(crate) struct SpecData {
     pub name: &'static str,
-    /// The spec's text.
-    pub dt: &'static str,
+    /// Its manifest's text ([`Manifest::to_json`]).
+    pub manifest_json: &'static str,
     /// Its CUDA C (self-contained), for NVRTC.
     pub cuda: &'static str,
     /// Its fatbin, where nvcc was found at build time.
     pub fatbin: Option<&'static [u8]>,
-    /// Per kernel and dtype, in the order of the generated files.
-    pub launch: &'static [LaunchRow],
     /// Per architecture built, its HIP code object (with the `hip` feature, where hipcc was
     /// found at build time).
     #[cfg(feature = "hip")]
     pub hip_objects: &'static [(&'static str, &'static [u8])],
-    /// Launch parameters of the HIP kernels.
-    #[cfg(feature = "hip")]
-    pub hip_launch: &'static [LaunchRow],
     pub cpu: &'static [(&'static str, CpuFn)],
-    /// The lowered kernels, made from `dt` at first use.
-    pub kernels: OnceLock<std::result::Result<Vec<Kernel>, String>>,
+    /// The manifest, read from `manifest_json` at first use.
+    pub manifest: OnceLock<std::result::Result<Manifest, String>>,
 }
 
 /// What the build script did for HIP (with the `hip` feature).
@@ -67,7 +47,7 @@ mod built {
     #![allow(clippy::all)]
     #[cfg(feature = "hip")]
     use super::HipBuild;
-    use super::{CpuFn, DtArgs, LaunchRow, SpecData, TensorMapSpec};
+    use super::{CpuFn, DtArgs, SpecData};
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
 
@@ -81,25 +61,49 @@ pub(crate) fn spec_index(name: &str) -> Result<usize> {
 }
 
 impl SpecData {
-    /// The lowered kernels of this spec (lowered once per process).
-    pub(crate) fn kernels(&'static self) -> Result<&'static [Kernel]> {
-        let lowered = self.kernels.get_or_init(|| {
-            let program = dt_core::compile_spec(self.dt).map_err(|d| format!("spec `{}` does not compile: {d:?}", self.name))?;
-            dt_core::lower::lower_all(&program).map_err(|e| format!("spec `{}` does not lower: {e}", self.name))
-        });
-        lowered.as_deref().map_err(|e| Error::Internal(e.clone()))
+    /// The manifest of this spec (read once per process).
+    pub(crate) fn manifest(&'static self) -> Result<&'static Manifest> {
+        let read = self.manifest.get_or_init(|| Manifest::from_json(self.manifest_json).map_err(|e| format!("spec `{}`: {e}", self.name)));
+        read.as_ref().map_err(|e| Error::Internal(e.clone()))
     }
 
-    pub(crate) fn launch_row(&self, symbol: &str) -> Option<LaunchRow> {
-        self.launch.iter().find(|l| l.symbol == symbol).copied()
+    /// The launch parameters of CUDA kernel `symbol`.
+    pub(crate) fn launch_row(&'static self, symbol: &str) -> Option<&'static LaunchInfo> {
+        self.manifest().ok()?.cuda_launch(symbol)
     }
 
+    /// The launch parameters of HIP kernel `symbol`.
     #[cfg(feature = "hip")]
-    pub(crate) fn hip_launch_row(&self, symbol: &str) -> Option<LaunchRow> {
-        self.hip_launch.iter().find(|l| l.symbol == symbol).copied()
+    pub(crate) fn hip_launch_row(&'static self, symbol: &str) -> Option<&'static LaunchInfo> {
+        self.manifest().ok()?.hip_launch(symbol)
     }
 
     pub(crate) fn cpu_fn(&self, symbol: &str) -> Option<CpuFn> {
         self.cpu.iter().find(|(s, _)| *s == symbol).map(|(_, f)| *f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every spec's embedded manifest reads, and names what was built: a CUDA launch for each
+    /// kernel and element type, and for each kernel that runs without sm_90, a CPU function
+    /// (and its twins none, as the CPU has no twins).
+    #[test]
+    fn every_embedded_manifest_names_the_kernels_built() {
+        for spec in SPECS {
+            let manifest = spec.manifest().unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+            assert_eq!(manifest.spec, spec.name);
+            assert!(!manifest.kernels.is_empty(), "{}: no kernels", spec.name);
+            for k in &manifest.kernels {
+                for dtype in &k.dtypes {
+                    let symbol = format!("dt_{}_{}", k.name, dtype.name());
+                    assert!(spec.launch_row(&symbol).is_some(), "{}: no CUDA launch for {symbol}", spec.name);
+                    assert_eq!(spec.cpu_fn(&symbol).is_some(), !k.needs_sm90(), "{}: the CPU function of {symbol}", spec.name);
+                }
+            }
+            assert_eq!(manifest.cpu.len(), spec.cpu.len(), "{}: CPU symbols", spec.name);
+        }
     }
 }

@@ -263,7 +263,7 @@ fn cluster_specs_compile_for_sm80_and_sm90a() {
         let src = std::fs::read_to_string(&path).expect("spec");
         let outputs = dt_codegen::generate::generate(&name, &format!("dt-codegen/tests/cluster/{name}.dt"), &src)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert!(outputs.cuda.contains("DT_CLUSTER(") && outputs.cpu_symbols.is_empty(), "{name}: every kernel is clustered");
+        assert!(outputs.cuda.contains("DT_CLUSTER(") && outputs.manifest.cpu.is_empty(), "{name}: every kernel is clustered");
         let cu = dir.join(format!("{name}.cu"));
         std::fs::write(&cu, &outputs.cuda).expect("write");
         for arch in cuda::DEFAULT_COMPUTE_CAPS {

@@ -641,32 +641,16 @@ fn python_baselines(jobs: &[Job], rows: &mut [Row], opts: &Options, machine: &st
 }
 
 /// The size-class variant of the job's kernel that the library runs for `args` on a GPU offering
-/// `features` ([`dt_core::kir::choose_class`]): built for the job's dtype, its bounds admitting
-/// the sizes, its tensor needs met by the bench's contiguous tensors.
+/// `features` ([`dt_codegen::host::choose_size_class`]).
 fn choose_variant<'a, 'b>(
     program: &dt_core::algo::Program,
     kernels: &'a [Kernel],
     job: &Job,
     args: &'b Args,
-    features: dt_core::kir::GpuFeatures,
+    features: dt_core::signature::GpuFeatures,
 ) -> Result<(&'a Kernel, dt_core::tensor::Bound<'b>), String> {
-    let elem = job.dtype.size_bytes();
-    dt_core::kir::choose_class(
-        kernels,
-        job.kernel(),
-        features,
-        |kernel| {
-            let fid = program.kernel_by_name(&kernel.name)?;
-            let bound = dt_core::tensor::bind(program, fid, args).ok()?;
-            // The bench's buffers are fresh allocations: every address is aligned.
-            let aligned = vec![0u64; kernel.inputs.len()];
-            let a = dt_codegen::host::fill_args(kernel, &bound, &aligned, 0);
-            let tensors_ok = kernel.admits_tensors(elem, &dt_core::kir::launch_tensors(kernel, &a));
-            (kernel.dtypes.contains(&job.dtype) && dt_codegen::host::check_bounds(kernel, &bound).is_ok() && tensors_ok).then_some(bound)
-        },
-        |bound, d| bound.size(d),
-    )
-    .ok_or_else(|| format!("no variant of kernel `{}` admits these sizes", job.kernel()))
+    dt_codegen::host::choose_size_class(program, kernels, job.kernel(), args, job.dtype, features)
+        .ok_or_else(|| format!("no variant of kernel `{}` admits these sizes", job.kernel()))
 }
 
 /// Most work a CPU row may take: 2^31 floating-point operations or 2^27 bytes moved.
@@ -703,7 +687,7 @@ fn cpu_bench(selected: &[Job], opts: &Options) -> Result<(), String> {
             }
             let (program, kernels, lib) = &libs[job.spec()];
             let args = args(job, &mut rng);
-            let (kernel, bound) = choose_variant(program, kernels, job, &args, dt_core::kir::GpuFeatures::NONE)?;
+            let (kernel, bound) = choose_variant(program, kernels, job, &args, dt_core::signature::GpuFeatures::NONE)?;
             row.kernel = kernel.name.clone();
             let symbol = dt_codegen::emit::symbol(kernel, job.dtype);
             let (ms, runs) = wall_clock_median(3.min(opts.reps), opts.reps, opts.budget_s, || {

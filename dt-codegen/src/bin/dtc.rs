@@ -5,7 +5,7 @@ use dt_codegen::emit::gpu::Dialect;
 use dt_codegen::npy;
 use dt_core::algo::{FuncId, Program};
 use dt_core::diag::Severity;
-use dt_core::kir::GpuFeatures;
+use dt_core::signature::GpuFeatures;
 use dt_core::tensor::{Args, Tensor};
 use dt_core::{DType, SourceFile};
 use std::path::{Path, PathBuf};
@@ -84,6 +84,9 @@ enum Target {
     /// The GPU plan of each kernel and element type for CUDA: the decisions made before
     /// printing (roles, shared-memory rings, copies, barriers, tensor-core instructions).
     GpuPlan,
+    /// The manifest the library reads (as `cargo xtask regen` writes it): each kernel's
+    /// signature, the launch parameters of every CUDA and HIP kernel built, the CPU symbols.
+    Manifest,
     /// The spec with its schedule blocks written out, as the checker reads it: each class's
     /// copies of the algorithm declared, defined and scheduled under their names, one statement
     /// per line (with --kernel, only that kernel's schedule and the algorithm).
@@ -287,25 +290,12 @@ fn prepare(a: &RunArgs, features: GpuFeatures) -> Result<Prepared, String> {
 
 /// For a spec whose kernels are the size-class variants of one kernel (`softmax_1k`, ...,
 /// `softmax`), the one the library would run on a backend offering `features`
-/// ([`dt_core::kir::choose_class`]): built for `dtype`, its bounds admitting the arguments' sizes,
-/// its tensor needs met by the contiguous tensors of a run.
+/// ([`dt_codegen::host::choose_size_class`]).
 fn pick_size_class(p: &Program, args: &Args, dtype: DType, features: GpuFeatures) -> Option<FuncId> {
     let names: Vec<&str> = p.kernels.iter().map(|k| p.func(*k).name.as_str()).collect();
-    let family = names.iter().find(|f| names.iter().all(|n| dt_core::kir::is_variant_of(n, f)))?;
+    let family = names.iter().find(|f| names.iter().all(|n| dt_core::select::is_variant_of(n, f)))?;
     let kernels = dt_core::lower::lower_all(p).ok()?;
-    let (kernel, _) = dt_core::kir::choose_class(
-        &kernels,
-        family,
-        features,
-        |kernel| {
-            let fid = p.kernel_by_name(&kernel.name)?;
-            let bound = dt_core::tensor::bind(p, fid, args).ok()?;
-            let a = dt_codegen::host::fill_args(kernel, &bound, &vec![0; kernel.inputs.len()], 0);
-            let tensors_ok = kernel.admits_tensors(dtype.size_bytes(), &dt_core::kir::launch_tensors(kernel, &a));
-            (kernel.dtypes.contains(&dtype) && dt_codegen::host::check_bounds(kernel, &bound).is_ok() && tensors_ok).then_some(bound)
-        },
-        |bound, d| bound.size(d),
-    )?;
+    let (kernel, _) = dt_codegen::host::choose_size_class(p, &kernels, family, args, dtype, features)?;
     p.kernel_by_name(&kernel.name)
 }
 
@@ -361,6 +351,10 @@ fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>
         }
         .map_err(|d| src.render_all(&d))?,
         Target::Kir => kernels.iter().map(dt_core::kir::print).collect::<Vec<_>>().join("\n"),
+        Target::Manifest => {
+            let name = file.file_stem().map_or_else(|| "spec".into(), |s| s.to_string_lossy());
+            dt_codegen::generate::build(&name, &header(file), &kernels).map_err(|e| located(e.to_string()))?.manifest.to_json()
+        }
         Target::GpuPlan => {
             kernels.iter().map(dt_codegen::plan::print_cuda).collect::<Result<Vec<_>, _>>().map_err(|e| located(e.to_string()))?.join("\n")
         }

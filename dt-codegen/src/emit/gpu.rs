@@ -72,26 +72,6 @@ impl Dialect {
 /// Most threads a program (a CUDA block, a HIP workgroup) may have.
 pub const MAX_THREADS: u32 = 1024;
 
-/// Launch parameters of one emitted kernel.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LaunchInfo {
-    pub symbol: String,
-    pub threads: u32,
-    /// Dynamic shared memory per program, in bytes.
-    pub shared_bytes: u32,
-    /// Programs per thread-block cluster (1: not clustered). Above 8 (a size that not every GPU
-    /// with clusters allows, [`dt_core::kir::MAX_PORTABLE_CLUSTER`]), the launcher opts the kernel in.
-    pub cluster: u32,
-    /// The tensor layouts the kernel is built for.
-    pub layouts: Layouts,
-    /// The tensor maps the kernel takes ahead of its argument block (`dt_tma_args_t`), which
-    /// the host encodes per launch; none for most kernels.
-    pub tensor_maps: Vec<dt_core::abi::TensorMapSpec>,
-    /// Launched with as many programs as the GPU runs at once (one per multiprocessor), fewer
-    /// where the grid has fewer: the kernel takes its blocks in turn (`persistent()`).
-    pub persistent: bool,
-}
-
 /// 32-bit registers of one multiprocessor (sm_80, sm_90).
 const REGISTERS_PER_SM: u32 = 64 * 1024;
 
@@ -130,7 +110,8 @@ fn lane_of(shape: &Shape, d: DimId, element: &str) -> String {
 }
 
 /// The layouts a kernel is built for, and the symbols of its twins.
-pub use dt_core::kir::{specialized_symbol, whole_runs_symbol, Layouts};
+pub use dt_core::manifest::LaunchInfo;
+pub use dt_core::select::{specialized_symbol, whole_runs_symbol, Layouts};
 
 fn c_type(d: DType) -> &'static str {
     match d {
@@ -160,7 +141,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         hopper::check_warpgroup_dots(k, &older.registers)?;
     }
     let shared_bytes = older.shared_bytes();
-    let crate::plan::OlderPlan { mapping, registers: plan, publishing, shared, rows } = older;
+    let crate::plan::OlderPlan { mapping, registers: plan, publishing, shared, rows, outputs } = older;
     let threads = mapping.threads as u32;
     let vector = mapping.vector;
     let mut e = Emitter {
@@ -185,6 +166,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         pairs: Vec::new(),
         dot_rings: shared.dot_rings,
         rows,
+        outputs,
         run_window: None,
         whole_runs: layouts != Layouts::Any && crate::plan::twins::runs_start_whole(k, vector),
         specialized: layouts == Layouts::Specialized,
@@ -328,6 +310,8 @@ struct Emitter<'a> {
     dot_rings: usize,
     /// How the loops over rows or chunks issue their loads ahead (`plan::staged_rows`).
     rows: crate::plan::staged_rows::StagedRows<'a>,
+    /// The outputs printed run by run (`plan::output_runs`).
+    outputs: crate::plan::output_runs::OutputRuns<'a>,
     /// Inside the loop over the runs of an output printed run by run ([`output_runs`]): the
     /// run's C variable and the registers per run. Loops over a tile's registers or runs cover
     /// that run's only.
@@ -509,15 +493,13 @@ impl Emitter<'_> {
                 }
             }
         }
-        // Outputs printed run by run (see `output_runs`), by the index of their first statement.
-        let segments: Vec<_> =
-            if self.run_window.is_none() { (0..stmts.len()).filter_map(|j| self.output_segment(stmts, j)).collect() } else { Vec::new() };
+        // Outputs printed run by run, where the plan has them (`plan::output_runs`).
         let mut i = 0;
         while i < stmts.len() {
-            match segments.iter().find(|g| g.start == i) {
-                Some(&seg) => {
-                    self.output_by_runs(stmts, seg)?;
-                    i = seg.store + 1;
+            match self.outputs.starting_at(&stmts[i]) {
+                Some(seg) => {
+                    self.output_by_runs(&stmts[i..i + seg.len], seg)?;
+                    i += seg.len;
                 }
                 None => {
                     self.stmt(&stmts[i])?;

@@ -28,7 +28,8 @@
 //! operands go through shared memory), `shared` (where the slots and rings lie, and whether the
 //! kernel fits the shared memory of its GPUs), and `staged_rows` (how each loop over rows issues
 //! its loads ahead: staged in a ring of shared memory, held for the loops after it, or one step
-//! ahead in registers; where those rings lie); and `twins` (which twins of the kernel are built:
+//! ahead in registers; where those rings lie), `output_runs` (which statements of a capped
+//! kernel's output are printed run by run); and `twins` (which twins of the kernel are built:
 //! for whole runs where its code depends on them, for its specialized sizes). The GPU printer runs them and prints what they
 //! decide; `dtc emit --target gpu-plan` prints them too. Still decided while printing: the order
 //! of copies, barriers and loads within a statement, the element-wise code of each layout. That
@@ -42,6 +43,7 @@
 pub(crate) mod dot_rings;
 pub mod layouts;
 mod mapping;
+pub(crate) mod output_runs;
 pub(crate) mod publishing;
 mod replicate;
 mod rows;
@@ -106,14 +108,16 @@ pub(crate) fn register_layouts(
 /// The older path's plan of one kernel instance, in the order of its passes: how its threads
 /// hold a blocked tile, its register layouts ([`register_layouts`]), the operands read through
 /// shared memory ([`publishing::plan_publishing`]), where its shared memory lies
-/// ([`shared::lay_out`]), and how its loops over rows issue their loads ahead
-/// ([`staged_rows::plan_staged_rows`]).
+/// ([`shared::lay_out`]), how its loops over rows issue their loads ahead
+/// ([`staged_rows::plan_staged_rows`]), and which outputs are printed run by run
+/// ([`output_runs::plan_output_runs`]).
 pub(crate) struct OlderPlan<'k> {
     pub mapping: layouts::Mapping,
     pub registers: layouts::Plan,
     pub publishing: publishing::Publishing,
     pub shared: shared::SharedLayout,
     pub rows: staged_rows::StagedRows<'k>,
+    pub outputs: output_runs::OutputRuns<'k>,
 }
 
 impl OlderPlan<'_> {
@@ -150,7 +154,16 @@ pub(crate) fn plan_older<'k>(
             panic!("the staged rows' plan of kernel `{}` is invalid: {e}\n{}", k.name, dt_core::kir::print(k));
         }
     }
-    Ok(OlderPlan { mapping, registers, publishing, shared, rows })
+    let outputs = output_runs::plan_output_runs(&output_runs::Inputs {
+        k,
+        dtype,
+        mapping,
+        registers: &registers,
+        publishing: &publishing,
+        rows: &rows,
+        ws: ws.map(|(w, _)| w),
+    });
+    Ok(OlderPlan { mapping, registers, publishing, shared, rows, outputs })
 }
 
 /// The register plan's verifier after pass `pass`, in debug builds and tests: a broken rule is
@@ -200,13 +213,14 @@ pub fn print_cuda(k: &Kernel) -> Result<String, PlanError> {
                 let _ = writeln!(out, "  threads   {}", older.mapping.threads);
                 layouts::print(k, *dtype, &older.registers, &mut out);
                 staged_rows::print(k, &older.rows, &mut out);
+                output_runs::print(&older.outputs, &mut out);
                 let twins: Vec<&str> = twins::twins(k, *dtype, older.mapping, &older.registers)
                     .iter()
                     .skip(1)
                     .map(|l| match l {
-                        dt_core::kir::Layouts::WholeRuns => "for whole runs",
-                        dt_core::kir::Layouts::Specialized => "for its specialized sizes",
-                        dt_core::kir::Layouts::Any => "for any layout",
+                        dt_core::select::Layouts::WholeRuns => "for whole runs",
+                        dt_core::select::Layouts::Specialized => "for its specialized sizes",
+                        dt_core::select::Layouts::Any => "for any layout",
                     })
                     .collect();
                 let _ = writeln!(out, "  twins     {}", if twins.is_empty() { "none".to_string() } else { twins.join(", ") });
@@ -227,9 +241,9 @@ pub fn print_cuda(k: &Kernel) -> Result<String, PlanError> {
 
 /// The layouts kernel `k` built for `dtype` in `dialect` comes in: any layout first, then the
 /// twins whose code differs or that its schedule asks for (pass `twins`).
-pub fn twins(k: &Kernel, dtype: DType, dialect: crate::emit::gpu::Dialect) -> Result<Vec<dt_core::kir::Layouts>, PlanError> {
+pub fn twins(k: &Kernel, dtype: DType, dialect: crate::emit::gpu::Dialect) -> Result<Vec<dt_core::select::Layouts>, PlanError> {
     if k.warp_specialize {
-        return Ok(vec![dt_core::kir::Layouts::Any]);
+        return Ok(vec![dt_core::select::Layouts::Any]);
     }
     let older = plan_older(k, dtype, dialect, None)?;
     Ok(twins::twins(k, dtype, older.mapping, &older.registers))

@@ -41,7 +41,7 @@ pub struct Target {
 impl Target {
     /// The target the older path plans kernel `k`'s build for `dialect` for: on HIP, every GPU
     /// ([`Self::PORTABLE`], the MI200's 64 KiB); on CUDA, sm_90a for a kernel only Hopper runs
-    /// (clusters, tensor maps: [`Kernel::needs_sm90`]), sm_80 otherwise.
+    /// (clusters, tensor maps: [`dt_core::signature::Signature::needs_sm90`]), sm_80 otherwise.
     pub fn older(k: &Kernel, dialect: Dialect) -> Target {
         match dialect {
             Dialect::Hip => Self::PORTABLE,

@@ -15,6 +15,7 @@
 use super::layouts::{collect, Mapping, MatrixIsa, Plan, RegLayout};
 use dt_core::algo::DimId;
 use dt_core::kir::*;
+use dt_core::select::Layouts;
 use dt_core::DType;
 
 /// The layouts kernel `k`, built for `dtype` with register plan `registers` and thread mapping

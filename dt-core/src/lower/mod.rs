@@ -67,6 +67,7 @@ pub mod verify;
 
 use crate::algo::{FuncId, Program};
 use crate::kir::{self, Kernel, TensorParam};
+use crate::signature::Signature;
 use std::fmt;
 
 /// A schedule the lowering cannot realize (beyond what the checker rejects).
@@ -94,22 +95,24 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
         dims: loads.iter().find(|(x, _)| x == i).map(|(_, l)| l.clone()).unwrap_or_default(),
     };
     let mut kernel = Kernel {
-        name: f.name.clone(),
-        inputs: p.kernel_inputs(k).iter().map(param).collect(),
-        scalars: p.kernel_scalars(k).iter().map(|s| p.scalars[s.index()].name.clone()).collect(),
-        output: TensorParam { name: f.name.clone(), dims: f.dims.clone() },
-        dims: p.kernel_dims(k).into_iter().map(|d| (d, p.dim_name(d).to_string())).collect(),
-        bounds: bounds(p, k),
-        specialize: f.schedule.specialize.clone(),
-        dtypes: f.schedule.dtypes.clone(),
-        grid: grid::build_grid(p, k),
+        signature: Signature {
+            name: f.name.clone(),
+            inputs: p.kernel_inputs(k).iter().map(param).collect(),
+            scalars: p.kernel_scalars(k).iter().map(|s| p.scalars[s.index()].name.clone()).collect(),
+            output: TensorParam { name: f.name.clone(), dims: f.dims.clone() },
+            dims: p.kernel_dims(k).into_iter().map(|d| (d, p.dim_name(d).to_string())).collect(),
+            bounds: bounds(p, k),
+            specialize: f.schedule.specialize.clone(),
+            dtypes: f.schedule.dtypes.clone(),
+            grid: grid::build_grid(p, k),
+            warp_specialize: f.schedule.warp_specialize,
+            wgmma: f.schedule.wgmma,
+            persistent: f.schedule.persistent,
+        },
         num_warps: f.schedule.num_warps,
         num_stages: f.schedule.num_stages,
         max_registers: f.schedule.max_registers,
         fast_math: f.schedule.fast_math,
-        warp_specialize: f.schedule.warp_specialize,
-        wgmma: f.schedule.wgmma,
-        persistent: f.schedule.persistent,
         values: Vec::new(),
         vars: Vec::new(),
         body: Vec::new(),

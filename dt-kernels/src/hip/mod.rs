@@ -23,7 +23,8 @@ pub use ops::*;
 pub use tensor::HipTensor;
 
 use crate::error::{Error, Result};
-use crate::registry::{LaunchRow, SpecData, HIP_BUILD, SPECS};
+use crate::registry::{SpecData, HIP_BUILD, SPECS};
+use dt_core::manifest::LaunchInfo;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -291,20 +292,20 @@ impl Hip {
     }
 
     /// The kernel `symbol` of spec `spec_index`, with its launch parameters.
-    fn function(&self, spec_index: usize, symbol: &str) -> Result<(sys::hipFunction_t, LaunchRow)> {
+    fn function(&self, spec_index: usize, symbol: &str) -> Result<(sys::hipFunction_t, &'static LaunchInfo)> {
         let spec: &'static SpecData = SPECS[spec_index];
         let row =
             spec.hip_launch_row(symbol).ok_or_else(|| Error::Internal(format!("no HIP kernel `{symbol}` in spec `{}`", spec.name)))?;
-        if let Some(f) = self.shared.functions.lock().unwrap_or_else(|e| e.into_inner()).get(row.symbol) {
+        if let Some(f) = self.shared.functions.lock().unwrap_or_else(|e| e.into_inner()).get(row.symbol.as_str()) {
             return Ok((f.0, row));
         }
         let module = self.module(spec_index)?;
         let lib = self.shared.lib;
-        let name = CString::new(row.symbol).map_err(|_| Error::Internal(format!("kernel symbol {:?} has a NUL", row.symbol)))?;
+        let name = CString::new(row.symbol.as_str()).map_err(|_| Error::Internal(format!("kernel symbol {:?} has a NUL", row.symbol)))?;
         let mut f = std::ptr::null_mut();
         // SAFETY: `module` is loaded and lives as long as `self.shared`; `name` is NUL-terminated.
         check(lib, unsafe { lib.hipModuleGetFunction(&mut f, module, name.as_ptr()) }, || format!("finding kernel `{}`", row.symbol))?;
-        self.shared.functions.lock().unwrap_or_else(|e| e.into_inner()).insert(row.symbol, Raw(f));
+        self.shared.functions.lock().unwrap_or_else(|e| e.into_inner()).insert(row.symbol.as_str(), Raw(f));
         Ok((f, row))
     }
 }
