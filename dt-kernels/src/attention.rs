@@ -7,6 +7,7 @@
 //! to the element type first (docs/language.md, "Precision of dots"), K and V copied steps ahead
 //! (docs/decisions/0018-attention-rings.md).
 
+use crate::backend::{self, Backend};
 use crate::gpu::{self, DeviceTensor, Gpu};
 use crate::plan::{InputDesc, OpDesc};
 use crate::{Element, Result};
@@ -45,27 +46,27 @@ pub(crate) fn op(causal: bool) -> &'static OpDesc {
 /// `[batch, heads, seq_k, e]` (strided views accepted), result `[batch, heads, seq_q, e]`. With
 /// `causal`, query `i` attends only to keys `j <= i`. `seq_k` and `d` must not be 0 unless the
 /// result is empty.
-pub fn attention<T: Element>(
-    gpu: &Gpu,
-    q: &DeviceTensor<T>,
-    k: &DeviceTensor<T>,
-    v: &DeviceTensor<T>,
+pub fn attention<B: Backend, T: Element>(
+    gpu: &B,
+    q: &B::Tensor<T>,
+    k: &B::Tensor<T>,
+    v: &B::Tensor<T>,
     causal: bool,
-) -> Result<DeviceTensor<T>> {
-    gpu::run(gpu, op(causal), &[q, k, v], &[])
+) -> Result<B::Tensor<T>> {
+    backend::run(gpu, op(causal), &[q, k, v], &[])
 }
 
 /// As [`attention`], writing the result into `out` (`[batch, heads, seq_q, e]`, any strides that reach each element
 /// once, a buffer no other view shares) instead of allocating it.
-pub fn attention_into<T: Element>(
-    gpu: &Gpu,
-    q: &DeviceTensor<T>,
-    k: &DeviceTensor<T>,
-    v: &DeviceTensor<T>,
+pub fn attention_into<B: Backend, T: Element>(
+    gpu: &B,
+    q: &B::Tensor<T>,
+    k: &B::Tensor<T>,
+    v: &B::Tensor<T>,
     causal: bool,
-    out: &mut DeviceTensor<T>,
+    out: &mut B::Tensor<T>,
 ) -> Result<()> {
-    gpu::run_into(gpu, op(causal), &[q, k, v], &[], out)
+    backend::run_into(gpu, op(causal), &[q, k, v], &[], out)
 }
 
 /// The symbol of the kernel [`attention`] launches for these arguments on `gpu`, its size class

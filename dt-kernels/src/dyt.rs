@@ -1,7 +1,7 @@
 //! Dynamic tanh, an element-wise replacement for normalization layers (spec `specs/dyt.dt`,
 //! kernel `dyt`).
 
-use crate::gpu::{self, DeviceTensor, Gpu};
+use crate::backend::{self, Backend};
 use crate::plan::{InputDesc, OpDesc};
 use crate::{Element, Result};
 
@@ -21,19 +21,19 @@ pub(crate) static OP: OpDesc = OpDesc {
 
 /// `tanh(alpha * x) * w + b` with `x` of `[rows, cols]` and per-column `w`, `b` (`[cols]`), on
 /// the GPU. Result `[rows, cols]`.
-pub fn dyt<T: Element>(gpu: &Gpu, x: &DeviceTensor<T>, w: &DeviceTensor<T>, b: &DeviceTensor<T>, alpha: f32) -> Result<DeviceTensor<T>> {
-    gpu::run(gpu, &OP, &[x, w, b], &[alpha])
+pub fn dyt<B: Backend, T: Element>(gpu: &B, x: &B::Tensor<T>, w: &B::Tensor<T>, b: &B::Tensor<T>, alpha: f32) -> Result<B::Tensor<T>> {
+    backend::run(gpu, &OP, &[x, w, b], &[alpha])
 }
 
 /// As [`dyt`], writing the result into `out` (`[rows, cols]`, any strides that reach each element
 /// once, a buffer no other view shares) instead of allocating it.
-pub fn dyt_into<T: Element>(
-    gpu: &Gpu,
-    x: &DeviceTensor<T>,
-    w: &DeviceTensor<T>,
-    b: &DeviceTensor<T>,
+pub fn dyt_into<B: Backend, T: Element>(
+    gpu: &B,
+    x: &B::Tensor<T>,
+    w: &B::Tensor<T>,
+    b: &B::Tensor<T>,
     alpha: f32,
-    out: &mut DeviceTensor<T>,
+    out: &mut B::Tensor<T>,
 ) -> Result<()> {
-    gpu::run_into(gpu, &OP, &[x, w, b], &[alpha], out)
+    backend::run_into(gpu, &OP, &[x, w, b], &[alpha], out)
 }

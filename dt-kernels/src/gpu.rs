@@ -371,46 +371,38 @@ impl<T: Element> DeviceTensor<T> {
     }
 }
 
-/// Runs `op` on device tensors: checks the arguments, allocates the contiguous output, launches
-/// (nothing when the output is empty).
-pub(crate) fn run<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], scalars: &[f32]) -> Result<DeviceTensor<T>> {
-    let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();
-    let plan = plan(op, T::DTYPE, &shapes, scalars, gpu.device())?;
-    // SAFETY: the kernel writes every element of the output before anything reads it; an
-    // empty output is never read.
-    let buf = unsafe { gpu.stream.alloc::<T::Storage>(plan.out_elements.max(1)) }
-        .map_err(Error::driver(format!("{}: allocating the output {:?}", op.op, plan.out_shape)))?;
-    let mut out =
-        DeviceTensor { buf: Arc::new(buf), strides: contiguous_strides(&plan.out_shape), shape: plan.out_shape.clone(), _t: PhantomData };
-    launch(gpu, op, inputs, plan, &mut out)?;
-    Ok(out)
+impl crate::backend::sealed::Sealed for Gpu {}
+
+impl crate::backend::Backend for Gpu {
+    type Tensor<T: Element> = DeviceTensor<T>;
+
+    fn view<T: Element>(t: &DeviceTensor<T>) -> (&[usize], &[usize]) {
+        (&t.shape, &t.strides)
+    }
+
+    fn device(&self) -> Device {
+        Gpu::device(self)
+    }
+
+    fn new_output<T: Element>(&self, op: &OpDesc, shape: &[usize]) -> Result<DeviceTensor<T>> {
+        let n: usize = shape.iter().product();
+        // SAFETY: the kernel writes every element of the output before anything reads it; an
+        // empty output is never read.
+        let buf = unsafe { self.stream.alloc::<T::Storage>(n.max(1)) }
+            .map_err(Error::driver(format!("{}: allocating the output {shape:?}", op.op)))?;
+        Ok(DeviceTensor { buf: Arc::new(buf), strides: contiguous_strides(shape), shape: shape.to_vec(), _t: PhantomData })
+    }
+
+    fn owns_buffer<T: Element>(t: &mut DeviceTensor<T>) -> bool {
+        Arc::get_mut(&mut t.buf).is_some()
+    }
+
+    fn launch<T: Element>(&self, op: &OpDesc, inputs: &[&DeviceTensor<T>], plan: Plan, out: &mut DeviceTensor<T>) -> Result<()> {
+        launch(self, op, inputs, plan, out)
+    }
 }
 
-/// Runs `op` on device tensors, writing the result into `out`, which must have the result's
-/// shape, strides that never reach one element twice, and a buffer no other view shares.
-pub(crate) fn run_into<T: Element>(
-    gpu: &Gpu,
-    op: &OpDesc,
-    inputs: &[&DeviceTensor<T>],
-    scalars: &[f32],
-    out: &mut DeviceTensor<T>,
-) -> Result<()> {
-    let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();
-    let mut plan = plan(op, T::DTYPE, &shapes, scalars, gpu.device())?;
-    if out.shape != plan.out_shape {
-        return Err(Error::OutputShape { op: op.op, expected: plan.out_shape, got: out.shape.clone() });
-    }
-    layout::check_no_overlap(&|| format!("{}: the output", op.op), &out.shape, &out.strides)?;
-    if Arc::get_mut(&mut out.buf).is_none() {
-        return Err(Error::SharedOutput { op: op.op });
-    }
-    for (axis, s) in out.strides.iter().enumerate() {
-        plan.args.output_strides[axis] = *s as i64;
-    }
-    launch(gpu, op, inputs, plan, out)
-}
-
-/// The symbol of the kernel that `run` of `op` on `inputs` and `scalars` launches on `gpu` (its
+/// The symbol of the kernel that `op` on `inputs` and `scalars` launches on `gpu` (its
 /// size class and twin, e.g. `dt_mm_90a_f16` on an H100), without launching it.
 pub(crate) fn launch_symbol<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], scalars: &[f32]) -> Result<String> {
     let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();

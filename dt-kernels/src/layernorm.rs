@@ -1,6 +1,6 @@
 //! Layer normalization over the last dimension (spec `specs/layernorm.dt`, kernel `layernorm`).
 
-use crate::gpu::{self, DeviceTensor, Gpu};
+use crate::backend::{self, Backend};
 use crate::plan::{InputDesc, OpDesc};
 use crate::{Element, Result};
 
@@ -22,25 +22,19 @@ pub(crate) static OP: OpDesc = OpDesc {
 /// variance and per-column `w` and `b` (`[cols]`), on the GPU. Result `[rows, cols]`. In f32,
 /// rows of up to 4096 columns use the GPU's approximate division and `rsqrt` (errors of a few units
 /// in the last place); f16 and bf16 always do.
-pub fn layernorm<T: Element>(
-    gpu: &Gpu,
-    x: &DeviceTensor<T>,
-    w: &DeviceTensor<T>,
-    b: &DeviceTensor<T>,
-    eps: f32,
-) -> Result<DeviceTensor<T>> {
-    gpu::run(gpu, &OP, &[x, w, b], &[eps])
+pub fn layernorm<B: Backend, T: Element>(gpu: &B, x: &B::Tensor<T>, w: &B::Tensor<T>, b: &B::Tensor<T>, eps: f32) -> Result<B::Tensor<T>> {
+    backend::run(gpu, &OP, &[x, w, b], &[eps])
 }
 
 /// As [`layernorm`], writing the result into `out` (`[rows, cols]`, any strides that reach each element
 /// once, a buffer no other view shares) instead of allocating it.
-pub fn layernorm_into<T: Element>(
-    gpu: &Gpu,
-    x: &DeviceTensor<T>,
-    w: &DeviceTensor<T>,
-    b: &DeviceTensor<T>,
+pub fn layernorm_into<B: Backend, T: Element>(
+    gpu: &B,
+    x: &B::Tensor<T>,
+    w: &B::Tensor<T>,
+    b: &B::Tensor<T>,
     eps: f32,
-    out: &mut DeviceTensor<T>,
+    out: &mut B::Tensor<T>,
 ) -> Result<()> {
-    gpu::run_into(gpu, &OP, &[x, w, b], &[eps], out)
+    backend::run_into(gpu, &OP, &[x, w, b], &[eps], out)
 }

@@ -13,8 +13,10 @@
 //! | dynamic tanh | [`dyt::dyt`] | [`cpu::dyt`] |
 //! | attention | [`attention::attention`] | [`cpu::attention`] |
 //!
-//! With the `hip` feature, `hip` has the same ops on AMD GPUs (`hip::Hip`, `hip::HipTensor`),
-//! from code objects compiled by hipcc at build time and the HIP runtime loaded at run time.
+//! The GPU ops are generic over the [`Backend`]: with the `hip` feature the same functions run
+//! on AMD GPUs, given a `hip::Hip` and `hip::HipTensor`s (also re-exported as `hip::matmul` and
+//! so on), from code objects compiled by hipcc at build time and the HIP runtime loaded at run
+//! time.
 //!
 //! Elements are `f32`, [`half::f16`] or [`half::bf16`] ([`Element`]). Inputs may be strided
 //! views (transposed, permuted, broadcast): the kernels index every input by its strides. Outputs
@@ -34,6 +36,7 @@
 //! ```
 
 pub mod attention;
+mod backend;
 pub mod cpu;
 pub mod dyt;
 mod element;
@@ -51,6 +54,7 @@ pub mod reference;
 mod registry;
 pub mod softmax;
 
+pub use backend::Backend;
 pub use dt_core::DType;
 pub use element::Element;
 pub use error::{Error, Result};

@@ -1,6 +1,7 @@
 //! Matrix product fused with a leaky ReLU of slope 0.01 (spec `specs/mm_leaky_relu.dt`, kernel
 //! `out`): the product tile never leaves the program.
 
+use crate::backend::{self, Backend};
 use crate::gpu::{self, DeviceTensor, Gpu};
 use crate::plan::{InputDesc, OpDesc};
 use crate::{Element, Result};
@@ -20,14 +21,14 @@ pub(crate) static OP: OpDesc = OpDesc {
 
 /// `leaky_relu(a @ b)` on the GPU: each product `v` becomes `v` if `v > 0`, else `0.01 * v`.
 /// `a` of `[m, k]`, `b` of `[k, n]` (strided views accepted), result `[m, n]`.
-pub fn mm_leaky_relu<T: Element>(gpu: &Gpu, a: &DeviceTensor<T>, b: &DeviceTensor<T>) -> Result<DeviceTensor<T>> {
-    gpu::run(gpu, &OP, &[a, b], &[])
+pub fn mm_leaky_relu<B: Backend, T: Element>(gpu: &B, a: &B::Tensor<T>, b: &B::Tensor<T>) -> Result<B::Tensor<T>> {
+    backend::run(gpu, &OP, &[a, b], &[])
 }
 
 /// As [`mm_leaky_relu`], writing the result into `out` (`[m, n]`, any strides that reach each element
 /// once, a buffer no other view shares) instead of allocating it.
-pub fn mm_leaky_relu_into<T: Element>(gpu: &Gpu, a: &DeviceTensor<T>, b: &DeviceTensor<T>, out: &mut DeviceTensor<T>) -> Result<()> {
-    gpu::run_into(gpu, &OP, &[a, b], &[], out)
+pub fn mm_leaky_relu_into<B: Backend, T: Element>(gpu: &B, a: &B::Tensor<T>, b: &B::Tensor<T>, out: &mut B::Tensor<T>) -> Result<()> {
+    backend::run_into(gpu, &OP, &[a, b], &[], out)
 }
 
 /// The symbol of the kernel [`mm_leaky_relu`] launches for these arguments on `gpu`, its size class and

@@ -1,6 +1,9 @@
 //! Matching the arguments of one call to a generated kernel: ranks, shared sizes, limits, the
 //! dtype, and the argument block (everything but the pointers). Both backends go through here,
 //! so a shape error reads the same on the CPU and on the GPU.
+//!
+//! The types here are `pub` in a private module: nameable in the crate only, and so usable in
+//! the hidden methods of the public [`crate::Backend`] trait.
 
 use crate::error::{Error, Result};
 use crate::layout::{contiguous_strides, elements};
@@ -9,7 +12,7 @@ use dt_core::signature::Signature;
 use dt_core::DType;
 
 /// One tensor argument of an op.
-pub(crate) struct InputDesc {
+pub struct InputDesc {
     /// The input's name in the spec (`A`).
     pub param: &'static str,
     /// The argument's name in the Rust API (`a`).
@@ -19,7 +22,7 @@ pub(crate) struct InputDesc {
 }
 
 /// A library op: which kernel of which spec it runs, and how its arguments are named.
-pub(crate) struct OpDesc {
+pub struct OpDesc {
     pub op: &'static str,
     pub spec: &'static str,
     pub kernel: &'static str,
@@ -34,7 +37,7 @@ pub(crate) struct OpDesc {
 }
 
 /// A call matched to its kernel.
-pub(crate) struct Plan {
+pub struct Plan {
     pub spec_index: usize,
     pub spec: &'static SpecData,
     pub kernel: &'static Signature,
@@ -53,7 +56,7 @@ pub(crate) struct Plan {
 
 /// What the device a plan is for offers beyond what every backend has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Device {
+pub struct Device {
     /// Clusters (`cluster(y:N)` kernels of up to `max_cluster` programs run) and Hopper's
     /// copies and tensor cores (warp-specialized kernels run).
     pub features: dt_core::signature::GpuFeatures,

@@ -13,7 +13,7 @@ pub(crate) use dt_core::abi::{DtArgs, MAX_DIMS, MAX_INPUTS, MAX_SCALARS};
 pub(crate) type CpuFn = unsafe extern "C" fn(*const DtArgs, i64, i64);
 
 /// Everything embedded for one spec.
-pub(crate) struct SpecData {
+pub struct SpecData {
     pub name: &'static str,
     /// Its manifest's text ([`Manifest::to_json`]).
     pub manifest_json: &'static str,

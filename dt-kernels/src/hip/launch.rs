@@ -1,48 +1,39 @@
-//! Running an op on HIP tensors: `plan::plan` checks the arguments and fills the argument block
-//! (as for CUDA and the CPU), this file adds the pointers and launches with
-//! `hipModuleLaunchKernel`, the block passed by value as the kernel's one parameter.
+//! Running an op on HIP tensors: the HIP [`crate::backend::Backend`]. `plan::plan` checks the
+//! arguments and fills the argument block (as for CUDA and the CPU), this file adds the pointers
+//! and launches with `hipModuleLaunchKernel`, the block passed by value as the kernel's one
+//! parameter.
 
 use super::{Hip, HipTensor};
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::layout;
-use crate::plan::{plan, Device, OpDesc, Plan};
+use crate::plan::{Device, OpDesc, Plan};
 use std::ffi::c_void;
 use std::sync::Arc;
 
-/// Runs `op`: checks the arguments, allocates the contiguous output, launches (nothing when the
-/// output is empty).
-pub(super) fn run<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], scalars: &[f32]) -> Result<HipTensor<T>> {
-    let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();
-    let plan = plan(op, T::DTYPE, &shapes, scalars, Device::PLAIN)?;
-    let out_shape = plan.out_shape.clone();
-    let mut out = HipTensor::new_uninit(hip, plan.out_shape.clone(), || format!("{}: the output {out_shape:?}", op.op))?;
-    launch(hip, op, inputs, plan, &mut out)?;
-    Ok(out)
-}
+impl crate::backend::sealed::Sealed for Hip {}
 
-/// Runs `op`, writing the result into `out`, which must have the result's shape, strides that
-/// never reach one element twice, and a buffer no other view shares.
-pub(super) fn run_into<T: Element>(
-    hip: &Hip,
-    op: &OpDesc,
-    inputs: &[&HipTensor<T>],
-    scalars: &[f32],
-    out: &mut HipTensor<T>,
-) -> Result<()> {
-    let shapes: Vec<(&[usize], &[usize])> = inputs.iter().map(|t| (t.shape(), t.strides())).collect();
-    let mut plan = plan(op, T::DTYPE, &shapes, scalars, Device::PLAIN)?;
-    if out.shape() != plan.out_shape {
-        return Err(Error::OutputShape { op: op.op, expected: plan.out_shape, got: out.shape().to_vec() });
+impl crate::backend::Backend for Hip {
+    type Tensor<T: Element> = HipTensor<T>;
+
+    fn view<T: Element>(t: &HipTensor<T>) -> (&[usize], &[usize]) {
+        (t.shape(), t.strides())
     }
-    layout::check_no_overlap(&|| format!("{}: the output", op.op), out.shape(), out.strides())?;
-    if Arc::get_mut(&mut out.buf).is_none() {
-        return Err(Error::SharedOutput { op: op.op });
+
+    fn device(&self) -> Device {
+        Device::PLAIN
     }
-    for (axis, s) in out.strides().iter().enumerate() {
-        plan.args.output_strides[axis] = *s as i64;
+
+    fn new_output<T: Element>(&self, op: &OpDesc, shape: &[usize]) -> Result<HipTensor<T>> {
+        HipTensor::new_uninit(self, shape.to_vec(), || format!("{}: the output {shape:?}", op.op))
     }
-    launch(hip, op, inputs, plan, out)
+
+    fn owns_buffer<T: Element>(t: &mut HipTensor<T>) -> bool {
+        Arc::get_mut(&mut t.buf).is_some()
+    }
+
+    fn launch<T: Element>(&self, op: &OpDesc, inputs: &[&HipTensor<T>], plan: Plan, out: &mut HipTensor<T>) -> Result<()> {
+        launch(self, op, inputs, plan, out)
+    }
 }
 
 /// Checks that every tensor lives on `hip`'s device and launches the planned kernel into `out`.

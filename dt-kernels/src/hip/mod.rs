@@ -14,12 +14,18 @@
 //! [`HipTensor::to_host`] and [`Hip::synchronize`] wait.
 
 mod launch;
-mod ops;
 mod sys;
 mod tensor;
 
+/// The ops, the same functions as the CUDA ones (generic over [`crate::backend::Backend`]):
+/// `hip::softmax(&hip, &x)` is `dt_kernels::softmax::softmax(&hip, &x)`.
+pub use crate::attention::{attention, attention_into};
+pub use crate::dyt::{dyt, dyt_into};
+pub use crate::layernorm::{layernorm, layernorm_into};
+pub use crate::matmul::{matmul, matmul_into};
+pub use crate::mm_leaky_relu::{mm_leaky_relu, mm_leaky_relu_into};
 pub use crate::registry::HipBuild;
-pub use ops::*;
+pub use crate::softmax::{softmax, softmax_into};
 pub use tensor::HipTensor;
 
 use crate::error::{Error, Result};
