@@ -1102,6 +1102,14 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
                 writeln!(out, "    pipeline  {} buffers per operand, cp.async ({})", d.stages, stages_asked(k, *id, d.stages, &p.target));
         }
     }
+    // Of the values and accumulators the body has (the lowering leaves ids of dropped ones).
+    let (mut lets, mut updates) = (Vec::new(), Vec::new());
+    collect(&k.body, &mut lets, &mut updates);
+    let values: Vec<RegLayout> = lets.iter().map(|(id, _)| p.values[id.0 as usize]).collect();
+    let mut vars = dt_core::kir::written_vars(&k.body);
+    vars.sort();
+    vars.dedup();
+    let vars: Vec<RegLayout> = vars.iter().map(|v| p.vars[v.0 as usize]).collect();
     let count = |ls: &[RegLayout]| {
         let mut n = [0usize; 5];
         for l in ls {
@@ -1116,6 +1124,6 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
         let rows = if n[4] > 0 { format!(", {} in accumulator rows", n[4]) } else { String::new() };
         format!("{} blocked, {} in accumulator layout, {} replicated, {} in runs{rows}", n[0], n[1], n[2], n[3])
     };
-    let _ = writeln!(out, "  values    {}", count(&p.values));
-    let _ = writeln!(out, "  accs      {}", count(&p.vars));
+    let _ = writeln!(out, "  values    {}", count(&values));
+    let _ = writeln!(out, "  accs      {}", count(&vars));
 }

@@ -208,7 +208,12 @@ pub fn print_cuda(k: &Kernel) -> Result<String, PlanError> {
             Some(t) => out += &print(k, &plan(k, *dtype, &t)?),
             None => {
                 let older = plan_older(k, *dtype, crate::emit::gpu::Dialect::Cuda, None)?;
-                let on = if k.wgmma { "sm_90a (wgmma())" } else { "sm_80 and newer" };
+                let target = older.registers.target;
+                let on = match (k.wgmma, target.name) {
+                    (true, _) => "sm_90a (wgmma())".to_string(),
+                    (false, "sm_80") => "sm_80 and newer".to_string(),
+                    (false, name) => name.to_string(),
+                };
                 let _ = writeln!(out, "plan {} for {} on {on}", k.name, dtype.name());
                 let _ = writeln!(out, "  threads   {}", older.mapping.threads);
                 layouts::print(k, *dtype, &older.registers, &mut out);
