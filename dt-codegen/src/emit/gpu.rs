@@ -34,6 +34,7 @@ mod vector;
 use super::expr::{binary_in, combine, float_lit, unary_in, Math};
 use super::{check_abi, program_coords, EmitError, Lanes};
 use crate::abi;
+use crate::plan::cluster_waits::WaitPoint;
 use crate::plan::layouts::{self, same_layout, Mapping, Plan, RegLayout};
 use crate::plan::publishing::{store_layout, Publishing, Reader};
 use crate::plan::staged_rows::{AheadLoad, HeldLoad, RowLoads, StagedRing};
@@ -141,7 +142,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         hopper::check_warpgroup_dots(k, &older.registers)?;
     }
     let shared_bytes = older.shared_bytes();
-    let crate::plan::OlderPlan { mapping, registers: plan, publishing, shared, rows, outputs } = older;
+    let crate::plan::OlderPlan { mapping, registers: plan, publishing, shared, rows, outputs, cluster } = older;
     let threads = mapping.threads as u32;
     let vector = mapping.vector;
     let mut e = Emitter {
@@ -162,7 +163,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         once: false,
         full: Vec::new(),
         holds: Vec::new(),
-        cluster_arrived: false,
+        cluster,
         pairs: Vec::new(),
         dot_rings: shared.dot_rings,
         rows,
@@ -225,7 +226,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         e.line(&l);
     }
     e.stmts(&k.body)?;
-    e.settle_cluster();
+    e.cluster_wait(WaitPoint::Exit);
     e.out += "}\n";
     if !tensor_maps.is_empty() {
         e.drop_unused_pointers();
@@ -247,16 +248,6 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
             persistent: false,
         },
     ))
-}
-
-/// Whether `stmts` meet the cluster (a cluster reduction, or a pair's second statistic), at any
-/// depth.
-fn reduces_over_the_cluster(stmts: &[Stmt]) -> bool {
-    stmts.iter().any(|s| match s {
-        Stmt::Let { op: Op::ClusterReduce { .. } | Op::ClusterPaired { .. }, .. } => true,
-        Stmt::Loop(l) => reduces_over_the_cluster(&l.body),
-        _ => false,
-    })
 }
 
 /// Bytes a thread moves per vector load or store.
@@ -298,9 +289,8 @@ struct Emitter<'a> {
     /// Conditions that hold in every lane of the code being printed: a causal mask's below
     /// the diagonal (`Loop::diagonal`).
     holds: Vec<ValueId>,
-    /// Whether the printed code has arrived at a cluster barrier it has not yet waited on (see
-    /// [`Emitter::cluster_reduce`]).
-    cluster_arrived: bool,
+    /// Where a clustered kernel waits on the cluster barrier (`plan::cluster_waits`).
+    cluster: crate::plan::cluster_waits::ClusterWaits<'a>,
     /// Cluster reductions followed by the second statistic of their pair (found by
     /// [`Emitter::stmts`]): the reduction's value, the pair's, its rule, operand and counts. The
     /// reduction's meeting computes the pair's value too ([`Emitter::paired_meeting`]).
@@ -548,17 +538,10 @@ impl Emitter<'_> {
         super::at_most_one_step(self.k, l)
     }
 
-    /// A loop. An arrival at the cluster barrier from before it (the last cluster reduction's)
-    /// is waited on before the loop where the loop makes cluster reductions of its own (a wait
-    /// inside would come once per iteration); otherwise after it, so that the loop's work (a
-    /// clustered row's output) overlaps the other programs' reading of this one's buffer.
+    /// A loop, after the wait on the cluster barrier the plan places before it, if any.
     fn loop_stmt(&mut self, l: &Loop) -> Result<(), EmitError> {
-        let defer = !reduces_over_the_cluster(&l.body);
-        let pending = defer && std::mem::take(&mut self.cluster_arrived);
-        self.settle_cluster();
-        let done = self.loop_stmt_inner(l);
-        self.cluster_arrived |= pending;
-        done
+        self.cluster_wait(WaitPoint::BeforeLoop(l));
+        self.loop_stmt_inner(l)
     }
 
     /// A loop: its staged dots pipelined, with its loads issued a step ahead, or plain.
@@ -598,7 +581,7 @@ impl Emitter<'_> {
         let read = self.read_held(l, &o, &held);
         self.prefetched.extend(read);
         self.stmts(&l.body)?;
-        self.settle_cluster();
+        self.cluster_wait(WaitPoint::EndOfBody(l));
         self.prefetched.truncate(prefetched);
         self.full.truncate(full);
         self.offsets.pop();

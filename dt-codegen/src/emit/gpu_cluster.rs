@@ -14,7 +14,7 @@ impl Emitter<'_> {
     /// partial is read by the first lanes of every warp, one program each, and combined by
     /// shuffles; a larger one by each thread for its elements, program after program. Each
     /// program then arrives at a second barrier, which it waits on only before it writes a
-    /// buffer again or exits ([`Self::settle_cluster`]): no program overwrites a buffer, or
+    /// buffer again or exits ([`Self::cluster_wait`]): no program overwrites a buffer, or
     /// leaves, before every program has read it, and none waits for that in between.
     pub(super) fn cluster_reduce(&mut self, op: dt_core::algo::RedOp, value: ValueId, dim: DimId, id: ValueId) {
         let shape = self.k.value(id).shape.clone();
@@ -24,12 +24,11 @@ impl Emitter<'_> {
         self.declare(&dst, &shape);
         self.line(&format!("/* {} over the {ranks} programs of the cluster along {} */", op.name(), self.k.dim_name(dim)));
         self.line(&format!("__shared__ __align__(16) float {buf}[{}];", shape.elements()));
-        self.settle_cluster();
+        self.cluster_wait(WaitPoint::Meeting(id));
         if let (RegLayout::Mma(a), RegLayout::Mma(b)) = (self.layout(value), self.layout(id)) {
             if a == b {
                 self.exchange_fragments(op, a, &shape, &buf, &src, &dst, ranks);
                 self.line("dt_cluster_arrive();");
-                self.cluster_arrived = true;
                 return;
             }
         }
@@ -57,7 +56,6 @@ impl Emitter<'_> {
             });
         }
         self.line("dt_cluster_arrive();");
-        self.cluster_arrived = true;
     }
 
     /// [`Self::cluster_reduce`] of an accumulator tile (a contraction split over the cluster)
@@ -167,7 +165,7 @@ impl Emitter<'_> {
             self.k.dim_name(dim)
         ));
         self.line(&format!("__shared__ float {buf}[{}];", 3 * shape.elements()));
-        self.settle_cluster();
+        self.cluster_wait(WaitPoint::Meeting(first_met.unwrap_or(id)));
         let parts: Vec<(usize, ValueId)> = [Some((0, first)), Some((1, second)), count.map(|c| (2, c))].into_iter().flatten().collect();
         for &(slot, v) in &parts {
             match self.layout(v) {
@@ -249,16 +247,13 @@ impl Emitter<'_> {
             }
         }
         self.line("dt_cluster_arrive();");
-        self.cluster_arrived = true;
     }
 
-    /// Waits on the cluster barrier arrived at after the last cluster reduction, if any: before
-    /// a buffer of the cluster's is written again (the next reduction), before a loop that makes
-    /// cluster reductions of its own and after any other loop ([`Self::loop_stmt`]), at the end
-    /// of a loop's body (so that an arrival and its wait are in one iteration of one loop), and
-    /// before the program exits.
-    pub(super) fn settle_cluster(&mut self) {
-        if std::mem::take(&mut self.cluster_arrived) {
+    /// Waits on the cluster barrier where the plan has the kernel wait at `point`
+    /// (`plan::cluster_waits`: after a meeting's arrival, before the next meeting, a loop with
+    /// meetings, the end of a loop's body or of the program).
+    pub(super) fn cluster_wait(&mut self, point: WaitPoint) {
+        if self.cluster.waits_at(point) {
             self.line("dt_cluster_wait();");
         }
     }

@@ -7,6 +7,7 @@
 use super::super::{program_coords, program_count, start_offset, GPU_INDEX};
 use super::{EmitError, Emitter};
 use crate::abi;
+use crate::plan::cluster_waits::WaitPoint;
 use crate::plan::layouts::MmaDot;
 use crate::plan::layouts::MmaTile;
 use crate::plan::shared::ATOM_WORDS;
@@ -191,7 +192,7 @@ impl Emitter<'_> {
             self.line(&l);
         }
         body(self)?;
-        self.settle_cluster();
+        self.cluster_wait(WaitPoint::Exit);
         self.depth -= 1;
         self.line("}");
         Ok(())

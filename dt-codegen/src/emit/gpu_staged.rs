@@ -68,7 +68,7 @@ impl Emitter<'_> {
         self.line("}");
         self.prefetched.extend(current);
         self.stmts(&l.body)?;
-        self.settle_cluster();
+        self.cluster_wait(WaitPoint::EndOfBody(l));
         self.prefetched.clear();
         self.full.truncate(full);
         self.offsets.pop();
@@ -174,7 +174,7 @@ impl Emitter<'_> {
         }
         self.prefetched.extend(current);
         self.stmts(&l.body)?;
-        self.settle_cluster();
+        self.cluster_wait(WaitPoint::EndOfBody(l));
         self.prefetched.clear();
         if !holds {
             self.line(&format!("{st} = ({st} + 1) % {stages}u;"));

@@ -29,7 +29,8 @@
 //! kernel fits the shared memory of its GPUs), and `staged_rows` (how each loop over rows issues
 //! its loads ahead: staged in a ring of shared memory, held for the loops after it, or one step
 //! ahead in registers; where those rings lie), `output_runs` (which statements of a capped
-//! kernel's output are printed run by run); and `twins` (which twins of the kernel are built:
+//! kernel's output are printed run by run), `cluster_waits` (where a clustered kernel waits on the
+//! cluster barrier after each meeting); and `twins` (which twins of the kernel are built:
 //! for whole runs where its code depends on them, for its specialized sizes). The GPU printer runs them and prints what they
 //! decide; `dtc emit --target gpu-plan` prints them too. Still decided while printing: the order
 //! of copies, barriers and loads within a statement, the element-wise code of each layout. That
@@ -40,6 +41,7 @@
 //! `num_stages` asks where those do not fit, which the printed plan shows and `dtc check` warns
 //! of ([`lowered_stages`]).
 
+pub(crate) mod cluster_waits;
 pub(crate) mod dot_rings;
 pub mod layouts;
 mod mapping;
@@ -109,8 +111,9 @@ pub(crate) fn register_layouts(
 /// hold a blocked tile, its register layouts ([`register_layouts`]), the operands read through
 /// shared memory ([`publishing::plan_publishing`]), where its shared memory lies
 /// ([`shared::lay_out`]), how its loops over rows issue their loads ahead
-/// ([`staged_rows::plan_staged_rows`]), and which outputs are printed run by run
-/// ([`output_runs::plan_output_runs`]).
+/// ([`staged_rows::plan_staged_rows`]), which outputs are printed run by run
+/// ([`output_runs::plan_output_runs`]), and where a clustered kernel waits on the cluster
+/// barrier ([`cluster_waits::plan_cluster_waits`]).
 pub(crate) struct OlderPlan<'k> {
     pub mapping: layouts::Mapping,
     pub registers: layouts::Plan,
@@ -118,6 +121,7 @@ pub(crate) struct OlderPlan<'k> {
     pub shared: shared::SharedLayout,
     pub rows: staged_rows::StagedRows<'k>,
     pub outputs: output_runs::OutputRuns<'k>,
+    pub cluster: cluster_waits::ClusterWaits<'k>,
 }
 
 impl OlderPlan<'_> {
@@ -163,7 +167,13 @@ pub(crate) fn plan_older<'k>(
         rows: &rows,
         ws: ws.map(|(w, _)| w),
     });
-    Ok(OlderPlan { mapping, registers, publishing, shared, rows, outputs })
+    let cluster = cluster_waits::plan_cluster_waits(k, &registers, ws.map(|(w, _)| w));
+    if cfg!(debug_assertions) {
+        if let Err(e) = cluster_waits::verify(k, &registers, ws.map(|(w, _)| w), &cluster) {
+            panic!("the cluster waits of kernel `{}` are invalid: {e}\n{}", k.name, dt_core::kir::print(k));
+        }
+    }
+    Ok(OlderPlan { mapping, registers, publishing, shared, rows, outputs, cluster })
 }
 
 /// The register plan's verifier after pass `pass`, in debug builds and tests: a broken rule is
@@ -219,6 +229,7 @@ pub fn print_cuda(k: &Kernel) -> Result<String, PlanError> {
                 layouts::print(k, *dtype, &older.registers, &mut out);
                 staged_rows::print(k, &older.rows, &mut out);
                 output_runs::print(&older.outputs, &mut out);
+                cluster_waits::print(&older.cluster, &mut out);
                 let twins: Vec<&str> = twins::twins(k, *dtype, older.mapping, &older.registers)
                     .iter()
                     .skip(1)
