@@ -87,14 +87,12 @@ pub fn emit_file(header: &str, dialect: Dialect, kernels: &[(&Kernel, DType, Str
     out += abi::GPU_DECL;
     let mut infos = Vec::new();
     for (k, dtype, symbol) in kernels {
-        let (text, info) = emit_kernel(k, *dtype, symbol, dialect, Layouts::Any)?;
-        out += "\n";
-        out += &text;
-        infos.push(info);
-        // The twins (pass `plan::twins`): for whole runs, where the code differs; for the
-        // specialized sizes, where the schedule asks and whole runs are possible.
-        for layouts in crate::plan::twins(k, *dtype, dialect).map_err(|e| EmitError(e.0))?.into_iter().skip(1) {
-            let (text, info) = emit_kernel(k, *dtype, &layouts.symbol(symbol), dialect, layouts)?;
+        // The kernel for any layout, then its twins (pass `plan::twins`): for whole runs, where
+        // the code differs; for the specialized sizes, where the schedule asks and whole runs
+        // are possible. One plan serves them all.
+        let plans = plan_kernel(k, *dtype, dialect)?;
+        for layouts in crate::plan::twins::twins(k, *dtype, plans.older.mapping, &plans.older.registers) {
+            let (text, info) = print_kernel(k, *dtype, &layouts.symbol(symbol), dialect, layouts, plans.clone())?;
             out += "\n";
             out += &text;
             infos.push(info);
@@ -122,7 +120,21 @@ fn c_type(d: DType) -> &'static str {
     }
 }
 
+/// Kernel `k` built for `dtype` in `dialect` for tensors of `layouts`, as function `symbol`.
 pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, layouts: Layouts) -> Result<(String, LaunchInfo), EmitError> {
+    print_kernel(k, dtype, symbol, dialect, layouts, plan_kernel(k, dtype, dialect)?)
+}
+
+/// The plans of one kernel instance: the GPU plan stage's, where the kernel has one, and the
+/// older path's.
+#[derive(Clone)]
+struct KernelPlans<'k> {
+    gpu_plan: Option<crate::plan::GpuPlan>,
+    older: crate::plan::OlderPlan<'k>,
+}
+
+/// Plans kernel `k` built for `dtype` in `dialect`, after checking that the dialect can have it.
+fn plan_kernel(k: &Kernel, dtype: DType, dialect: Dialect) -> Result<KernelPlans<'_>, EmitError> {
     check_abi(k)?;
     if dialect == Dialect::Hip {
         super::check_no_cluster(k, "HIP")?;
@@ -134,13 +146,28 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str, dialect: Dialect, lay
         Some(t) => Some(crate::plan::plan(k, dtype, t).map_err(|e| EmitError(e.0))?),
         None => None,
     };
-    let ws = gpu_plan.as_ref().and_then(|p| p.warp_specialized.clone());
-    // The threads that run the kernel's statements: all of them, or a warp-specialized
-    // kernel's consumers (its producer warpgroup comes after them).
-    let older = crate::plan::plan_older(k, dtype, dialect, ws.as_ref().zip(target.as_ref())).map_err(|e| EmitError(e.0))?;
+    let ws = gpu_plan.as_ref().and_then(|p| p.warp_specialized.as_ref());
+    let older = crate::plan::plan_older(k, dtype, dialect, ws.zip(target.as_ref())).map_err(|e| EmitError(e.0))?;
     if k.wgmma {
         hopper::check_warpgroup_dots(k, &older.registers)?;
     }
+    Ok(KernelPlans { gpu_plan, older })
+}
+
+/// Prints kernel `k` built for `dtype` in `dialect` for tensors of `layouts`, as function
+/// `symbol`, by its plans.
+fn print_kernel<'k>(
+    k: &'k Kernel,
+    dtype: DType,
+    symbol: &str,
+    dialect: Dialect,
+    layouts: Layouts,
+    plans: KernelPlans<'k>,
+) -> Result<(String, LaunchInfo), EmitError> {
+    let KernelPlans { gpu_plan, older } = plans;
+    let ws = gpu_plan.as_ref().and_then(|p| p.warp_specialized.clone());
+    // The threads that run the kernel's statements: all of them, or a warp-specialized
+    // kernel's consumers (its producer warpgroup comes after them).
     let shared_bytes = older.shared_bytes();
     let crate::plan::OlderPlan { mapping, registers: plan, publishing, shared, rows, outputs, cluster } = older;
     let threads = mapping.threads as u32;

@@ -114,6 +114,7 @@ pub(crate) fn register_layouts(
 /// ([`staged_rows::plan_staged_rows`]), which outputs are printed run by run
 /// ([`output_runs::plan_output_runs`]), and where a clustered kernel waits on the cluster
 /// barrier ([`cluster_waits::plan_cluster_waits`]).
+#[derive(Clone, Debug)]
 pub(crate) struct OlderPlan<'k> {
     pub mapping: layouts::Mapping,
     pub registers: layouts::Plan,

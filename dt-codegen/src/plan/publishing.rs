@@ -7,6 +7,7 @@ use super::layouts::{row_reduced_tile, same_layout, Mapping, Plan, RegLayout};
 use dt_core::kir::*;
 
 /// Which operands of which statements go through shared memory, and the slots they use.
+#[derive(Clone, Debug)]
 pub(crate) struct Publishing {
     /// (value, slot) pairs, by the statement that reads them.
     pub reads: Vec<(Reader, Vec<(ValueId, usize)>)>,
