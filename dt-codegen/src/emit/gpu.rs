@@ -169,7 +169,7 @@ fn print_kernel<'k>(
     // The threads that run the kernel's statements: all of them, or a warp-specialized
     // kernel's consumers (its producer warpgroup comes after them).
     let shared_bytes = older.shared_bytes();
-    let crate::plan::OlderPlan { mapping, registers: plan, publishing, shared, rows, outputs, cluster } = older;
+    let crate::plan::OlderPlan { mapping, registers: plan, publishing, shared, rows, outputs, cluster, partials } = older;
     let threads = mapping.threads as u32;
     let vector = mapping.vector;
     let mut e = Emitter {
@@ -185,7 +185,7 @@ fn print_kernel<'k>(
         publishing,
         slot_offsets: shared.slot_offsets,
         plan,
-        partials: Partials::default(),
+        partials,
         prefetched: Vec::new(),
         once: false,
         full: Vec::new(),
@@ -296,7 +296,9 @@ struct Emitter<'a> {
     slot_offsets: Vec<usize>,
     /// The register layout of every value and accumulator, and the staged dots.
     plan: Plan,
-    partials: Partials,
+    /// Where reductions in registers write their partials, and which wait at a barrier first
+    /// (`plan::partials`).
+    partials: crate::plan::partials::Partials,
     /// Loads issued ahead by [`Emitter::pipelined_rows`]: the value and its words and flags.
     prefetched: Vec<(ValueId, String, String)>,
     /// Whether the kernel is built for tensors whose 16-byte runs are whole
@@ -340,16 +342,6 @@ struct Emitter<'a> {
     ws: Option<crate::plan::WarpSpecialized>,
     /// The `wgmma` helpers the printed warpgroup dots call: N, and whether A is in registers.
     wgmma_shapes: Vec<(u32, bool)>,
-}
-
-/// What the printed code has done so far to the two regions of partials of reductions in
-/// registers, so that a reduction can tell whether a barrier must come before its writes.
-#[derive(Clone, Copy, Debug, Default)]
-struct Partials {
-    /// The region the next reduction writes.
-    next: usize,
-    /// Regions threads may still be reading: read since the last barrier, or unknown.
-    dirty: [bool; 2],
 }
 
 /// Where an operand's elements are read from inside an element loop.
@@ -527,44 +519,6 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    fn stmt(&mut self, s: &Stmt) -> Result<(), EmitError> {
-        let start = self.out.len();
-        let (before, reduce_in_registers) = (self.partials, self.reduces_in_registers(s));
-        let single = matches!(s, Stmt::Loop(l) if self.single_iteration(l));
-        if matches!(s, Stmt::Loop(_)) && !single {
-            // A loop's next iteration follows its last: nothing is known at the start of each.
-            self.partials.dirty = [true, true];
-        }
-        self.stmt_body(s)?;
-        if !reduce_in_registers && !single && self.out[start..].contains("dt_smem") {
-            // Anything else that used shared memory may have read any part of it.
-            self.partials.dirty = [true, true];
-        }
-        if matches!(s, Stmt::Loop(_)) && !single {
-            self.partials.dirty = [true, true];
-            self.partials.next = before.next;
-        }
-        Ok(())
-    }
-
-    /// Whether `s` is a reduction of a tile in registers ([`Self::register_reduce`]), which
-    /// keeps track of the partials itself.
-    fn reduces_in_registers(&self, s: &Stmt) -> bool {
-        match s {
-            Stmt::Let { op: Op::Reduce { value, dim, .. }, .. } => {
-                matches!(self.layout(*value), RegLayout::Blocked | RegLayout::Runs(_))
-                    && self.mapping.register_reduce(&self.k.value(*value).shape, *dim).is_some()
-            }
-            _ => false,
-        }
-    }
-
-    /// Whether loop `l` runs exactly once: over a block of this program as wide as its step
-    /// (the grid gives each program a block that starts inside the dimension).
-    fn single_iteration(&self, l: &Loop) -> bool {
-        super::at_most_one_step(self.k, l)
-    }
-
     /// A loop, after the wait on the cluster barrier the plan places before it, if any.
     fn loop_stmt(&mut self, l: &Loop) -> Result<(), EmitError> {
         self.cluster_wait(WaitPoint::BeforeLoop(l));
@@ -617,7 +571,7 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    fn stmt_body(&mut self, s: &Stmt) -> Result<(), EmitError> {
+    fn stmt(&mut self, s: &Stmt) -> Result<(), EmitError> {
         match s {
             Stmt::Let { value, op } => self.op(*value, op)?,
             Stmt::Init { var, value, origin } => {
@@ -896,7 +850,7 @@ impl Emitter<'_> {
                 };
                 self.declare_in(&dst, &shape, layout);
                 let src = format!("v{}", value.0);
-                self.register_reduce(*op, &src, &sv, *dim, rows, lanes_per_register, &dst, &shape, layout);
+                self.register_reduce(id, *op, &src, &sv, *dim, rows, lanes_per_register, &dst, &shape, layout);
             }
             // Where runs are split into single lanes (see `gpu_runs.rs`), every lane is a run.
             Op::RunReduce { op, value, .. } => {

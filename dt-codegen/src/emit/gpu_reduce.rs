@@ -61,6 +61,7 @@ impl Emitter<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn register_reduce(
         &mut self,
+        id: ValueId,
         op: dt_core::algo::RedOp,
         src: &str,
         input: &Shape,
@@ -99,17 +100,15 @@ impl Emitter<'_> {
             self.line("}");
             return;
         }
-        // The partials alternate between two regions: a region still being read by the last
-        // reduction that used it needs a barrier first; otherwise the one between them served.
-        let region = self.partials.next;
-        if self.partials.dirty[region] {
+        // The partials alternate between two regions, and a barrier comes first where the
+        // region may still be read (`plan::partials`).
+        let region = self.partials.region(id).expect("the plan places the partials of every reduction in registers");
+        if self.partials.barrier_before(id) {
             self.barrier();
         }
         let red = format!("({red} + {})", region * self.publishing.partials);
         self.line(&format!("if (tid % 32 == 0) {{ for (int i = 0; i < {rows}; i++) {red}[(tid / 32) * {rows} + i] = p[i]; }}"));
         self.barrier();
-        self.partials = Partials { next: 1 - region, dirty: [false, false] };
-        self.partials.dirty[region] = true;
         self.depth -= 1;
         self.line("}");
         self.for_owned(result, layout, |e, _| {

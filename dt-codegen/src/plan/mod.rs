@@ -20,19 +20,27 @@
 //! never a silent change.
 //!
 //! The older path (every kernel on sm_80 and HIP, and the parts of a warp-specialized kernel
-//! outside its loop) is planned by [`plan_older`], in order: `layouts::plan` (register layouts,
-//! tensor-core dots with their staging, `cp.async` pipelines, and the rings of `dot_rings` for
-//! loops of several dots, which in a `wgmma()` kernel feed warpgroup dots through bulk tensor
-//! copies), `rows` (row statistics in the accumulator's rows), `replicate` and `runs`,
-//! `verify::verify_registers` after each in debug builds and tests; then `publishing` (which
-//! operands go through shared memory), `shared` (where the slots and rings lie, and whether the
-//! kernel fits the shared memory of its GPUs), and `staged_rows` (how each loop over rows issues
-//! its loads ahead: staged in a ring of shared memory, held for the loops after it, or one step
-//! ahead in registers; where those rings lie), `output_runs` (which statements of a capped
-//! kernel's output are printed run by run), `cluster_waits` (where a clustered kernel waits on the
-//! cluster barrier after each meeting); and `twins` (which twins of the kernel are built:
-//! for whole runs where its code depends on them, for its specialized sizes). The GPU printer runs them and prints what they
-//! decide; `dtc emit --target gpu-plan` prints them too. Still decided while printing: the order
+//! outside its loop) is planned by [`plan_older`], in order:
+//! - `layouts::plan`: register layouts, tensor-core dots with their staging, `cp.async`
+//!   pipelines, and the rings of `dot_rings` for loops of several dots, which in a `wgmma()`
+//!   kernel feed warpgroup dots through bulk tensor copies;
+//! - `rows` (row statistics in the accumulator's rows), `replicate` and `runs`, with
+//!   `verify::verify_registers` after each in debug builds and tests;
+//! - `publishing`: which operands go through shared memory;
+//! - `shared`: where the slots and rings lie, and whether the kernel fits the shared memory of
+//!   its GPUs;
+//! - `staged_rows`: how each loop over rows issues its loads ahead (staged in a ring of shared
+//!   memory, held for the loops after it, or one step ahead in registers) and where those rings
+//!   lie, checked by `verify::verify_staged_rows`;
+//! - `output_runs`: which statements of a capped kernel's output are printed run by run;
+//! - `cluster_waits`: where a clustered kernel waits on the cluster barrier after each meeting,
+//!   checked by `cluster_waits::verify`;
+//! - `partials`: where each reduction in registers writes its partials, and which wait at a
+//!   barrier first.
+//!
+//! Then `twins` decides which twins of the kernel are built (for whole runs where its code
+//! depends on them, for its specialized sizes), and the printer prints each from the one plan.
+//! `dtc emit --target gpu-plan` prints the decisions. Still decided while printing: the order
 //! of copies, barriers and loads within a statement, the element-wise code of each layout. That
 //! path's shared-memory limits are those of the build's target ([`Target::older`]: every GPU on
 //! HIP, sm_80 on CUDA, sm_90a for a kernel only Hopper runs), which `layouts::plan` keeps in the
@@ -46,6 +54,7 @@ pub(crate) mod dot_rings;
 pub mod layouts;
 mod mapping;
 pub(crate) mod output_runs;
+pub(crate) mod partials;
 pub(crate) mod publishing;
 mod replicate;
 mod rows;
@@ -123,6 +132,7 @@ pub(crate) struct OlderPlan<'k> {
     pub rows: staged_rows::StagedRows<'k>,
     pub outputs: output_runs::OutputRuns<'k>,
     pub cluster: cluster_waits::ClusterWaits<'k>,
+    pub partials: partials::Partials,
 }
 
 impl OlderPlan<'_> {
@@ -174,7 +184,9 @@ pub(crate) fn plan_older<'k>(
             panic!("the cluster waits of kernel `{}` are invalid: {e}\n{}", k.name, dt_core::kir::print(k));
         }
     }
-    Ok(OlderPlan { mapping, registers, publishing, shared, rows, outputs, cluster })
+    let partials =
+        partials::plan_partials(&partials::Inputs { k, mapping, registers: &registers, publishing: &publishing, ws: ws.map(|(w, _)| w) });
+    Ok(OlderPlan { mapping, registers, publishing, shared, rows, outputs, cluster, partials })
 }
 
 /// The register plan's verifier after pass `pass`, in debug builds and tests: a broken rule is
@@ -231,6 +243,7 @@ pub fn print_cuda(k: &Kernel) -> Result<String, PlanError> {
                 staged_rows::print(k, &older.rows, &mut out);
                 output_runs::print(&older.outputs, &mut out);
                 cluster_waits::print(&older.cluster, &mut out);
+                partials::print(&older.partials, &mut out);
                 let twins: Vec<&str> = twins::twins(k, *dtype, older.mapping, &older.registers)
                     .iter()
                     .skip(1)

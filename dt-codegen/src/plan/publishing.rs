@@ -182,3 +182,30 @@ pub(crate) fn store_layout(layout: RegLayout, shape: &Shape, tile: &Shape) -> Re
         _ => RegLayout::Blocked,
     }
 }
+
+/// Whether statement `s` (not a loop) of kernel `k` reads or writes shared memory where it is
+/// printed: operands read through slots, a reduction or dot through slots, a row reduction of
+/// an accumulator tile whose warps meet in shared memory.
+pub(crate) fn uses_shared_memory(k: &Kernel, plan: &Plan, publishing: &Publishing, mapping: Mapping, s: &Stmt) -> bool {
+    let reader = match s {
+        Stmt::Let { value, .. } => Some(Reader::Let(*value)),
+        Stmt::Update { var, value, .. } => Some(Reader::Update(*var, *value)),
+        Stmt::Store { value, .. } => Some(Reader::Store(*value)),
+        _ => None,
+    };
+    if reader.is_some_and(|r| publishing.reads.iter().any(|(x, slots)| *x == r && !slots.is_empty())) {
+        return true;
+    }
+    match s {
+        Stmt::Let { value: id, op: Op::Reduce { value, dim, .. } } => match super::layouts::row_reduced_tile(k, plan, *value, *dim, *id) {
+            Some(t) => !matches!(plan.values[id.0 as usize], RegLayout::MmaRows(_)) && t.wn > 1,
+            None => {
+                let in_registers = matches!(plan.values[value.0 as usize], RegLayout::Blocked | RegLayout::Runs(_))
+                    && mapping.register_reduce(&k.value(*value).shape, *dim).is_some();
+                !in_registers
+            }
+        },
+        Stmt::Let { op: Op::Dot { .. }, .. } => true,
+        _ => false,
+    }
+}
