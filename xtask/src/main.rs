@@ -1,11 +1,12 @@
 //! Project chores: `cargo xtask regen [--check]`, `cargo xtask bench`, `cargo xtask plot`,
-//! `cargo xtask page`, `cargo xtask explore`.
+//! `cargo xtask page`, `cargo xtask explore`, `cargo xtask variants`.
 
 mod bench;
 mod explore;
 mod plot;
 mod regen;
 mod results;
+mod variants;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -112,6 +113,15 @@ enum Command {
         #[arg(long = "time-limit")]
         time_limit: Option<f64>,
     },
+    /// Write every library and test spec reduced to each kernel, and schedules near each
+    /// kernel's own, as `.dt` files (for `scripts/compare_compilers.sh`).
+    Variants {
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Schedules drawn per kernel (those that do not check are left out).
+        #[arg(long = "per-kernel", default_value_t = 6)]
+        per_kernel: u64,
+    },
     /// Write one results page (and its JSON) from the JSON of several bench runs.
     Page {
         /// The JSON files; a row in a later one replaces the same op, shape and type in an earlier.
@@ -186,6 +196,7 @@ fn main() -> ExitCode {
             .map(|_| ())
         })(
         ),
+        Command::Variants { out, per_kernel } => variants::run(&out, per_kernel).map(|n| println!("wrote {n} specs to {}", out.display())),
         Command::Page { json, markdown, merged_json, machine, commands } => results::merged(&json).and_then(|rows| {
             dt_codegen::host::write_atomically(&markdown, results::merged_markdown(&rows, &machine, &commands).as_bytes())
                 .map_err(|e| format!("writing {}: {e}", markdown.display()))?;
