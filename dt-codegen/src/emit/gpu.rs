@@ -191,7 +191,6 @@ fn print_kernel<'k>(
         full: Vec::new(),
         holds: Vec::new(),
         cluster,
-        pairs: Vec::new(),
         dot_rings: shared.dot_rings,
         rows,
         outputs,
@@ -320,10 +319,6 @@ struct Emitter<'a> {
     holds: Vec<ValueId>,
     /// Where a clustered kernel waits on the cluster barrier (`plan::cluster_waits`).
     cluster: crate::plan::cluster_waits::ClusterWaits<'a>,
-    /// Cluster reductions followed by the second statistic of their pair (found by
-    /// [`Emitter::stmts`]): the reduction's value, the pair's, its rule, operand and counts. The
-    /// reduction's meeting computes the pair's value too ([`Emitter::paired_meeting`]).
-    pairs: Vec<(ValueId, ValueId, PairRule, ValueId, Option<ValueId>)>,
     /// Where the rings of the loops that feed several dots start in shared memory (4-byte words,
     /// after the slots; `plan::dot_rings`).
     dot_rings: usize,
@@ -492,16 +487,6 @@ impl Emitter<'_> {
     }
 
     fn stmts(&mut self, stmts: &[Stmt]) -> Result<(), EmitError> {
-        // A cluster reduction right before the second statistic of its pair meets for both.
-        for w in stmts.windows(2) {
-            if let [Stmt::Let { value: met, op: Op::ClusterReduce { value: first, .. } }, Stmt::Let { value: paired, op: Op::ClusterPaired { rule, value, first: f, count, .. } }] =
-                w
-            {
-                if first == f {
-                    self.pairs.push((*met, *paired, *rule, *value, *count));
-                }
-            }
-        }
         // Outputs printed run by run, where the plan has them (`plan::output_runs`).
         let mut i = 0;
         while i < stmts.len() {
@@ -894,7 +879,7 @@ impl Emitter<'_> {
                 None => self.cluster_reduce(*op, *value, *dim, id),
             },
             // Computed at the meeting of the cluster reduction before it.
-            Op::ClusterPaired { .. } if self.pairs.iter().any(|p| p.1 == id) => {}
+            Op::ClusterPaired { .. } if self.cluster.meets_before(id) => {}
             // Apart from the first statistic's meeting: a meeting of its own.
             Op::ClusterPaired { rule, value, first, count, dim } => self.paired_meeting(*rule, *first, None, *value, *count, *dim, id),
             Op::Dot { .. } if self.plan.dot(id).is_some() => {

@@ -127,9 +127,14 @@ impl Emitter<'_> {
         self.line("}");
     }
 
-    /// The pair whose second statistic follows cluster reduction `met` in its statement list.
+    /// The pair whose second statistic meets at cluster reduction `met` (`plan::cluster_waits`):
+    /// that statistic, its rule, its operand and its count.
     pub(super) fn paired_after(&self, met: ValueId) -> Option<(ValueId, PairRule, ValueId, Option<ValueId>)> {
-        self.pairs.iter().find(|p| p.0 == met).map(|p| (p.1, p.2, p.3, p.4))
+        let paired = self.cluster.paired_at(met)?;
+        match self.k.def_of(paired) {
+            Some(Op::ClusterPaired { rule, value, count, .. }) => Some((paired, *rule, *value, *count)),
+            _ => None,
+        }
     }
 
     /// [`Op::ClusterPaired`]: one meeting for a row's two statistics. Each program writes its

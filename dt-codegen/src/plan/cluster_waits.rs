@@ -55,11 +55,24 @@ impl WaitPoint<'_> {
 pub struct ClusterWaits<'k> {
     /// The meetings, by the value whose statement prints each, in the order printed.
     pub meetings: Vec<ValueId>,
+    /// The paired statistics that meet at the cluster reduction right before them: (that
+    /// reduction, the paired statistic).
+    pub paired: Vec<(ValueId, ValueId)>,
     /// Where the kernel waits on the cluster barrier.
     pub waits: Vec<WaitPoint<'k>>,
 }
 
 impl ClusterWaits<'_> {
+    /// The paired statistic that meets at cluster reduction `met`, if one does.
+    pub fn paired_at(&self, met: ValueId) -> Option<ValueId> {
+        self.paired.iter().find(|(m, _)| *m == met).map(|(_, p)| *p)
+    }
+
+    /// Whether paired statistic `id` meets at the cluster reduction before it.
+    pub fn meets_before(&self, id: ValueId) -> bool {
+        self.paired.iter().any(|(_, p)| *p == id)
+    }
+
     /// Whether the kernel waits at `point`.
     pub fn waits_at(&self, point: WaitPoint) -> bool {
         self.waits.iter().any(|w| w.same(&point))
@@ -68,22 +81,20 @@ impl ClusterWaits<'_> {
 
 /// The meetings of the statement list `stmts`, where it is printed as a list: each cluster
 /// reduction, and each paired statistic but one that follows the reduction of its first (their
-/// meeting is one, printed at the reduction).
-pub(crate) fn meetings_of(stmts: &[Stmt]) -> Vec<ValueId> {
-    let mut out = Vec::new();
+/// meeting is one, printed at the reduction); and those pairs, (reduction, paired statistic).
+fn meetings_of(stmts: &[Stmt]) -> (Vec<ValueId>, Vec<(ValueId, ValueId)>) {
+    let (mut meetings, mut paired) = (Vec::new(), Vec::new());
     for (i, s) in stmts.iter().enumerate() {
         match s {
-            Stmt::Let { value, op: Op::ClusterReduce { .. } } => out.push(*value),
-            Stmt::Let { value, op: Op::ClusterPaired { first, .. } } => {
-                let met_before = i > 0 && matches!(&stmts[i - 1], Stmt::Let { op: Op::ClusterReduce { value: v, .. }, .. } if v == first);
-                if !met_before {
-                    out.push(*value);
-                }
-            }
+            Stmt::Let { value, op: Op::ClusterReduce { .. } } => meetings.push(*value),
+            Stmt::Let { value, op: Op::ClusterPaired { first, .. } } => match i.checked_sub(1).map(|j| &stmts[j]) {
+                Some(Stmt::Let { value: met, op: Op::ClusterReduce { value: v, .. } }) if v == first => paired.push((*met, *value)),
+                _ => meetings.push(*value),
+            },
             _ => {}
         }
     }
-    out
+    (meetings, paired)
 }
 
 /// Whether `stmts` meet the cluster, nested loops included.
@@ -130,7 +141,14 @@ impl<'k> Walk<'_, 'k> {
     }
 
     fn stmts(&mut self, stmts: &'k [Stmt], printed: Printed) {
-        let meetings = if printed == Printed::AsList { meetings_of(stmts) } else { Vec::new() };
+        let meetings = match printed {
+            Printed::AsList => {
+                let (meetings, paired) = meetings_of(stmts);
+                self.out.paired.extend(paired);
+                meetings
+            }
+            Printed::OneByOne => Vec::new(),
+        };
         for s in stmts {
             match s {
                 Stmt::Let { value, op: Op::ClusterReduce { .. } | Op::ClusterPaired { .. } } => {
@@ -247,7 +265,14 @@ pub(crate) fn print(waits: &ClusterWaits, out: &mut String) {
             WaitPoint::Exit => "at the end of the program".to_string(),
         })
         .collect();
-    let meetings: Vec<String> = waits.meetings.iter().map(|v| format!("%{}", v.0)).collect();
+    let meetings: Vec<String> = waits
+        .meetings
+        .iter()
+        .map(|v| match waits.paired_at(*v) {
+            Some(p) => format!("%{} and %{}", v.0, p.0),
+            None => format!("%{}", v.0),
+        })
+        .collect();
     let _ = writeln!(out, "  cluster   meetings {}; waits {}", meetings.join(", "), points.join("; "));
 }
 
@@ -269,15 +294,17 @@ mod tests {
         let older = crate::plan::plan_older(k, DType::F16, Dialect::Cuda, None).expect("plans");
         let waits = &older.cluster;
         assert_eq!(waits.meetings.len(), 1, "both statistics meet once");
+        assert_eq!(waits.paired.len(), 1, "{waits:?}");
+        assert_eq!(waits.paired_at(waits.meetings[0]), Some(waits.paired[0].1));
         assert!(matches!(waits.waits[..], [WaitPoint::EndOfBody(_)]), "{waits:?}");
         verify(k, &older.registers, None, waits).expect("the plan is valid");
 
-        let none = ClusterWaits { meetings: waits.meetings.clone(), waits: Vec::new() };
+        let none = ClusterWaits { waits: Vec::new(), ..waits.clone() };
         let e = verify(k, &older.registers, None, &none).expect_err("an arrival is left");
         assert!(e.contains("is not waited on before the end of the body"), "{e}");
 
         // Waiting only when the program ends leaves the arrival of every row but the last.
-        let late = ClusterWaits { meetings: waits.meetings.clone(), waits: vec![WaitPoint::Exit] };
+        let late = ClusterWaits { waits: vec![WaitPoint::Exit], ..waits.clone() };
         assert!(verify(k, &older.registers, None, &late).is_err());
 
         // A kernel without a cluster has no meetings and no waits.
