@@ -28,7 +28,7 @@
 //!   `verify::verify_registers` after each in debug builds and tests;
 //! - `publishing`: which operands go through shared memory;
 //! - `shared`: where the slots and rings lie, and whether the kernel fits the shared memory of
-//!   its GPUs;
+//!   its GPUs, checked (with the staged rows' rings) by `verify::verify_shared`;
 //! - `staged_rows`: how each loop over rows issues its loads ahead (staged in a ring of shared
 //!   memory, held for the loops after it, or one step ahead in registers) and where those rings
 //!   lie, checked by `verify::verify_staged_rows`;
@@ -165,6 +165,12 @@ pub(crate) fn plan_older<'k>(
         base: shared.staged_rings,
     });
     if cfg!(debug_assertions) {
+        let ws_words = ws.map_or(0, |(w, _)| w.shared_bytes as usize / 4);
+        let target = ws.map_or(&registers.target, |(_, t)| t);
+        let checked = verify::verify_shared(k, target, &shared, &publishing.slot_elements, registers.ring_words, ws_words, rows.ring_words);
+        if let Err(e) = checked {
+            panic!("the shared memory of kernel `{}` is laid out wrongly: {e}\n{}", k.name, dt_core::kir::print(k));
+        }
         if let Err(e) = verify::verify_staged_rows(k, &registers.target, &rows, shared.staged_rings) {
             panic!("the staged rows' plan of kernel `{}` is invalid: {e}\n{}", k.name, dt_core::kir::print(k));
         }

@@ -277,6 +277,45 @@ pub(crate) fn verify_registers(k: &Kernel, p: &super::layouts::Plan) -> Result<(
     Ok(())
 }
 
+/// Checks where an older plan's shared memory lies: each slot 16-byte aligned and holding its
+/// elements, after the warp-specialized loop's ring (`ws_words`) and before the next slot; the
+/// rings of several dots after the slots, the staged rows' rings after those; and all of it
+/// within the shared memory a block of the target has.
+pub(crate) fn verify_shared(
+    k: &Kernel,
+    target: &super::Target,
+    shared: &super::shared::SharedLayout,
+    slot_elements: &[usize],
+    ring_words: usize,
+    ws_words: usize,
+    staged_words: usize,
+) -> Result<(), String> {
+    if shared.slot_offsets.len() != slot_elements.len() {
+        return Err(format!("{} slots placed for {} slots", shared.slot_offsets.len(), slot_elements.len()));
+    }
+    let mut end = ws_words;
+    for (i, (at, n)) in shared.slot_offsets.iter().zip(slot_elements).enumerate() {
+        if at % 4 != 0 || *at < end {
+            return Err(format!("slot {i} at word {at}: not 16-byte aligned, or before the end of what comes before it (word {end})"));
+        }
+        end = at + n;
+    }
+    if shared.dot_rings < end || shared.staged_rings < shared.dot_rings + ring_words {
+        return Err(format!(
+            "the rings of several dots (word {}, {ring_words} words) and the staged rows' rings (word {}) overlap what comes before them (to word {end})",
+            shared.dot_rings, shared.staged_rings
+        ));
+    }
+    let bytes = shared.bytes as usize + staged_words * 4;
+    if bytes > target.shared_bytes_per_block as usize {
+        return Err(format!(
+            "kernel `{}` takes {bytes} bytes of shared memory, more than {} on {}",
+            k.name, target.shared_bytes_per_block, target.name
+        ));
+    }
+    Ok(())
+}
+
 /// The rules of the staged rows' plan of kernel `k`, whose rings start at word `base`: each ring
 /// lies in the words the plan asks for and fits the kernel's GPUs, its buffers hold its loads,
 /// and a loop reads a held block only from a ring that holds it, planned before it.
@@ -339,6 +378,27 @@ mod tests {
 
     fn matmul() -> dt_core::kir::Kernel {
         library_kernels("matmul").into_iter().find(|k| k.name == "mm").expect("the sm_80 class")
+    }
+
+    /// The matmul class's slots as `shared::lay_out` places them pass; a slot moved onto the one
+    /// before it, or a layout past the target's shared memory, is caught.
+    #[test]
+    fn shared_memory_overlapping_or_past_the_target_is_caught() {
+        use super::verify_shared;
+        let k = matmul();
+        let older = crate::plan::plan_older(&k, DType::F16, Dialect::Cuda, None).expect("plans");
+        let (target, slots) = (older.registers.target, &older.publishing.slot_elements);
+        let check = |shared: &crate::plan::shared::SharedLayout| {
+            verify_shared(&k, &target, shared, slots, older.registers.ring_words, 0, older.rows.ring_words)
+        };
+        check(&older.shared).expect("the planned layout is valid");
+        assert!(older.shared.slot_offsets.len() >= 2, "{:?}", older.shared);
+        let mut overlapping = older.shared.clone();
+        overlapping.slot_offsets[1] = overlapping.slot_offsets[0];
+        assert!(check(&overlapping).expect_err("overlapping slots").contains("slot 1"));
+        let mut large = older.shared.clone();
+        large.bytes = target.shared_bytes_per_block + 4;
+        assert!(check(&large).expect_err("too large").contains("more than"));
     }
 
     #[test]
