@@ -199,7 +199,6 @@ fn print_kernel<'k>(
         specialized: layouts == Layouts::Specialized,
         barrier: if ws.is_some() { hopper::consumer_sync(threads) } else { "__syncthreads();".to_string() },
         ws: ws.clone(),
-        wgmma_shapes: Vec::new(),
     };
     if let Some(w) = &ws {
         let text = e.warp_specialized_kernel(w, symbol)?;
@@ -257,7 +256,7 @@ fn print_kernel<'k>(
     if !tensor_maps.is_empty() {
         e.drop_unused_pointers();
     }
-    let helpers: String = e.wgmma_shapes.iter().map(|(n, rs)| hopper::wgmma_helper(*n, dtype, *rs)).collect();
+    let helpers: String = e.plan.wgmma_shapes().iter().map(|(n, rs)| hopper::wgmma_helper(*n, dtype, *rs)).collect();
     let head = format!(
         "{helpers}/* kernel {} for {dtype}: grid {}; {threads} threads, {shared_bytes} bytes of shared memory */\n",
         k.name, k.grid.origin
@@ -335,8 +334,6 @@ struct Emitter<'a> {
     barrier: String,
     /// The plan of a warp-specialized kernel's `rdot` loop (see `gpu_hopper.rs`).
     ws: Option<crate::plan::WarpSpecialized>,
-    /// The `wgmma` helpers the printed warpgroup dots call: N, and whether A is in registers.
-    wgmma_shapes: Vec<(u32, bool)>,
 }
 
 /// Where an operand's elements are read from inside an element loop.

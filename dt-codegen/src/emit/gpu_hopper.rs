@@ -633,9 +633,6 @@ impl Emitter<'_> {
     pub(super) fn warpgroup_issue(&mut self, d: &MmaDot, acc: &str, buf: Option<&str>, carried: Option<&str>) {
         let t = d.tile;
         let ty = self.dtype.name();
-        if !self.wgmma_shapes.contains(&(t.cols, d.a_in_fragments)) {
-            self.wgmma_shapes.push((t.cols, d.a_in_fragments));
-        }
         let mut descs = Vec::new();
         for (i, name) in ["fa", "fb"].into_iter().enumerate() {
             if i == 0 && d.a_in_fragments {

@@ -536,6 +536,19 @@ impl Plan {
     }
 
     /// Whether load `v` is made by the staged dot that reads it.
+    /// The shapes of the kernel's warpgroup dots (`wgmma()`), each once, in the order of its
+    /// dots: their columns, and whether A comes from fragments in registers. The printer
+    /// defines one issuing helper per shape.
+    pub(crate) fn wgmma_shapes(&self) -> Vec<(u32, bool)> {
+        let mut out = Vec::new();
+        for (_, d) in self.dots.iter().filter(|(_, d)| d.warpgroup) {
+            if !out.contains(&(d.tile.cols, d.a_in_fragments)) {
+                out.push((d.tile.cols, d.a_in_fragments));
+            }
+        }
+        out
+    }
+
     pub fn direct_load(&self, v: ValueId) -> bool {
         self.dots.iter().any(|(_, d)| (d.direct[0].is_some() && d.a == v) || (d.direct[1].is_some() && d.b == v))
     }
