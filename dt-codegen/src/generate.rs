@@ -68,13 +68,13 @@ pub struct Built {
 }
 
 /// Emits `kernels` of spec `name` for every backend, as the library builds them: each kernel
-/// for each of its element types, in CUDA C, and where it runs without CUDA's sm_90, in C and
-/// HIP C too (clustered and warp-specialized kernels need sm_90's thread-block clusters, TMA and
-/// wgmma; the library runs another size class elsewhere).
+/// for each of its element types, in CUDA C, and where it runs elsewhere, in C and HIP C too
+/// (clustered and warp-specialized kernels need sm_90's thread-block clusters, TMA and wgmma, and
+/// a kernel may `requires(cuda)`; the library runs another size class elsewhere).
 pub fn build(name: &str, header: &str, kernels: &[Kernel]) -> Result<Built, emit::EmitError> {
     let items: Vec<(&Kernel, dt_core::DType, String)> =
         kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, emit::symbol(k, *d)))).collect();
-    let portable: Vec<(&Kernel, dt_core::DType, String)> = items.iter().filter(|(k, ..)| !k.needs_sm90()).cloned().collect();
+    let portable: Vec<(&Kernel, dt_core::DType, String)> = items.iter().filter(|(k, ..)| !k.cuda_only()).cloned().collect();
     let c = emit::c::emit_file(header, &portable)?;
     let (cuda, cuda_launch) = emit::gpu::emit_file(header, Dialect::Cuda, &items)?;
     let (hip, hip_launch) = emit::gpu::emit_file(header, Dialect::Hip, &portable)?;

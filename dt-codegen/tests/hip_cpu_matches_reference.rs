@@ -131,7 +131,7 @@ fn check_spec(rel: &str) -> usize {
         let mut mine = Vec::new();
         // Clustered and warp-specialized kernels need CUDA's sm_90: HIP goes without them, as
         // the library's generated HIP does.
-        let portable = s.kernels.iter().filter(|k| !k.needs_sm90());
+        let portable = s.kernels.iter().filter(|k| !k.cuda_only());
         let emitted = portable.flat_map(|k| k.dtypes.iter().map(move |d| (k, *d))).try_for_each(|(k, dtype)| {
             let symbol = format!("{}_s{si}", dt_codegen::emit::symbol(k, dtype));
             let (text, _) = gpu::emit_kernel(k, dtype, &symbol, Dialect::Hip, gpu::Layouts::Any)?;

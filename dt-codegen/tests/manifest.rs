@@ -34,7 +34,7 @@ fn manifest_reads_back_as_written() {
                 let symbol = dt_codegen::emit::symbol(k, *dtype);
                 let launch = read.cuda_launch(&symbol).unwrap_or_else(|| panic!("{label}: no launch for {symbol}"));
                 assert_eq!(launch.threads % 32, 0, "{label}: {symbol} launches whole warps");
-                assert_eq!(read.hip_launch(&symbol).is_some(), !k.needs_sm90(), "{label}: HIP launch of {symbol}");
+                assert_eq!(read.hip_launch(&symbol).is_some(), !k.cuda_only(), "{label}: HIP launch of {symbol}");
             }
         }
     }

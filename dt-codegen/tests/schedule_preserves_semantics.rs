@@ -66,7 +66,7 @@ fn build_suite(name: &str, rel: &str) -> Suite {
     let items: Vec<(&Kernel, DType, String)> = drawn
         .iter()
         .enumerate()
-        .flat_map(|(i, d)| d.kernels.iter().filter(|k| !k.needs_sm90()).map(move |k| (k, d.dtype, symbol(k, d.dtype, i))))
+        .flat_map(|(i, d)| d.kernels.iter().filter(|k| !k.cuda_only()).map(move |k| (k, d.dtype, symbol(k, d.dtype, i))))
         .collect();
     let c = dt_codegen::emit::c::emit_file(&format!("schedules of {rel}"), &items).expect("emits");
     let dir =
@@ -109,7 +109,7 @@ fn check_case(suite: &Suite, index: usize, size_seed: u64) -> Result<(), TestCas
             compare(&got, &want, d.dtype, reduction_len, d.dtype != DType::F32)
                 .map_err(|e| TestCaseError::fail(format!("interpreter: {e}\n{}", context())))?;
         }
-        if kir.needs_sm90() {
+        if kir.cuda_only() {
             continue;
         }
         let got = suite.lib.run(&symbol(kir, d.dtype, index), kir, &bound, d.dtype).map_err(|e| TestCaseError::fail(e.to_string()))?;

@@ -156,6 +156,13 @@ impl<'a, 'd> Checker<'a, 'd> {
                 }
                 self.sched_spans[f.index()].placement.push(span);
             }
+            "requires" => match args {
+                [SchedArg::Name(id)] => match crate::schedule::Requirement::from_name(&id.name) {
+                    Some(r) => self.prog.funcs[f.index()].schedule.requires = Some(r),
+                    None => self.err(id.span, format!("`{}` is not a target", id.name), "targets are cuda and sm_90"),
+                },
+                _ => self.err(span, "`requires` takes one target", "for example `f.requires(cuda);` or `f.requires(sm_90);`"),
+            },
             "dtypes" => {
                 let mut out = Vec::new();
                 for a in args {

@@ -612,6 +612,9 @@ pub fn print(k: &Kernel) -> String {
         let _ =
             writeln!(out, "  grid   persistent: as many programs as run at once, each taking blocks in order{}", comment("persistent()"));
     }
+    if let Some(r) = k.requires {
+        let _ = writeln!(out, "  target {} only{}", r.name(), comment(&format!("requires({})", r.name())));
+    }
     let _ = writeln!(out, "  program:");
     print_stmts(k, &k.body, 2, &mut out);
     out

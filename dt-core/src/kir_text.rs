@@ -64,6 +64,7 @@ fn empty_kernel() -> Kernel {
             warp_specialize: false,
             wgmma: false,
             persistent: false,
+            requires: None,
         },
         num_warps: 1,
         num_stages: 1,
@@ -249,6 +250,10 @@ impl Reader<'_> {
                     self.k.signature.specialize.push((self.dim(d)?, number(n)?));
                 }
                 "grid" if rest.starts_with("persistent") => self.k.persistent = true,
+                "target" => {
+                    let name = rest.strip_suffix(" only").ok_or("a target line is `target NAME only`")?;
+                    self.k.requires = Some(crate::schedule::Requirement::from_name(name).ok_or("the targets are cuda and sm_90")?);
+                }
                 "grid" => {
                     let (entries, _) = bracketed(rest)?;
                     for e in list(entries) {

@@ -17,6 +17,32 @@ pub enum MapEntry {
     Inner { dim: DimId, factor: u32, name: String },
 }
 
+/// The target a kernel is built for only (`requires(...)`): a guard of its size class beside
+/// `bound` (sizes) and `dtypes` (element types).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Requirement {
+    /// `requires(cuda)`: CUDA GPUs (sm_80 and newer), not HIP or the CPU; the kernel may take
+    /// the shared memory of sm_80 (99 KiB a block), more than every GPU has.
+    Cuda,
+    /// `requires(sm_90)`: CUDA GPUs of sm_90 (the H100 and H200), built for sm_90a, with its
+    /// 227 KiB of shared memory a block.
+    Sm90,
+}
+
+impl Requirement {
+    /// As the schedule writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Requirement::Cuda => "cuda",
+            Requirement::Sm90 => "sm_90",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Requirement> {
+        [Requirement::Cuda, Requirement::Sm90].into_iter().find(|r| r.name() == s)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Schedule {
     /// `block(x:4, y:64)`: the extent of each blocked dimension per program.
@@ -51,6 +77,9 @@ pub struct Schedule {
     /// `persistent()`: as many programs as the GPU runs at once, each taking blocks in the map
     /// order, one after the other.
     pub persistent: bool,
+    /// `requires(cuda)`, `requires(sm_90)`: the kernel is built only for that target, and the
+    /// library runs another size class elsewhere.
+    pub requires: Option<Requirement>,
     /// Marked with `compile()`: a kernel entry point.
     pub kernel: bool,
     /// `dtypes(f16, bf16, f32)`: the element types the kernel is built for (default f32).
@@ -80,6 +109,7 @@ impl Default for Schedule {
             warp_specialize: false,
             wgmma: false,
             persistent: false,
+            requires: None,
             kernel: false,
             dtypes: vec![DType::F32],
             bounds: Vec::new(),

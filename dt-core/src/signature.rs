@@ -6,6 +6,7 @@
 use crate::algo::DimId;
 use crate::dtype::DType;
 use crate::kir::{Grid, TensorParam};
+use crate::schedule::Requirement;
 use crate::select::{tma_describable, tma_describes, LaunchTensor};
 use serde::{Deserialize, Serialize};
 
@@ -34,6 +35,8 @@ pub struct Signature {
     /// As many programs as the GPU runs at once, each taking blocks one after the other
     /// (`persistent`).
     pub persistent: bool,
+    /// The only target the kernel is built for (`requires`), where the schedule names one.
+    pub requires: Option<Requirement>,
 }
 
 impl AsRef<Signature> for Signature {
@@ -54,16 +57,24 @@ impl Signature {
     pub fn dim_slot(&self, d: DimId) -> usize {
         self.dims.iter().position(|(x, _)| *x == d).expect("dimension is a kernel argument")
     }
-    /// Whether a GPU offering `f` runs this kernel: its clusters fit, and a warp-specialized or `wgmma`
-    /// kernel has sm_90's copies and tensor-core instructions.
+    /// Whether a GPU offering `f` runs this kernel: its clusters fit, a warp-specialized or
+    /// `wgmma` kernel (or one that `requires(sm_90)`) has sm_90's copies and tensor-core
+    /// instructions, and one that `requires(cuda)` has CUDA.
     pub fn runs_on(&self, f: GpuFeatures) -> bool {
-        self.grid.runs_with_clusters_of(f.max_cluster) && (!self.takes_tensor_maps() || f.hopper)
+        let hopper = self.takes_tensor_maps() || self.requires == Some(Requirement::Sm90);
+        self.grid.runs_with_clusters_of(f.max_cluster) && (!hopper || f.hopper) && (!self.cuda_only() || f.cuda)
     }
 
-    /// Whether only CUDA GPUs of sm_90 and newer run this kernel (clustered, warp-specialized or `wgmma`):
-    /// the CPU and HIP files go without it, and the library runs another size class there.
+    /// Whether only CUDA GPUs of sm_90 and newer run this kernel (clustered, warp-specialized,
+    /// `wgmma` or `requires(sm_90)`): its CUDA build is planned for sm_90a.
     pub fn needs_sm90(&self) -> bool {
-        self.grid.cluster.is_some() || self.takes_tensor_maps()
+        self.grid.cluster.is_some() || self.takes_tensor_maps() || self.requires == Some(Requirement::Sm90)
+    }
+
+    /// Whether only CUDA GPUs run this kernel (it needs sm_90, or `requires(cuda)`): the CPU
+    /// and HIP files go without it, and the library runs another size class there.
+    pub fn cuda_only(&self) -> bool {
+        self.needs_sm90() || self.requires == Some(Requirement::Cuda)
     }
 
     /// Whether the tensors of a launch (as for [`tma_describable`]) suit this kernel: any do,
@@ -101,6 +112,8 @@ impl Signature {
 /// What a GPU offers that a kernel's schedule may need, beyond what every backend has.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GpuFeatures {
+    /// A CUDA GPU (`requires(cuda)` kernels run).
+    pub cuda: bool,
     /// The most programs of a thread-block cluster (0: none).
     pub max_cluster: u32,
     /// Tensor-memory copies (TMA), `wgmma` and `setmaxnreg`: CUDA sm_90 (the H100 and H200),
@@ -110,11 +123,11 @@ pub struct GpuFeatures {
 
 impl GpuFeatures {
     /// The CPU, HIP, and any backend without these features.
-    pub const NONE: GpuFeatures = GpuFeatures { max_cluster: 0, hopper: false };
+    pub const NONE: GpuFeatures = GpuFeatures { cuda: false, max_cluster: 0, hopper: false };
 
     /// A CUDA GPU of compute capability `major`.x.
     pub fn cuda(major: i32) -> GpuFeatures {
-        GpuFeatures { max_cluster: cuda_max_cluster(major), hopper: major == 9 }
+        GpuFeatures { cuda: true, max_cluster: cuda_max_cluster(major), hopper: major == 9 }
     }
 }
 

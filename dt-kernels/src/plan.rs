@@ -160,7 +160,7 @@ fn plan_kernel(op: &OpDesc, kernel: &'static Signature, dtype: DType, shapes: &[
         return Err(Error::DTypeNotBuilt { op: op.op, kernel: kernel.name.clone(), dtype, built });
     }
     let symbol = format!("dt_{}_{}", kernel.name, dtype.name());
-    if spec.launch_row(&symbol).is_none() || (!kernel.needs_sm90() && spec.cpu_fn(&symbol).is_none()) {
+    if spec.launch_row(&symbol).is_none() || (!kernel.cuda_only() && spec.cpu_fn(&symbol).is_none()) {
         return Err(Error::DTypeNotBuilt { op: op.op, kernel: kernel.name.clone(), dtype, built: "none".into() });
     }
     if kernel.inputs.len() > MAX_INPUTS || kernel.scalars.len() > MAX_SCALARS || kernel.dims.len() > MAX_DIMS {
@@ -308,7 +308,7 @@ mod tests {
     /// multiply-adds, by rows.
     #[test]
     fn hopper_runs_the_warp_specialized_class_where_tensor_maps_describe_the_output() {
-        let hopper = Device { features: dt_core::signature::GpuFeatures { max_cluster: 16, hopper: true } };
+        let hopper = Device { features: dt_core::signature::GpuFeatures { cuda: true, max_cluster: 16, hopper: true } };
         let symbol = |dtype: DType, k: usize, a_strides: [usize; 2], device: Device| {
             let (a, b) = ([100, k], [k, 3000]);
             let shapes: [(&[usize], &[usize]); 2] = [(&a, &a_strides), (&b, &[3000, 1])];

@@ -100,7 +100,7 @@ mod tests {
                 for dtype in &k.dtypes {
                     let symbol = format!("dt_{}_{}", k.name, dtype.name());
                     assert!(spec.launch_row(&symbol).is_some(), "{}: no CUDA launch for {symbol}", spec.name);
-                    assert_eq!(spec.cpu_fn(&symbol).is_some(), !k.needs_sm90(), "{}: the CPU function of {symbol}", spec.name);
+                    assert_eq!(spec.cpu_fn(&symbol).is_some(), !k.cuda_only(), "{}: the CPU function of {symbol}", spec.name);
                 }
             }
             assert_eq!(manifest.cpu.len(), spec.cpu.len(), "{}: CPU symbols", spec.name);

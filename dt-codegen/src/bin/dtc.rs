@@ -327,22 +327,25 @@ fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>
     }
     // A CUDA build that fails is reported as `dtc check` reports it, at the kernel.
     let located = |e: String| cuda_build_errors(&src, &p, &ids).unwrap_or_else(|| format!("{}: error: {e}", file.display()));
-    // A whole file for the CPU or HIP goes without the kernels only CUDA sm_90 runs, as the
-    // library's files do (it runs another size class there); one kernel asked for by name, or a
-    // file of nothing else, is refused with the reason.
-    if kernel.is_none() && matches!(target, Target::C | Target::Hip) && kernels.iter().any(|k| !k.needs_sm90()) {
+    // A whole file for the CPU or HIP goes without the kernels only CUDA runs, as the library's
+    // files do (it runs another size class there); one kernel asked for by name, or a file of
+    // nothing else, is refused with the reason.
+    if kernel.is_none() && matches!(target, Target::C | Target::Hip) && kernels.iter().any(|k| !k.cuda_only()) {
         let name = if matches!(target, Target::C) { "C" } else { "HIP" };
-        for k in kernels.iter().filter(|k| k.needs_sm90()) {
+        for k in kernels.iter().filter(|k| k.cuda_only()) {
             let why = if k.warp_specialize {
-                "warp-specialized"
+                "warp-specialized (CUDA sm_90 only)".to_string()
             } else if k.wgmma {
-                "built on wgmma"
+                "built on wgmma (CUDA sm_90 only)".to_string()
+            } else if k.grid.cluster.is_some() {
+                "clustered (CUDA sm_90 only)".to_string()
             } else {
-                "clustered"
+                let r = k.requires.map_or("cuda", |r| r.name());
+                format!("built for {r} only (`requires({r})`)")
             };
-            eprintln!("{}: note: kernel `{}` is {why} (CUDA sm_90 only): left out of the {name} file", file.display(), k.name);
+            eprintln!("{}: note: kernel `{}` is {why}: left out of the {name} file", file.display(), k.name);
         }
-        kernels.retain(|k| !k.needs_sm90());
+        kernels.retain(|k| !k.cuda_only());
     }
     let text = match target {
         Target::Spec => match kernel {

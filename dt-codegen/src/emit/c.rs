@@ -44,6 +44,7 @@ fn c_type(d: DType) -> &'static str {
 pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str) -> Result<String, EmitError> {
     check_abi(k)?;
     super::check_no_cluster(k, "the CPU")?;
+    super::check_required_target(k, "the CPU")?;
     let mut e = Emitter { k, dtype, out: String::new(), depth: 1, offsets: Vec::new(), next: 0, slots: Vec::new(), var_slots: Vec::new() };
     let mut arena = 0usize;
     for v in &k.values {

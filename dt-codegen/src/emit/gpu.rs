@@ -139,6 +139,7 @@ fn plan_kernel(k: &Kernel, dtype: DType, dialect: Dialect) -> Result<KernelPlans
     if dialect == Dialect::Hip {
         super::check_no_cluster(k, "HIP")?;
         super::check_not_hopper_only(k, "HIP")?;
+        super::check_required_target(k, "HIP")?;
     }
     // The decisions of the GPU plan stage (`crate::plan`), where the kernel has any.
     let target = crate::plan::cuda_target(k);

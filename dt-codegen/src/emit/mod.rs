@@ -57,6 +57,17 @@ pub fn check_no_cluster(k: &Kernel, target: &str) -> Result<(), EmitError> {
     }
 }
 
+/// Refuses a kernel built for CUDA only (`requires(cuda)`, `requires(sm_90)`) for another
+/// target.
+pub fn check_required_target(k: &Kernel, target: &str) -> Result<(), EmitError> {
+    match k.requires {
+        Some(r) => {
+            Err(EmitError(format!("kernel `{}` is built for {} only (`requires({})`), not for {target}", k.name, r.name(), r.name())))
+        }
+        None => Ok(()),
+    }
+}
+
 /// Refuses a warp-specialized kernel (`warp_specialize()`), or one whose dots run as `wgmma`
 /// (`wgmma()`), for a target without tensor-memory copies and `wgmma`: only CUDA GPUs of sm_90
 /// have them.

@@ -108,6 +108,7 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
             warp_specialize: f.schedule.warp_specialize,
             wgmma: f.schedule.wgmma,
             persistent: f.schedule.persistent,
+            requires: f.schedule.requires,
         },
         num_warps: f.schedule.num_warps,
         num_stages: f.schedule.num_stages,
