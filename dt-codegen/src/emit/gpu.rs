@@ -820,10 +820,7 @@ impl Emitter<'_> {
                 self.declare_in(&dst, &shape, layout);
                 self.mma_row_reduce(*op, &format!("v{}", value.0), t, &dst, &shape, layout);
             }
-            Op::Reduce { op, value, dim, .. }
-                if matches!(self.layout(*value), RegLayout::Blocked | RegLayout::Runs(_))
-                    && self.mapping.register_reduce(&self.k.value(*value).shape, *dim).is_some() =>
-            {
+            Op::Reduce { op, value, dim, .. } if self.plan.reduces_in_registers(self.k, self.mapping, *value, *dim) => {
                 let sv = self.k.value(*value).shape.clone();
                 let rows = self.mapping.register_reduce(&sv, *dim).unwrap_or(1);
                 // A tile in runs holds one lane of each run: the one the reduction reads.

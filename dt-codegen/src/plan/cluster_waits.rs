@@ -20,7 +20,7 @@
 //! the end of the program, no arrival is left without its wait.
 
 use super::layouts::Plan;
-use super::WarpSpecialized;
+use super::{BodyPrinted, WarpSpecialized};
 use dt_core::kir::*;
 use std::fmt::Write;
 
@@ -106,20 +106,12 @@ pub(crate) fn reduces_over_the_cluster(stmts: &[Stmt]) -> bool {
     })
 }
 
-/// How the printer prints a statement list: as a list (where a reduction and the paired
-/// statistic after it meet once), or statement by statement (a loop of staged dots).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Printed {
-    AsList,
-    OneByOne,
-}
-
 /// Places the waits of kernel `k`, in the order the printer prints its statements: `registers`
 /// says which loops run staged dots, `ws` which loop is a warp-specialized kernel's.
 pub(crate) fn plan_cluster_waits<'k>(k: &'k Kernel, registers: &Plan, ws: Option<&WarpSpecialized>) -> ClusterWaits<'k> {
     let mut w = Walk { registers, ws, arrived: false, out: ClusterWaits::default() };
     if k.grid.cluster.is_some() {
-        w.stmts(&k.body, Printed::AsList);
+        w.stmts(&k.body, BodyPrinted::AsList);
         w.settle(WaitPoint::Exit);
     }
     w.out
@@ -140,21 +132,21 @@ impl<'k> Walk<'_, 'k> {
         }
     }
 
-    fn stmts(&mut self, stmts: &'k [Stmt], printed: Printed) {
+    fn stmts(&mut self, stmts: &'k [Stmt], printed: BodyPrinted) {
         let meetings = match printed {
-            Printed::AsList => {
+            BodyPrinted::AsList => {
                 let (meetings, paired) = meetings_of(stmts);
                 self.out.paired.extend(paired);
                 meetings
             }
-            Printed::OneByOne => Vec::new(),
+            BodyPrinted::OneByOne | BodyPrinted::Not => Vec::new(),
         };
         for s in stmts {
             match s {
                 Stmt::Let { value, op: Op::ClusterReduce { .. } | Op::ClusterPaired { .. } } => {
                     let meets = match printed {
-                        Printed::AsList => meetings.contains(value),
-                        Printed::OneByOne => true,
+                        BodyPrinted::AsList => meetings.contains(value),
+                        BodyPrinted::OneByOne | BodyPrinted::Not => true,
                     };
                     if meets {
                         self.settle(WaitPoint::Meeting(*value));
@@ -172,13 +164,13 @@ impl<'k> Walk<'_, 'k> {
         // An arrival from before a loop without meetings is waited on after it.
         let pending = !reduces_over_the_cluster(&l.body) && std::mem::take(&mut self.arrived);
         self.settle(WaitPoint::BeforeLoop(l));
-        if self.ws.is_some_and(|w| w.is_its_loop(l)) {
-            // The warp-specialized loop prints none of its statements.
-        } else if !self.registers.staged_dots(l).is_empty() {
-            self.stmts(&l.body, Printed::OneByOne);
-        } else {
-            self.stmts(&l.body, Printed::AsList);
-            self.settle(WaitPoint::EndOfBody(l));
+        match BodyPrinted::of(l, self.registers, self.ws) {
+            BodyPrinted::Not => {}
+            BodyPrinted::OneByOne => self.stmts(&l.body, BodyPrinted::OneByOne),
+            BodyPrinted::AsList => {
+                self.stmts(&l.body, BodyPrinted::AsList);
+                self.settle(WaitPoint::EndOfBody(l));
+            }
         }
         self.arrived |= pending;
     }
@@ -221,12 +213,13 @@ pub(crate) fn verify(k: &Kernel, registers: &Plan, ws: Option<&WarpSpecialized>,
                         if meets {
                             self.settled(&format!("the loop over {:?} that meets the cluster", l.dim))?;
                         }
-                        if !self.ws.is_some_and(|w| w.is_its_loop(l)) {
+                        let printed = BodyPrinted::of(l, self.registers, self.ws);
+                        if printed != BodyPrinted::Not {
                             self.stmts(&l.body)?;
-                            if self.registers.staged_dots(l).is_empty() {
-                                self.wait(WaitPoint::EndOfBody(l));
-                                self.settled(&format!("the end of the body of the loop over {:?}", l.dim))?;
-                            }
+                        }
+                        if printed == BodyPrinted::AsList {
+                            self.wait(WaitPoint::EndOfBody(l));
+                            self.settled(&format!("the end of the body of the loop over {:?}", l.dim))?;
                         }
                         self.arrived = self.arrived.or(before);
                     }

@@ -536,6 +536,14 @@ impl Plan {
     }
 
     /// Whether load `v` is made by the staged dot that reads it.
+    /// Whether the reduction of value `value` of kernel `k` over `dim` runs in registers
+    /// (`mapping.register_reduce`): shuffles within groups of 32 lanes, then one partial per
+    /// group through shared memory where there are several groups.
+    pub(crate) fn reduces_in_registers(&self, k: &Kernel, mapping: Mapping, value: ValueId, dim: DimId) -> bool {
+        matches!(self.values[value.0 as usize], RegLayout::Blocked | RegLayout::Runs(_))
+            && mapping.register_reduce(&k.value(value).shape, dim).is_some()
+    }
+
     /// The shapes of the kernel's warpgroup dots (`wgmma()`), each once, in the order of its
     /// dots: their columns, and whether A comes from fragments in registers. The printer
     /// defines one issuing helper per shape.

@@ -93,6 +93,32 @@ pub struct GpuPlan {
     pub warp_specialized: Option<WarpSpecialized>,
 }
 
+/// How the printer prints the body of a loop, which the passes that follow its order
+/// (`output_runs`, `cluster_waits`, `partials`) walk alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BodyPrinted {
+    /// Not at all: the warp-specialized loop, whose consumers only issue `wgmma`.
+    Not,
+    /// Statement by statement: a loop of staged dots (`ring_loop`).
+    OneByOne,
+    /// As a list (`stmts`), where outputs print run by run and paired statistics meet once.
+    AsList,
+}
+
+impl BodyPrinted {
+    /// How the body of loop `l` is printed, given the register plan and the warp-specialized
+    /// loop `ws`, if any.
+    pub(crate) fn of(l: &dt_core::kir::Loop, registers: &layouts::Plan, ws: Option<&WarpSpecialized>) -> BodyPrinted {
+        if ws.is_some_and(|w| w.is_its_loop(l)) {
+            BodyPrinted::Not
+        } else if !registers.staged_dots(l).is_empty() {
+            BodyPrinted::OneByOne
+        } else {
+            BodyPrinted::AsList
+        }
+    }
+}
+
 /// The register layouts of kernel `k` built for `dtype` in `dialect` (the older path's plan, the
 /// warp-specialized loop `ws` aside), in the order of its passes: tensor-core layouts, dots and
 /// pipelines ([`layouts::plan`]), then row statistics in the accumulator's rows

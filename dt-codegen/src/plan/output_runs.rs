@@ -24,7 +24,7 @@
 use super::layouts::{same_layout, Mapping, Plan, RegLayout};
 use super::publishing::{Publishing, Reader};
 use super::staged_rows::{read_in_runs, RowLoads, StagedRows};
-use super::WarpSpecialized;
+use super::{BodyPrinted, WarpSpecialized};
 use dt_core::kir::*;
 use dt_core::DType;
 use std::fmt::Write;
@@ -86,12 +86,13 @@ fn walk<'k>(i: &Inputs<'_, 'k>, stmts: &'k [Stmt], as_list: bool, ahead: &mut Ve
     }
     for s in stmts {
         let Stmt::Loop(l) = s else { continue };
-        if i.ws.is_some_and(|w| w.is_its_loop(l)) {
+        let printed = BodyPrinted::of(l, i.registers, i.ws);
+        if printed == BodyPrinted::Not {
             continue;
         }
         let depth = ahead.len();
         ahead.extend(loads_ahead(i.rows.of(l)));
-        walk(i, &l.body, i.registers.staged_dots(l).is_empty(), ahead, out);
+        walk(i, &l.body, printed == BodyPrinted::AsList, ahead, out);
         ahead.truncate(depth);
     }
 }

@@ -14,9 +14,9 @@
 //!
 //! The walk follows the order in which the printer prints the statements.
 
-use super::layouts::{Mapping, Plan, RegLayout};
+use super::layouts::{Mapping, Plan};
 use super::publishing::{uses_shared_memory, Publishing};
-use super::WarpSpecialized;
+use super::{BodyPrinted, WarpSpecialized};
 use dt_core::kir::*;
 use std::fmt::Write;
 
@@ -54,10 +54,7 @@ pub(crate) struct Inputs<'a> {
 /// partials itself (whether or not it writes any).
 pub(crate) fn reduces_in_registers(k: &Kernel, mapping: Mapping, registers: &Plan, s: &Stmt) -> bool {
     match s {
-        Stmt::Let { op: Op::Reduce { value, dim, .. }, .. } => {
-            matches!(registers.values[value.0 as usize], RegLayout::Blocked | RegLayout::Runs(_))
-                && mapping.register_reduce(&k.value(*value).shape, *dim).is_some()
-        }
+        Stmt::Let { op: Op::Reduce { value, dim, .. }, .. } => registers.reduces_in_registers(k, mapping, *value, *dim),
         _ => false,
     }
 }
@@ -122,7 +119,7 @@ impl Walk<'_, '_> {
     /// The statements of loop `l`'s body that the printer prints: none of the warp-specialized
     /// loop's.
     fn loop_body(&mut self, l: &Loop) {
-        if !self.i.ws.is_some_and(|w| w.is_its_loop(l)) {
+        if BodyPrinted::of(l, self.i.registers, self.i.ws) != BodyPrinted::Not {
             self.stmts(&l.body);
         }
     }

@@ -199,11 +199,7 @@ pub(crate) fn uses_shared_memory(k: &Kernel, plan: &Plan, publishing: &Publishin
     match s {
         Stmt::Let { value: id, op: Op::Reduce { value, dim, .. } } => match super::layouts::row_reduced_tile(k, plan, *value, *dim, *id) {
             Some(t) => !matches!(plan.values[id.0 as usize], RegLayout::MmaRows(_)) && t.wn > 1,
-            None => {
-                let in_registers = matches!(plan.values[value.0 as usize], RegLayout::Blocked | RegLayout::Runs(_))
-                    && mapping.register_reduce(&k.value(*value).shape, *dim).is_some();
-                !in_registers
-            }
+            None => !plan.reduces_in_registers(k, mapping, *value, *dim),
         },
         Stmt::Let { op: Op::Dot { .. }, .. } => true,
         _ => false,
