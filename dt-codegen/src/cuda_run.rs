@@ -123,7 +123,7 @@ impl CudaRunner {
             return Err(GpuError(format!("kernel `{}` would need {programs} programs; at most 2^31-1 fit a grid", k.name)));
         }
         let layouts = crate::host::launch_layouts(k, dtype, &args);
-        let tma = k.admits_tensors(dtype.size_bytes(), &dt_core::select::launch_tensors(k, &args));
+        let tma = k.admits_tensors(dtype.size_bytes(), &args.sizes, &dt_core::select::launch_tensors(k, &args));
         Ok(Staged { _inputs: inputs, out, args, programs, out_shape: bound.out_shape.clone(), dtype, layouts, tma, kernel: k.clone() })
     }
 

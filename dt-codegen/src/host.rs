@@ -205,7 +205,7 @@ pub fn choose_size_class<'k, 'a, K: AsRef<Signature>>(
             let kernel = kernel.as_ref();
             let bound = dt_core::tensor::bind(p, p.kernel_by_name(&kernel.name)?, args).ok()?;
             let a = fill_args(kernel, &bound, &vec![0; kernel.inputs.len()], 0);
-            let tensors_ok = kernel.admits_tensors(dtype.size_bytes(), &dt_core::select::launch_tensors(kernel, &a));
+            let tensors_ok = kernel.admits_tensors(dtype.size_bytes(), &a.sizes, &dt_core::select::launch_tensors(kernel, &a));
             (kernel.dtypes.contains(&dtype) && check_bounds(kernel, &bound).is_ok() && tensors_ok).then_some(bound)
         },
         |bound, d| bound.size(d),

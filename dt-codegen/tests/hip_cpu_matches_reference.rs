@@ -263,6 +263,7 @@ mod hip_c_on_cpu_matches_reference_evaluator {
     spec_test!(swish, "dt-codegen/tests/specs/swish.dt");
     spec_test!(matmul_mma, "dt-codegen/tests/specs/matmul_mma.dt");
     spec_test!(row_stats, "dt-codegen/tests/specs/row_stats.dt");
+    spec_test!(aligned_rows, "dt-codegen/tests/specs/aligned_rows.dt");
     spec_test!(talk_2mm, "dt-codegen/tests/specs/talk_2mm.dt");
     spec_test!(talk_attention, "dt-codegen/tests/specs/talk_attention.dt");
 

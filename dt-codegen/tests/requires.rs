@@ -1,25 +1,33 @@
 //! `requires(cuda)` and `requires(sm_90)`: a size class built for one target only. The CPU and
 //! HIP files go without it, and there the library runs the next class; on the target it runs.
+//! `requires(aligned)`: a size class for tensors of whole 16-byte runs only, whose kernel is
+//! built for them; the library runs the next class on any other tensors.
 
 use dt_codegen::generate::generate;
 use dt_core::signature::GpuFeatures;
 use dt_core::DType;
 
-/// Rows of up to 1024 in one step, for `requirement` only; any length in steps of 256 elsewhere.
+/// Rows of up to 1024 in one step, for `requirement` only; any length in steps of 256 elsewhere;
+/// f16 and f32.
 fn spec(requirement: &str) -> String {
     format!(
         "Func out; In A; Var x, y;\nout[x, y] = A[x, y] * 2.0;\n\
-         schedule out_1k {{ out.block(x:1); out.tensorize(x:1, y:0); out.bound(y:1024); out.requires({requirement}); out.compile(); }}\n\
-         out.block(x:1); out.tensorize(x:1, y:256); out.compile();\n"
+         schedule out_1k {{ out.block(x:1); out.tensorize(x:1, y:0); out.bound(y:1024); out.requires({requirement}); out.dtypes(f16, f32); out.compile(); }}\n\
+         out.block(x:1); out.tensorize(x:1, y:256); out.dtypes(f16, f32); out.compile();\n"
     )
 }
 
 /// The class a run of 8 rows of 1000 runs on a GPU offering `features`.
 fn chosen(src: &str, features: GpuFeatures) -> String {
+    chosen_for(src, 1000, DType::F32, features)
+}
+
+/// The class a run of 8 rows of `cols` in `dtype` runs on a GPU offering `features`.
+fn chosen_for(src: &str, cols: usize, dtype: DType, features: GpuFeatures) -> String {
     let p = dt_core::compile_spec(src).expect("checks");
     let kernels = dt_core::lower::lower_all(&p).expect("lowers");
-    let args = dt_core::tensor::Args::default().input("A", dt_core::tensor::Tensor { shape: vec![8, 1000], data: vec![0.0; 8000] });
-    let (k, _) = dt_codegen::host::choose_size_class(&p, &kernels, "out", &args, DType::F32, features).expect("a class runs");
+    let args = dt_core::tensor::Args::default().input("A", dt_core::tensor::Tensor { shape: vec![8, cols], data: vec![0.0; 8 * cols] });
+    let (k, _) = dt_codegen::host::choose_size_class(&p, &kernels, "out", &args, dtype, features).expect("a class runs");
     k.name.clone()
 }
 
@@ -58,5 +66,56 @@ fn an_unknown_target_is_a_located_error() {
     let src = spec("rocm");
     let diags = dt_core::compile_spec(&src).expect_err("refused");
     let text = dt_core::SourceFile::new("req.dt", &src).render_all(&diags);
-    assert!(text.contains("`rocm` is not a target") && text.contains("req.dt:3:"), "{text}");
+    assert!(text.contains("`rocm` is neither a target nor `aligned`") && text.contains("req.dt:3:"), "{text}");
+}
+
+#[test]
+fn a_second_target_or_a_repeated_requirement_is_a_located_error() {
+    for (requirement, message) in [("cuda, sm_90", "`sm_90` is a second target"), ("aligned, aligned", "`aligned` is required twice")] {
+        let src = spec(requirement);
+        let diags = dt_core::compile_spec(&src).expect_err("refused");
+        let text = dt_core::SourceFile::new("req.dt", &src).render_all(&diags);
+        assert!(text.contains(message) && text.contains("req.dt:3:"), "{text}");
+    }
+    // A target and `aligned` together are one class's guards.
+    let p = dt_core::compile_spec(&spec("sm_90, aligned")).expect("checks");
+    let k = dt_core::lower::lower_all(&p).expect("lowers").into_iter().find(|k| k.name == "out_1k").expect("the class");
+    assert!(k.aligned && k.requires == Some(dt_core::schedule::Requirement::Sm90));
+}
+
+#[test]
+fn a_class_that_requires_aligned_tensors_is_built_for_whole_runs_and_chosen_for_them_only() {
+    use dt_codegen::emit::gpu::Layouts;
+    let src = spec("aligned");
+    let out = generate("req", "req.dt", &src).expect("generates");
+    // The class's kernel is built for whole runs under its own symbol, with no kernel for any
+    // layout and no twin; the next class's kernel is for any layout. CUDA and HIP alike; the C
+    // file (which any layout suits) has it too.
+    type Launch = fn(&dt_core::manifest::Manifest, &str) -> Option<Layouts>;
+    let launches: [Launch; 2] = [|m, s| m.cuda_launch(s).map(|i| i.layouts), |m, s| m.hip_launch(s).map(|i| i.layouts)];
+    for launch in launches {
+        assert_eq!(launch(&out.manifest, "dt_out_1k_f32"), Some(Layouts::WholeRuns));
+        assert_eq!(launch(&out.manifest, "dt_out_1k_f32_whole"), None);
+        assert_eq!(launch(&out.manifest, "dt_out_f32"), Some(Layouts::Any));
+    }
+    assert!(out.c.contains("dt_out_1k_f32"));
+    // Rows of 1000 f32 or f16 elements are whole 16-byte runs; of 1002, not (f32 runs are 4
+    // elements, f16 runs 8); on every backend.
+    for features in [GpuFeatures::cuda(9), GpuFeatures::NONE] {
+        assert_eq!(chosen_for(&src, 1000, DType::F32, features), "out_1k");
+        assert_eq!(chosen_for(&src, 1000, DType::F16, features), "out_1k");
+        assert_eq!(chosen_for(&src, 1002, DType::F32, features), "out", "the next class takes partial runs");
+        assert_eq!(chosen_for(&src, 1004, DType::F16, features), "out");
+    }
+    // A launch that reaches the kernel on partial runs anyway is refused, not run.
+    let info = out.manifest.cuda_launch("dt_out_1k_f32").expect("built");
+    let refused = dt_codegen::host::check_layouts(info, Layouts::Any, DType::F32).expect_err("refused");
+    assert!(refused.0.contains("whole 16-byte runs"), "{}", refused.0);
+    // The kernel IR and the plan say so; the IR reads back with it.
+    let k = out.kernels.iter().find(|k| k.name == "out_1k").expect("the class");
+    let text = dt_core::kir::print(k);
+    assert!(text.contains("tensors aligned only"), "{text}");
+    assert_eq!(dt_core::kir::print(&dt_core::kir_text::parse(&text).expect("parses")), text);
+    let plan = dt_codegen::plan::print_cuda(k).expect("plans");
+    assert!(plan.contains("whole runs only") && plan.contains("twins     none"), "{plan}");
 }

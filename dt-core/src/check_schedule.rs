@@ -156,13 +156,34 @@ impl<'a, 'd> Checker<'a, 'd> {
                 }
                 self.sched_spans[f.index()].placement.push(span);
             }
-            "requires" => match args {
-                [SchedArg::Name(id)] => match crate::schedule::Requirement::from_name(&id.name) {
-                    Some(r) => self.prog.funcs[f.index()].schedule.requires = Some(r),
-                    None => self.err(id.span, format!("`{}` is not a target", id.name), "targets are cuda and sm_90"),
-                },
-                _ => self.err(span, "`requires` takes one target", "for example `f.requires(cuda);` or `f.requires(sm_90);`"),
-            },
+            "requires" => {
+                const EXAMPLE: &str = "for example `f.requires(cuda);`, `f.requires(sm_90, aligned);`";
+                if args.is_empty() {
+                    self.err(span, "`requires` takes a target, `aligned`, or both", EXAMPLE);
+                }
+                for a in args {
+                    let SchedArg::Name(id) = a else {
+                        self.err(a.span(), "`requires` takes names", EXAMPLE);
+                        continue;
+                    };
+                    let sched = &mut self.prog.funcs[f.index()].schedule;
+                    match (id.name.as_str(), crate::schedule::Requirement::from_name(&id.name)) {
+                        ("aligned", _) if sched.requires_aligned => self.err(id.span, "`aligned` is required twice", "name it once"),
+                        ("aligned", _) => sched.requires_aligned = true,
+                        (_, Some(r)) if sched.requires.is_some_and(|had| had != r) => self.err(
+                            id.span,
+                            format!("`{}` is a second target", id.name),
+                            "a kernel is built for one target only: cuda or sm_90",
+                        ),
+                        (_, Some(r)) => sched.requires = Some(r),
+                        (_, None) => self.err(
+                            id.span,
+                            format!("`{}` is neither a target nor `aligned`", id.name),
+                            "targets are cuda and sm_90; `aligned` admits only tensors of whole 16-byte runs",
+                        ),
+                    }
+                }
+            }
             "dtypes" => {
                 let mut out = Vec::new();
                 for a in args {

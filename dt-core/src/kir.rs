@@ -615,6 +615,9 @@ pub fn print(k: &Kernel) -> String {
     if let Some(r) = k.requires {
         let _ = writeln!(out, "  target {} only{}", r.name(), comment(&format!("requires({})", r.name())));
     }
+    if k.aligned {
+        let _ = writeln!(out, "  tensors aligned only{}", comment("requires(aligned)"));
+    }
     let _ = writeln!(out, "  program:");
     print_stmts(k, &k.body, 2, &mut out);
     out

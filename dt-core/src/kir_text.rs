@@ -65,6 +65,7 @@ fn empty_kernel() -> Kernel {
             wgmma: false,
             persistent: false,
             requires: None,
+            aligned: false,
         },
         num_warps: 1,
         num_stages: 1,
@@ -250,6 +251,10 @@ impl Reader<'_> {
                     self.k.signature.specialize.push((self.dim(d)?, number(n)?));
                 }
                 "grid" if rest.starts_with("persistent") => self.k.persistent = true,
+                "tensors" => {
+                    (rest == "aligned only").then_some(()).ok_or("a tensors line is `tensors aligned only`")?;
+                    self.k.aligned = true;
+                }
                 "target" => {
                     let name = rest.strip_suffix(" only").ok_or("a target line is `target NAME only`")?;
                     self.k.requires = Some(crate::schedule::Requirement::from_name(name).ok_or("the targets are cuda and sm_90")?);

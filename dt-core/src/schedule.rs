@@ -80,6 +80,9 @@ pub struct Schedule {
     /// `requires(cuda)`, `requires(sm_90)`: the kernel is built only for that target, and the
     /// library runs another size class elsewhere.
     pub requires: Option<Requirement>,
+    /// `requires(aligned)`: the kernel runs only on tensors whose 16-byte runs are whole
+    /// (`crate::select::runs_are_whole`), and the library runs another size class on others.
+    pub requires_aligned: bool,
     /// Marked with `compile()`: a kernel entry point.
     pub kernel: bool,
     /// `dtypes(f16, bf16, f32)`: the element types the kernel is built for (default f32).
@@ -110,6 +113,7 @@ impl Default for Schedule {
             wgmma: false,
             persistent: false,
             requires: None,
+            requires_aligned: false,
             kernel: false,
             dtypes: vec![DType::F32],
             bounds: Vec::new(),

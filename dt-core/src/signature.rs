@@ -7,7 +7,7 @@ use crate::algo::DimId;
 use crate::dtype::DType;
 use crate::kir::{Grid, TensorParam};
 use crate::schedule::Requirement;
-use crate::select::{tma_describable, tma_describes, LaunchTensor};
+use crate::select::{runs_are_whole, tma_describable, tma_describes, LaunchTensor};
 use serde::{Deserialize, Serialize};
 
 /// A kernel as its callers see it.
@@ -37,6 +37,11 @@ pub struct Signature {
     pub persistent: bool,
     /// The only target the kernel is built for (`requires`), where the schedule names one.
     pub requires: Option<Requirement>,
+    /// The kernel runs only on tensors whose 16-byte runs are whole (`requires(aligned)`,
+    /// [`crate::select::runs_are_whole`]): its kernel is built for them
+    /// ([`crate::select::Layouts::WholeRuns`]) and no kernel for any layout is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub aligned: bool,
 }
 
 impl AsRef<Signature> for Signature {
@@ -77,12 +82,16 @@ impl Signature {
         self.needs_sm90() || self.requires == Some(Requirement::Cuda)
     }
 
-    /// Whether the tensors of a launch (as for [`tma_describable`]) suit this kernel: any do,
-    /// but a `wgmma` kernel copies its dots' operands through tensor maps, and a
-    /// warp-specialized one stores through a map and reads inputs contiguous along their last
-    /// axis (through maps where they describe them, else copied by its producer's threads,
-    /// [`Signature::copies_without_map`]).
-    pub fn admits_tensors(&self, elem_bytes: usize, tensors: &[LaunchTensor<'_>]) -> bool {
+    /// Whether the tensors of a launch (as for [`tma_describable`]; `sizes` the size arguments
+    /// in slot order) suit this kernel: any do, but one that `requires(aligned)` takes only
+    /// tensors of whole runs ([`runs_are_whole`]), a `wgmma` kernel copies its dots' operands
+    /// through tensor maps, and a warp-specialized one stores through a map and reads inputs
+    /// contiguous along their last axis (through maps where they describe them, else copied by
+    /// its producer's threads, [`Signature::copies_without_map`]).
+    pub fn admits_tensors(&self, elem_bytes: usize, sizes: &[i64], tensors: &[LaunchTensor<'_>]) -> bool {
+        if self.aligned && !runs_are_whole(self, elem_bytes, |slot| sizes.get(slot).copied().unwrap_or(0), tensors) {
+            return false;
+        }
         if !self.warp_specialize {
             return !self.takes_tensor_maps() || tma_describable(self, elem_bytes, tensors);
         }

@@ -56,6 +56,9 @@ pub enum Error {
     #[error("{op}: kernel `{kernel}` was not built for {dtype} (built for: {built})")]
     DTypeNotBuilt { op: &'static str, kernel: String, dtype: DType, built: String },
     /// A device pointer not aligned for its element type.
+    #[error("{op}: kernel `{kernel}` does not take these tensors: {why}")]
+    TensorsNotAdmitted { op: &'static str, kernel: String, why: &'static str },
+
     #[error("{op}: `{arg}` starts at address {addr:#x}, which is not aligned to {align} bytes")]
     Misaligned { op: &'static str, arg: &'static str, addr: u64, align: usize },
     /// A tensor that lives on another device (or context) than the [`crate::Gpu`] handle.

@@ -450,11 +450,8 @@ fn launch<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], plan:
     let symbol = plan.launch_symbol(&args, T::DTYPE, |s| plan.spec.launch_row(s).is_some());
     let (f, row) = gpu.function(plan.spec_index, &symbol)?;
     let tensors = dt_core::select::launch_tensors(plan.kernel, &args);
-    if !plan.kernel.admits_tensors(T::DTYPE.size_bytes(), &tensors) {
-        return Err(Error::Internal(format!(
-            "{}: kernel `{symbol}` reads or writes through tensor maps, and a tensor that needs one is not 16-byte aligned with 16-byte rows",
-            op.op
-        )));
+    if !plan.kernel.admits_tensors(T::DTYPE.size_bytes(), &args.sizes, &tensors) {
+        return Err(Error::TensorsNotAdmitted { op: op.op, kernel: symbol, why: crate::plan::not_admitted_why(plan.kernel) });
     }
     let param = dt_cuda::KernelParam::new(plan.kernel, &args, T::DTYPE, &row.tensor_maps).map_err(Error::Internal)?;
     let grid = dt_cuda::grid(&gpu.shared.ctx, plan.programs, row.persistent).map_err(Error::driver("reading the multiprocessor count"))?;

@@ -78,7 +78,7 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
     // tensor needs the arguments meet (`dt_core::select::choose_class`).
     // Where none runs: the error of the last variant built for the dtype (its bounds), else
     // that of the first (not built for it).
-    let (mut bound, mut not_built) = (None, None);
+    let (mut bound, mut not_built, mut refused) = (None, None, None);
     let chosen = dt_core::select::choose_class(
         &spec.manifest()?.kernels,
         op.kernel,
@@ -93,16 +93,41 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
                 None
             }
             Err(e) => Some(Err(e)),
-            // A kernel that reads through tensor maps runs where they describe the tensors (of
-            // the library's buffers, every address is aligned; `launch` checks it again).
-            Ok(planned) if !kernel.admits_tensors(dtype.size_bytes(), &dt_core::select::launch_tensors(kernel, &planned.args)) => None,
+            // A kernel that reads through tensor maps, or that `requires(aligned)`, runs where
+            // the tensors suit it (of the library's buffers, every address is aligned; `launch`
+            // checks it again).
+            Ok(planned)
+                if !kernel.admits_tensors(
+                    dtype.size_bytes(),
+                    &planned.args.sizes,
+                    &dt_core::select::launch_tensors(kernel, &planned.args),
+                ) =>
+            {
+                refused.get_or_insert(Error::TensorsNotAdmitted { op: op.op, kernel: kernel.name.clone(), why: not_admitted_why(kernel) });
+                None
+            }
             Ok(planned) => Some(Ok(planned)),
         },
         |made, d| made.as_ref().map_or(usize::MAX, |p| p.args.sizes[p.kernel.dim_slot(d)] as usize),
     );
     match chosen {
         Some((_, planned)) => planned,
-        None => Err(bound.or(not_built).unwrap_or_else(|| Error::Internal(format!("spec `{}` has no kernel `{}`", spec.name, op.kernel)))),
+        None => Err(bound
+            .or(refused)
+            .or(not_built)
+            .unwrap_or_else(|| Error::Internal(format!("spec `{}` has no kernel `{}`", spec.name, op.kernel)))),
+    }
+}
+
+/// What kernel `k` needs of the tensors it takes ([`Signature::admits_tensors`]), for the
+/// error of a launch whose tensors it does not take.
+pub(crate) fn not_admitted_why(k: &Signature) -> &'static str {
+    if k.aligned {
+        "it requires whole 16-byte runs (`requires(aligned)`: 16-byte aligned tensors, contiguous along the last axis, \
+         its length and the other strides multiples of 16 bytes), and no later size class takes them"
+    } else {
+        "it reads or writes through tensor maps, which need 16-byte aligned tensors, contiguous along the last axis, \
+         with the other strides multiples of 16 bytes"
     }
 }
 

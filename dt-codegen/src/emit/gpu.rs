@@ -87,12 +87,14 @@ pub fn emit_file(header: &str, dialect: Dialect, kernels: &[(&Kernel, DType, Str
     out += abi::GPU_DECL;
     let mut infos = Vec::new();
     for (k, dtype, symbol) in kernels {
-        // The kernel for any layout, then its twins (pass `plan::twins`): for whole runs, where
-        // the code differs; for the specialized sizes, where the schedule asks and whole runs
-        // are possible. One plan serves them all.
+        // The kernel (for any layout, or for whole runs where it `requires(aligned)`), then its
+        // twins (pass `plan::twins`): for whole runs, where the code differs; for the
+        // specialized sizes, where the schedule asks and whole runs are possible. One plan serves
+        // them all.
         let plans = plan_kernel(k, *dtype, dialect)?;
-        for layouts in crate::plan::twins::twins(k, *dtype, plans.older.mapping, &plans.older.registers) {
-            let (text, info) = print_kernel(k, *dtype, &layouts.symbol(symbol), dialect, layouts, plans.clone())?;
+        for (i, layouts) in crate::plan::twins::twins(k, *dtype, plans.older.mapping, &plans.older.registers).into_iter().enumerate() {
+            let name = if i == 0 { symbol.clone() } else { layouts.symbol(symbol) };
+            let (text, info) = print_kernel(k, *dtype, &name, dialect, layouts, plans.clone())?;
             out += "\n";
             out += &text;
             infos.push(info);

@@ -276,7 +276,11 @@ pub fn print_cuda(k: &Kernel) -> Result<String, PlanError> {
                 output_runs::print(&older.outputs, &mut out);
                 cluster_waits::print(&older.cluster, &mut out);
                 partials::print(&older.partials, &mut out);
-                let twins: Vec<&str> = twins::twins(k, *dtype, older.mapping, &older.registers)
+                let built = twins::twins(k, *dtype, older.mapping, &older.registers);
+                if built[0] == dt_core::select::Layouts::WholeRuns {
+                    let _ = writeln!(out, "  layouts   whole runs only (requires(aligned)): no kernel for any layout");
+                }
+                let twins: Vec<&str> = built
                     .iter()
                     .skip(1)
                     .map(|l| match l {

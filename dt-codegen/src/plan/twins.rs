@@ -9,8 +9,9 @@
 //! - **Specialized sizes** ([`Layouts::Specialized`]): where the schedule asks (`specialize`)
 //!   and whole runs are possible at those sizes.
 //!
-//! A warp-specialized kernel reads and writes through tensor maps, whatever the layouts: it has
-//! no twins.
+//! A kernel that `requires(aligned)` is itself built for whole runs, where its code depends on
+//! them: no launch of other layouts reaches it. A warp-specialized kernel reads and writes
+//! through tensor maps, whatever the layouts: it has no twins.
 
 use super::layouts::{collect, Mapping, MatrixIsa, Plan, RegLayout};
 use dt_core::algo::DimId;
@@ -19,13 +20,15 @@ use dt_core::select::Layouts;
 use dt_core::DType;
 
 /// The layouts kernel `k`, built for `dtype` with register plan `registers` and thread mapping
-/// `mapping`, comes in: any layout first, then its twins (see the module docs).
+/// `mapping`, comes in: the kernel's own first (any layout, or whole runs where it
+/// `requires(aligned)` and its code depends on them), then its twins (see the module docs).
 pub(crate) fn twins(k: &Kernel, dtype: DType, mapping: Mapping, registers: &Plan) -> Vec<Layouts> {
-    let mut out = vec![Layouts::Any];
     if k.warp_specialize {
-        return out;
+        return vec![Layouts::Any];
     }
-    if runs_start_whole(k, mapping.vector) && depends_on_whole_runs(k, mapping, registers) {
+    let whole = runs_start_whole(k, mapping.vector) && depends_on_whole_runs(k, mapping, registers);
+    let mut out = vec![if whole && k.aligned { Layouts::WholeRuns } else { Layouts::Any }];
+    if whole && !k.aligned {
         out.push(Layouts::WholeRuns);
     }
     let run = (RUN_BYTES / dtype.size_bytes()) as u64;

@@ -23,6 +23,8 @@ pub const SPECS: &[&str] = &[
     "dt-codegen/tests/specs/swish.dt",
     "dt-codegen/tests/specs/matmul_mma.dt",
     "dt-codegen/tests/specs/row_stats.dt",
+    // A size class for tensors of whole 16-byte runs only (`requires(aligned)`).
+    "dt-codegen/tests/specs/aligned_rows.dt",
     // The talk's two-matmul listing as the talk gives it: `mm` computed for all of `l` at `m`.
     "dt-codegen/tests/specs/talk_2mm.dt",
     // The talk's attention listing: a chain of `fuse_at` (`mm` in `e`, `e` in `attention`).
@@ -46,10 +48,14 @@ pub fn read_spec(rel: &str) -> String {
 }
 
 /// The item of an emitted file's `items` that launch parameters `info` belong to (`symbol` gives
-/// an item's symbol): the item of that symbol, or the one whose kernel for whole runs or whose
+/// an item's symbol): the item of that symbol (the kernel, built for any layout or, where it
+/// `requires(aligned)`, for whole runs), or the one whose kernel for whole runs or whose
 /// specialized twin it is.
 pub fn item_of<'a, T>(items: &'a [T], symbol: impl Fn(&T) -> &str, info: &dt_codegen::emit::gpu::LaunchInfo) -> &'a T {
-    items.iter().find(|i| info.layouts.symbol(symbol(i)) == info.symbol).unwrap_or_else(|| panic!("no kernel for symbol `{}`", info.symbol))
+    items
+        .iter()
+        .find(|i| symbol(i) == info.symbol || info.layouts.symbol(symbol(i)) == info.symbol)
+        .unwrap_or_else(|| panic!("no kernel for symbol `{}`", info.symbol))
 }
 
 /// Sizes drawn for any layout, made to fit the kernel of `info`: for the kernel for whole runs,

@@ -109,6 +109,7 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
             wgmma: f.schedule.wgmma,
             persistent: f.schedule.persistent,
             requires: f.schedule.requires,
+            aligned: f.schedule.requires_aligned,
         },
         num_warps: f.schedule.num_warps,
         num_stages: f.schedule.num_stages,
