@@ -68,6 +68,27 @@ fn dtc_check_warns_where_fewer_stages_fit_than_asked() {
     assert!(err.contains(" 12 | _2mm.num_stages(8);") && err.contains("ask for 5"), "{err}");
 }
 
+/// A size class that `requires(aligned)` with no class after it for other tensors checks, with
+/// a warning at its `compile()`; the test spec, which has one after it, checks without.
+#[test]
+fn dtc_check_warns_where_no_class_takes_unaligned_tensors() {
+    let out = dtc().args(["check", "dt-codegen/tests/specs/aligned_rows.dt"]).output().expect("dtc runs");
+    assert!(out.status.success() && out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    let spec = std::fs::read_to_string(workspace().join("dt-codegen/tests/specs/aligned_rows.dt")).unwrap();
+    let only = spec.split("\nout.block(x:1, y:256);").next().expect("the spec").to_string() + "\n";
+    let path = scratch("aligned").join("aligned_only.dt");
+    std::fs::write(&path, only).unwrap();
+    let out = dtc().args(["check", path.to_str().unwrap()]).output().expect("dtc runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "aligned_only.dt:15:3: warning: no size class of `out` after `out_1k` takes tensors that are not in whole 16-byte runs"
+        ),
+        "{err}"
+    );
+}
+
 /// A kernel that checks but that its target cannot build (a warp-specialized ring of 16 stages
 /// of 48 KiB, above sm_90a's shared memory) is refused by `check` as by `emit`, at its
 /// `compile()`, not accepted there and refused only when built; `emit` refuses it the same way.

@@ -158,6 +158,14 @@ pub fn is_variant_of(name: &str, family: &str) -> bool {
             .is_some_and(|class| class.starts_with(|c: char| c.is_ascii_digit()))
 }
 
+/// The family kernel `name` is a size-class variant of ([`is_variant_of`]): the name up to its
+/// first `_` followed by a digit (`softmax` of `softmax_16k`), or the whole name where that would
+/// leave nothing.
+pub fn family_of(name: &str) -> &str {
+    let class = name.match_indices('_').map(|(i, _)| i).find(|&i| i > 0 && name[i + 1..].starts_with(|c: char| c.is_ascii_digit()));
+    class.map_or(name, |i| &name[..i])
+}
+
 /// The size class of kernel `family` that a launch runs: one rule for the library, the bench and
 /// `dtc`. Among the variants of `family` ([`is_variant_of`]) in the spec's order that a GPU
 /// offering `features` runs ([`Signature::runs_on`]), the first that `attempt` accepts (the
@@ -181,4 +189,24 @@ pub fn choose_class<'a, K: AsRef<Signature>, R>(
         return Some((k, made));
     }
     idle
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_class_is_a_variant_of_the_family_its_name_gives() {
+        for (name, family) in [
+            ("softmax_16k", "softmax"),
+            ("mm_128_f32", "mm"),
+            ("attention_90a_128", "attention"),
+            ("out", "out"),
+            ("_2mm", "_2mm"),
+            ("row_max", "row_max"),
+        ] {
+            assert_eq!(family_of(name), family);
+            assert!(is_variant_of(name, family_of(name)), "{name}");
+        }
+    }
 }

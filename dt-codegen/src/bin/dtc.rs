@@ -152,9 +152,27 @@ fn lowered(p: &Program, fid: FuncId) -> Result<dt_core::kir::Kernel, dt_core::Di
 /// error at the kernel for each one that does not lower, or that the CUDA printer cannot build
 /// (a warp-specialized ring or tiles that do not fit the target's shared memory), located at its
 /// `compile()`; a warning at its `num_stages` for each request the CUDA plan serves with fewer
-/// stages, because the buffers of more do not fit (the library and the bench run what fits).
+/// stages, because the buffers of more do not fit (the library and the bench run what fits); a
+/// warning at its `compile()` where it `requires(aligned)` and no later size class of its family
+/// takes other tensors.
 fn kernel_diagnostics(p: &Program, kernels: &[FuncId]) -> Vec<dt_core::Diagnostic> {
     let mut out = Vec::new();
+    for (i, &fid) in kernels.iter().enumerate() {
+        let f = p.func(fid);
+        let family = dt_core::select::family_of(&f.name);
+        let later = |g: &FuncId| dt_core::select::is_variant_of(&p.func(*g).name, family) && !p.func(*g).schedule.requires_aligned;
+        if f.schedule.requires_aligned && !kernels[i + 1..].iter().any(later) {
+            out.push(
+                dt_core::Diagnostic::warning(
+                    f.schedule.compile_span.unwrap_or(f.span),
+                    format!("no size class of `{family}` after `{}` takes tensors that are not in whole 16-byte runs", f.name),
+                )
+                .with_label(
+                    "it requires(aligned): the library, the bench and `dtc run` refuse other tensors; add a class without it after",
+                ),
+            );
+        }
+    }
     for &fid in kernels {
         let f = p.func(fid);
         let k = match lowered(p, fid) {
