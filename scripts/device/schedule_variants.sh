@@ -8,7 +8,8 @@
 #   OP=matmul SPEC=matmul CLASS=mm_128_f32 DTYPE=f32 VARIANTS='NAME|PRIM(ARGS); PRIM(ARGS)...
 #   NAME|...' [BASELINE=cublas] [EDIT='sed expression'] scripts/device/schedule_variants.sh SHAPE...
 # Each variant line names the variant and lists statements `PRIM(ARGS)` (block, tensorize,
-# num_warps, num_stages, ...): the class's statement of that primitive becomes `CLASS.PRIM(ARGS);`
+# num_warps, num_stages, ...): the class's statement of that primitive becomes `CLASS.PRIM(ARGS);`,
+# or, where the class has none, is added before its `compile()`
 # (CLASS may list several classes, separated by spaces, to change them alike).
 # EDIT is applied to the spec of every variant too (to bound another class out of the way).
 # The rows go to stdout and each variant's JSON to $OUT.
@@ -38,8 +39,14 @@ while IFS="|" read -r name statements; do
     # `&` and `\` in the statement stand for themselves.
     for class in $CLASS; do
       replacement=$(printf '%s' "$class.$st;" | sed 's/[&\\|]/\\&/g')
-      grep -q "^$class\.$prim(" "$spec" || { echo "$name: $class has no $prim statement"; continue 3; }
-      sed -i "s|^$class\.$prim(.*|$replacement|" "$spec"
+      if grep -q "^$class\.$prim(" "$spec"; then
+        sed -i "s|^$class\.$prim(.*|$replacement|" "$spec"
+      else
+        # A statement the class lacks (`requires(sm_90)`, `max_registers(128)`) goes before its
+        # `compile()`.
+        grep -q "^$class\.compile();" "$spec" || { echo "$name: $class has no compile() statement"; continue 3; }
+        sed -i "s|^$class\.compile();|$replacement\n$class.compile();|" "$spec"
+      fi
       grep -qxF "$class.$st;" "$spec" || { echo "$name: the edit of $class.$prim failed"; continue 3; }
     done
   done
