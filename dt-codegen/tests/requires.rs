@@ -70,6 +70,15 @@ fn an_unknown_target_is_a_located_error() {
 }
 
 #[test]
+fn requires_on_a_func_that_is_not_a_kernel_is_a_located_error() {
+    let src = "Func m, out; In A; Var x; RVar y;\nm[x] = rmax(A[x, y], y);\nout[x, y] = A[x, y] - m[x];\n\
+               out.block(x:1); out.tensorize(x:1, y:0); out.bound(y:1024);\nm.fuse_at(out, x);\nm.requires(aligned);\nout.compile();\n";
+    let diags = dt_core::compile_spec(src).expect_err("refused");
+    let text = dt_core::SourceFile::new("req.dt", src).render_all(&diags);
+    assert!(text.contains("req.dt:6:1: error: `m` is not a kernel"), "{text}");
+}
+
+#[test]
 fn a_second_target_or_a_repeated_requirement_is_a_located_error() {
     for (requirement, message) in [("cuda, sm_90", "`sm_90` is a second target"), ("aligned, aligned", "`aligned` is required twice")] {
         let src = spec(requirement);

@@ -183,6 +183,7 @@ impl<'a, 'd> Checker<'a, 'd> {
                         ),
                     }
                 }
+                self.sched_spans[f.index()].placement.push(span);
             }
             "dtypes" => {
                 let mut out = Vec::new();
