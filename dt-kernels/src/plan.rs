@@ -77,7 +77,8 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
     // another class of the same bounds for the others), among those the device runs and whose
     // tensor needs the arguments meet (`dt_core::select::choose_class`).
     // Where none runs: the error of the last variant built for the dtype (its bounds), else
-    // that of the first (not built for it).
+    // that of the first whose tensor needs the arguments do not meet, else that of the first
+    // (not built for it).
     let (mut bound, mut not_built, mut refused) = (None, None, None);
     let chosen = dt_core::select::choose_class(
         &spec.manifest()?.kernels,
