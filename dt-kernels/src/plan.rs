@@ -125,7 +125,7 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
 pub(crate) fn not_admitted_why(k: &Signature) -> &'static str {
     if k.aligned {
         "it requires whole 16-byte runs (`requires(aligned)`: 16-byte aligned tensors, contiguous along the last axis, \
-         its length and the other strides multiples of 16 bytes), and no later size class takes them"
+         its length and the other strides multiples of 16 bytes)"
     } else {
         "it reads or writes through tensor maps, which need 16-byte aligned tensors, contiguous along the last axis, \
          with the other strides multiples of 16 bytes"
