@@ -108,6 +108,12 @@ fn a_class_that_requires_aligned_tensors_is_built_for_whole_runs_and_chosen_for_
         assert_eq!(launch(&out.manifest, "dt_out_f32"), Some(Layouts::Any));
     }
     assert!(out.c.contains("dt_out_1k_f32"));
+    // The manifest carries the guard (and only where a class has it), and reads back.
+    let json = out.manifest.to_json();
+    assert_eq!(json.matches("\"aligned\":true").count(), 1, "{json}");
+    assert!(!json.contains("\"aligned\":false"), "{json}");
+    let read = dt_core::manifest::Manifest::from_json(&json).expect("reads");
+    assert!(read.kernel("out_1k").expect("the class").aligned && !read.kernel("out").expect("the next").aligned);
     // Rows of 1000 f32 or f16 elements are whole 16-byte runs; of 1002, not (f32 runs are 4
     // elements, f16 runs 8); on every backend.
     for features in [GpuFeatures::cuda(9), GpuFeatures::NONE] {
