@@ -139,11 +139,12 @@ impl CudaRunner {
         if staged.programs == 0 || staged.out_shape.iter().product::<usize>() == 0 {
             return Ok(());
         }
-        crate::host::check_layouts(info, staged.layouts, staged.dtype).map_err(|e| GpuError(e.0))?;
+        crate::host::check_layouts(info, staged.layouts).map_err(|e| GpuError(e.0))?;
         if !info.tensor_maps.is_empty() && !staged.tma {
             return Err(GpuError(format!(
-                "kernel `{}` reads or writes through tensor maps, and a tensor of this launch that needs one is not 16-byte aligned with a contiguous last axis and other strides multiples of 16 bytes",
-                info.symbol
+                "kernel `{}` reads or writes through tensor maps, and a tensor of this launch that needs one is not as they need ({})",
+                info.symbol,
+                dt_core::select::TENSOR_MAP_NEED
             )));
         }
         let param = dt_cuda::KernelParam::new(&staged.kernel, &staged.args, staged.dtype, &info.tensor_maps).map_err(GpuError)?;

@@ -212,7 +212,7 @@ impl HipCpuLibrary {
         let n: usize = bound.out_shape.iter().product();
         let out = Buf::from(&Tensor { shape: vec![n], data: vec![f32::NAN; n] }, dtype);
         let args: DtArgs = fill_args(k, bound, &inputs.iter().map(Buf::addr).collect::<Vec<_>>(), out.addr());
-        check_layouts(info, launch_layouts(k, dtype, &args), dtype).map_err(|e| HipCpuError(e.0))?;
+        check_layouts(info, launch_layouts(k, dtype, &args)).map_err(|e| HipCpuError(e.0))?;
         let programs = k.grid.programs(&bound.sizes);
         if programs > i32::MAX as usize {
             return Err(HipCpuError(format!("kernel `{}` would need {programs} programs; at most 2^31-1 fit a grid", k.name)));

@@ -150,7 +150,7 @@ pub fn launch_layouts(k: &Kernel, dtype: DType, a: &DtArgs) -> Layouts {
 /// Checks that the kernel of launch parameters `info` may run on tensors of layouts `have`
 /// ([`launch_layouts`]): one built for whole runs only where they are, the specialized twin only
 /// on its sizes and contiguous tensors.
-pub fn check_layouts(info: &crate::emit::gpu::LaunchInfo, have: Layouts, dtype: DType) -> Result<(), HostError> {
+pub fn check_layouts(info: &crate::emit::gpu::LaunchInfo, have: Layouts) -> Result<(), HostError> {
     if info.layouts <= have {
         return Ok(());
     }
@@ -161,10 +161,9 @@ pub fn check_layouts(info: &crate::emit::gpu::LaunchInfo, have: Layouts, dtype: 
             info.symbol
         ),
         _ => format!(
-            "kernel `{}` is built for whole 16-byte runs, and the tensors of this launch do not all have them \
-             (16-byte aligned, contiguous along the last axis, its length and the other strides multiples of {})",
+            "kernel `{}` is built for whole 16-byte runs, and the tensors of this launch do not all have them ({})",
             info.symbol,
-            dt_core::kir::RUN_BYTES / dtype.size_bytes()
+            dt_core::select::WHOLE_RUNS_NEED
         ),
     }))
 }

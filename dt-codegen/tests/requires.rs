@@ -124,7 +124,7 @@ fn a_class_that_requires_aligned_tensors_is_built_for_whole_runs_and_chosen_for_
     }
     // A launch that reaches the kernel on partial runs anyway is refused, not run.
     let info = out.manifest.cuda_launch("dt_out_1k_f32").expect("built");
-    let refused = dt_codegen::host::check_layouts(info, Layouts::Any, DType::F32).expect_err("refused");
+    let refused = dt_codegen::host::check_layouts(info, Layouts::Any).expect_err("refused");
     assert!(refused.0.contains("whole 16-byte runs"), "{}", refused.0);
     // The kernel IR and the plan say so; the IR reads back with it.
     let k = out.kernels.iter().find(|k| k.name == "out_1k").expect("the class");

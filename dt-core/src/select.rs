@@ -43,6 +43,13 @@ pub fn runs_are_whole(k: &Signature, elem_bytes: usize, size: impl Fn(usize) -> 
         })
 }
 
+/// What [`runs_are_whole`] needs of a launch's tensors, in words for its errors.
+pub const WHOLE_RUNS_NEED: &str =
+    "16-byte aligned tensors, contiguous along the last axis, its length and the other strides multiples of 16 bytes";
+
+/// What [`tma_describes`] needs of a tensor, in words for errors.
+pub const TENSOR_MAP_NEED: &str = "16-byte aligned tensors, contiguous along the last axis, the other strides multiples of 16 bytes";
+
 /// Whether a tensor map (CUDA's TMA descriptor) describes every tensor of a launch of `k` on
 /// elements of `elem_bytes` bytes (`tensors`: the inputs in order, then the output; see
 /// [`tma_describes`]).

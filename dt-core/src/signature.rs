@@ -82,6 +82,19 @@ impl Signature {
         self.needs_sm90() || self.requires == Some(Requirement::Cuda)
     }
 
+    /// Why only CUDA GPUs run this kernel ([`Signature::cuda_only`]), in words, where they do.
+    pub fn cuda_only_reason(&self) -> Option<String> {
+        if self.warp_specialize {
+            Some("warp-specialized (CUDA sm_90 only)".into())
+        } else if self.wgmma {
+            Some("built on wgmma (CUDA sm_90 only)".into())
+        } else if self.grid.cluster.is_some() {
+            Some("clustered (CUDA sm_90 only)".into())
+        } else {
+            self.requires.map(|r| format!("built for {} only (`requires({})`)", r.name(), r.name()))
+        }
+    }
+
     /// Whether the tensors of a launch (as for [`tma_describable`]; `sizes` the size arguments
     /// in slot order) suit this kernel: any do, but one that `requires(aligned)` takes only
     /// tensors of whole runs ([`runs_are_whole`]), a `wgmma` kernel copies its dots' operands

@@ -58,7 +58,7 @@ pub enum Error {
     /// Tensors that no size class of the op takes: `kernel`, the first class that refused them,
     /// needs whole 16-byte runs (`requires(aligned)`) or tensor maps, as `why` says.
     #[error("{op}: kernel `{kernel}` does not take these tensors: {why}")]
-    TensorsNotAdmitted { op: &'static str, kernel: String, why: &'static str },
+    TensorsNotAdmitted { op: &'static str, kernel: String, why: String },
     /// A device pointer not aligned for its element type.
     #[error("{op}: `{arg}` starts at address {addr:#x}, which is not aligned to {align} bytes")]
     Misaligned { op: &'static str, arg: &'static str, addr: u64, align: usize },

@@ -104,7 +104,11 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
                     &dt_core::select::launch_tensors(kernel, &planned.args),
                 ) =>
             {
-                refused.get_or_insert(Error::TensorsNotAdmitted { op: op.op, kernel: kernel.name.clone(), why: not_admitted_why(kernel) });
+                refused.get_or_insert_with(|| Error::TensorsNotAdmitted {
+                    op: op.op,
+                    kernel: kernel.name.clone(),
+                    why: not_admitted_why(kernel),
+                });
                 None
             }
             Ok(planned) => Some(Ok(planned)),
@@ -122,13 +126,12 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
 
 /// What kernel `k` needs of the tensors it takes ([`Signature::admits_tensors`]), for the
 /// error of a launch whose tensors it does not take.
-pub(crate) fn not_admitted_why(k: &Signature) -> &'static str {
+pub(crate) fn not_admitted_why(k: &Signature) -> String {
+    use dt_core::select::{TENSOR_MAP_NEED, WHOLE_RUNS_NEED};
     if k.aligned {
-        "it requires whole 16-byte runs (`requires(aligned)`: 16-byte aligned tensors, contiguous along the last axis, \
-         its length and the other strides multiples of 16 bytes)"
+        format!("it requires whole 16-byte runs (`requires(aligned)`: {WHOLE_RUNS_NEED})")
     } else {
-        "it reads or writes through tensor maps, which need 16-byte aligned tensors, contiguous along the last axis, \
-         with the other strides multiples of 16 bytes"
+        format!("it reads or writes through tensor maps, which need {TENSOR_MAP_NEED}")
     }
 }
 

@@ -172,9 +172,6 @@ fn kernel_diagnostics(p: &Program, kernels: &[FuncId]) -> Vec<dt_core::Diagnosti
                 ),
             );
         }
-    }
-    for &fid in kernels {
-        let f = p.func(fid);
         let k = match lowered(p, fid) {
             Ok(k) => k,
             Err(d) => {
@@ -350,17 +347,7 @@ fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>
     // nothing else, is refused with the reason.
     if kernel.is_none() && matches!(target, Target::C | Target::Hip) && kernels.iter().any(|k| !k.cuda_only()) {
         let name = if matches!(target, Target::C) { "C" } else { "HIP" };
-        for k in kernels.iter().filter(|k| k.cuda_only()) {
-            let why = if k.warp_specialize {
-                "warp-specialized (CUDA sm_90 only)".to_string()
-            } else if k.wgmma {
-                "built on wgmma (CUDA sm_90 only)".to_string()
-            } else if k.grid.cluster.is_some() {
-                "clustered (CUDA sm_90 only)".to_string()
-            } else {
-                let r = k.requires.map_or("cuda", |r| r.name());
-                format!("built for {r} only (`requires({r})`)")
-            };
+        for (k, why) in kernels.iter().filter_map(|k| Some((k, k.cuda_only_reason()?))) {
             eprintln!("{}: note: kernel `{}` is {why}: left out of the {name} file", file.display(), k.name);
         }
         kernels.retain(|k| !k.cuda_only());

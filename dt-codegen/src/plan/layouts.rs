@@ -535,7 +535,6 @@ impl Plan {
             .collect()
     }
 
-    /// Whether load `v` is made by the staged dot that reads it.
     /// Whether the reduction of value `value` of kernel `k` over `dim` runs in registers
     /// (`mapping.register_reduce`): shuffles within groups of 32 lanes, then one partial per
     /// group through shared memory where there are several groups.
@@ -557,6 +556,7 @@ impl Plan {
         out
     }
 
+    /// Whether load `v` is made by the staged dot that reads it.
     pub fn direct_load(&self, v: ValueId) -> bool {
         self.dots.iter().any(|(_, d)| (d.direct[0].is_some() && d.a == v) || (d.direct[1].is_some() && d.b == v))
     }
