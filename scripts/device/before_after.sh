@@ -3,7 +3,8 @@
 # GPU machine: .gpu/xtask_before (built from an earlier commit: `git worktree add /tmp/before
 # REV`, `cargo build --release -p xtask` there) and .gpu/xtask (scripts/device/build.sh), each
 # against BASELINE in its own process, so that a change is read as the ratio of each row to
-# its baseline in the same process.
+# its baseline in the same process. Printed per row: op, kernel, shape, type, DT ms, the
+# baseline's ms, DT / baseline and the copy fraction.
 # Usage: OP=matmul DTYPES="f16 bf16" [BASELINE=cublas] [ROUNDS=2] [BEFORE_DIR=DIR] \
 #        scripts/device/before_after.sh SHAPE...
 # OP may list several ops ("softmax layernorm dyt"). The bench compiles the specs of the
@@ -26,6 +27,6 @@ for round in $(seq "${ROUNDS:-2}"); do
     echo "== round $round: $b"
     dir=$R
     [ "$b" = xtask ] || dir=${BEFORE_DIR:-$R}
-    (cd "$dir" && timeout "${T_RUN:-150}" "$R/.gpu/$b" bench "${args[@]}" 2>&1 | grep -E "^\| ($ops) |rror" | cut -d'|' -f2,3,4,5,6,10,11)
+    (cd "$dir" && timeout "${T_RUN:-150}" "$R/.gpu/$b" bench "${args[@]}" 2>&1 | grep -E "^\| ($ops) |rror" | cut -d'|' -f2,3,4,5,6,10,11,12)
   done
 done
