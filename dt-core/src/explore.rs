@@ -103,8 +103,8 @@ pub fn kernel_spec(src: &str, kernel: &str) -> Result<String, Vec<Diagnostic>> {
 /// `max_registers` statements halved or doubled (at least one; a whole tile, `d:0`, stays
 /// whole; a tile as wide as its block follows the block, a narrower one stays within it), every
 /// other statement as written. A warp-specialized kernel's numbers move together
-/// ([`WarpSpecialized`]). It may not check (fewer warps than a tile needs, say): the checker
-/// says.
+/// ([`WarpSpecialized`]), and so do a cluster's programs and its dimension's block
+/// ([`Cluster`]). It may not check (fewer warps than a tile needs, say): the checker says.
 pub fn nearby_spec(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Diagnostic>> {
     // A change can cancel out (a tile that follows its block): draw again, a few times.
     for _ in 0..16 {
@@ -124,20 +124,32 @@ fn nearby_once(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Di
     }
     const NEAR: &[&str] = &["block", "tensorize", "map", "num_warps", "num_stages", "max_registers"];
     let ws = WarpSpecialized::of(&file, kernel);
+    let cluster = Cluster::of(&file, kernel);
     let numbers = |item: &Item| match item {
         Item::Sched { func, prim, args, .. } if func.name == kernel && NEAR.contains(&prim.name.as_str()) => args
             .iter()
             .filter(|a| matches!(a, SchedArg::Number(v, _) | SchedArg::Extent(_, v, _) | SchedArg::Split { factor: v, .. } if *v >= 1.0))
             .filter(|a| ws.as_ref().is_none_or(|w| w.draws(&prim.name, a)))
+            .filter(|a| cluster.as_ref().is_none_or(|c| !c.sets(&prim.name, a)))
             .count(),
         _ => 0,
     };
-    let total: usize = file.items.iter().map(numbers).sum();
+    // The cluster, where there is one, is drawn as one more number (the last).
+    let total: usize = file.items.iter().map(numbers).sum::<usize>() + usize::from(cluster.is_some());
     if total == 0 {
         return Ok(spec.to_string());
     }
     // Which numbers change: each with some chance, and one for certain.
     let certain = rng.below(total as u64) as usize;
+    let cluster_moved = match &cluster {
+        Some(c) if certain == total - 1 || rng.chance(25) => c.moved(rng),
+        _ => None,
+    };
+    let cluster_edit = cluster.as_ref().map(|c| {
+        let (programs, block) = cluster_moved.unwrap_or((c.programs, c.block));
+        (c.dim.as_str(), programs, block)
+    });
+    let is_cluster_statement = |func: &str, prim: &str| func == kernel && cluster.is_some() && (prim == "cluster" || prim == "block");
     let mut index = 0;
     let mut step = |v: f64, rng: &mut Rng| {
         let change = index == certain || rng.chance(25);
@@ -161,11 +173,24 @@ fn nearby_once(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Di
             // A warp-specialized kernel's tile and warps follow its block, drawn or not.
             Item::Sched { func, prim, args, .. }
                 if numbers(item) > 0
-                    || (func.name == kernel && ws.is_some() && ["tensorize", "num_warps"].contains(&prim.name.as_str())) =>
+                    || (func.name == kernel && ws.is_some() && ["tensorize", "num_warps"].contains(&prim.name.as_str()))
+                    || is_cluster_statement(&func.name, &prim.name) =>
             {
                 let text: Vec<String> = args
                     .iter()
                     .map(|a| match a {
+                        // A cluster's programs, and its dimension's block, as the cluster's draw has them.
+                        SchedArg::Extent(d, v, _)
+                            if is_cluster_statement(&func.name, &prim.name) && cluster_edit.is_some_and(|(dim, ..)| d.name == dim) =>
+                        {
+                            let (_, programs, block) = cluster_edit.expect("matched");
+                            if prim.name == "cluster" {
+                                format!("{}:{programs}", d.name)
+                            } else {
+                                blocks.push((d.name.clone(), *v, block));
+                                format!("{}:{block}", d.name)
+                            }
+                        }
                         // A warp-specialized kernel's warps follow its rows; its stages stay 2 or more.
                         SchedArg::Number(_, _) if prim.name == "num_warps" && ws.is_some() => {
                             let rows = ws.as_ref().and_then(|w| blocks.iter().find(|(b, ..)| *b == w.rows)).map_or(64.0, |b| b.2);
@@ -211,6 +236,51 @@ fn nearby_once(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Di
     Ok(out)
 }
 
+/// A kernel's `cluster(d:N)` and the extent its `block` gives `d`: a cluster's N programs cover
+/// N blocks of `d` (the contraction, or a row, split over them: an implied bound), so
+/// [`nearby_spec`] moves N and the block together, keeping the extent they cover.
+struct Cluster {
+    dim: String,
+    programs: f64,
+    block: f64,
+}
+
+impl Cluster {
+    /// Kernel `kernel`'s cluster in `file`, where it has one and blocks its dimension.
+    fn of(file: &crate::ast::File, kernel: &str) -> Option<Self> {
+        let extent_of = |name: &str| {
+            file.items.iter().find_map(|i| match i {
+                Item::Sched { func, prim, args, .. } if func.name == kernel && prim.name == name => Some(args),
+                _ => None,
+            })
+        };
+        let (dim, programs) = match extent_of("cluster")?.first()? {
+            SchedArg::Extent(d, v, _) => (d.name.clone(), *v),
+            _ => return None,
+        };
+        let block = extent_of("block")?.iter().find_map(|a| match a {
+            SchedArg::Extent(d, v, _) if d.name == dim => Some(*v),
+            _ => None,
+        })?;
+        Some(Cluster { dim, programs, block })
+    }
+
+    /// Whether argument `a` of primitive `prim` is set by the cluster's draw (the block of its
+    /// dimension) rather than drawn alone.
+    fn sets(&self, prim: &str, a: &SchedArg) -> bool {
+        prim == "block" && matches!(a, SchedArg::Extent(d, ..) if d.name == self.dim)
+    }
+
+    /// The programs halved or doubled, within the 2 to 8 that every GPU with clusters allows,
+    /// and the block scaled the other way; `None` where that block would not be whole.
+    fn moved(&self, rng: &mut Rng) -> Option<(f64, f64)> {
+        let programs =
+            if self.programs >= 8.0 || (self.programs >= 4.0 && rng.chance(50)) { self.programs / 2.0 } else { self.programs * 2.0 };
+        let block = self.block * self.programs / programs;
+        (block >= 1.0 && block.fract() == 0.0).then_some((programs, block))
+    }
+}
+
 /// The coupled numbers of a kernel scheduled with `warp_specialize()` (docs/language.md): its
 /// tile is its block, whose rows are 64 per consumer warpgroup of 4 warps (`num_warps` is the
 /// rows over 16) and whose columns a multiple of 64 up to 256, and its step along the
@@ -249,7 +319,7 @@ impl WarpSpecialized {
     /// The stages near `v` where the draw moved them to `moved`: a quarter more or less (a ring
     /// twice as deep seldom fits), and fewer where the block grew (`blocks`: each dimension's
     /// extent before and after), so that the ring's bytes, which grow with the rows and the
-    /// columns, stay about the same; at least 2.
+    /// columns, stay about the same; 2 to 16 (`num_stages`' range).
     fn stages(&self, v: f64, moved: f64, blocks: &[(String, f64, f64)]) -> f64 {
         let by = (v / 4.0).round().max(1.0);
         let near = if moved > v {
@@ -263,7 +333,7 @@ impl WarpSpecialized {
             blocks.iter().filter(|(d, ..)| *d == self.rows || *d == self.cols).map(|(_, old, new)| if after { *new } else { *old }).sum()
         };
         let grown = if edges(false) > 0.0 { edges(true) / edges(false) } else { 1.0 };
-        if grown > 1.0 { (near / grown).floor() } else { near }.max(2.0)
+        if grown > 1.0 { (near / grown).floor() } else { near }.clamp(2.0, 16.0)
     }
 
     /// The rows a block may have nearest `v`: one consumer warpgroup's 64 or two's 128.
@@ -575,6 +645,38 @@ mod tests {
             assert!([64, 128].contains(&block[0]) && block[1] % 64 == 0 && (64..=256).contains(&block[1]), "{d}");
             assert_eq!(warps, [block[0] / 16], "{d}");
             assert!(stages[0] >= 2, "{d}");
+        }
+    }
+
+    /// Near a kernel whose contraction is split over a cluster, the cluster's programs (2 to 8)
+    /// and its dimension's block move together, so that they cover the same contraction; the
+    /// cluster moves in some draws, and every draw checks.
+    #[test]
+    fn nearby_cluster_keeps_the_extent_it_covers() {
+        let split = |marks: &str| {
+            format!("Func mm; In A, B; Var x, y; RVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\nmm.bound(x:16);\n{marks}mm.dtypes(f16);\nmm.compile();\n")
+        };
+        let warp_specialized = split("mm.block(x:64, y:64, k:2048);\nmm.tensorize(x:64, y:64, k:64);\nmm.cluster(k:2);\nmm.num_warps(4);\nmm.num_stages(16);\nmm.warp_specialize();\n");
+        let mma = split(
+            "mm.block(x:16, y:64, k:2048);\nmm.tensorize(x:16, y:64, k:32);\nmm.cluster(k:2);\nmm.num_warps(2);\nmm.num_stages(4);\n",
+        );
+        let extent = |d: &str, prim: &str| -> u32 {
+            let line = d.lines().find(|l| l.starts_with(&format!("mm.{prim}("))).expect(prim);
+            line.split_once("k:").expect(prim).1.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+        };
+        for (seed, src) in [(5, warp_specialized), (6, mma)] {
+            let own = kernel_spec(&src, "mm").unwrap();
+            let mut rng = Rng::new(seed);
+            let mut moved = 0;
+            for _ in 0..60 {
+                let d = nearby_spec(&own, "mm", &mut rng).unwrap();
+                let (programs, block) = (extent(&d, "cluster"), extent(&d, "block"));
+                assert!([2, 4, 8].contains(&programs), "{d}");
+                assert_eq!(programs * block, 4096, "{d}");
+                moved += usize::from(programs != 2);
+                assert!(crate::compile_spec(&d).is_ok(), "{d}\n{:?}", crate::compile_spec(&d).err().map(|e| e[0].message.clone()));
+            }
+            assert!(moved > 0, "the cluster moves in some draw");
         }
     }
 }
