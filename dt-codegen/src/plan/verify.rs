@@ -2,7 +2,7 @@
 //! a pass that breaks one fails where it breaks it rather than as a wrong result or a hung
 //! kernel on the GPU.
 
-use super::warp_specialize::{Major, StagedStore, WarpSpecialized, ROWS_PER_CONSUMER, ROW_BYTES, STORE_BUFFERS, STORE_COLS, WARPGROUP};
+use super::warp_specialize::{Major, StagedStore, WarpSpecialized, ROWS_PER_CONSUMER, ROW_BYTES, STORE_BUFFERS, STORE_COLS};
 use super::GpuPlan;
 use dt_core::kir::{Kernel, Op, Stmt};
 
@@ -77,10 +77,11 @@ fn warp_specialized(k: &Kernel, p: &GpuPlan, w: &WarpSpecialized) -> Result<(), 
     if regs.iter().any(|n| !n.is_multiple_of(8) || !(24..=256).contains(n)) {
         return Err("a register budget is not a multiple of 8 from 24 to 256".into());
     }
-    if WARPGROUP * (r.producer_registers + r.consumers * r.consumer_registers) > t.registers_per_sm
-        || r.threads() * r.entry_registers > t.registers_per_sm
-    {
-        return Err(format!("the roles take more than the {} registers of a multiprocessor", t.registers_per_sm));
+    if r.pool() > t.registers_per_sm {
+        return Err(format!("the program starts with more than the {} registers of a multiprocessor", t.registers_per_sm));
+    }
+    if !r.fit_the_pool() {
+        return Err(format!("the roles take more than the {} registers the program starts with", r.pool()));
     }
     // wgmma: N a multiple of 8 up to 256, the step whole instructions of k16.
     if !w.wgmma_n.is_multiple_of(8) || w.wgmma_n > 256 || w.wgmma_n != w.cols || w.wgmma_per_stage * 16 != w.step {

@@ -173,6 +173,19 @@ impl Roles {
         WARPGROUP * (self.consumers + 1)
     }
 
+    /// The registers `setmaxnreg` moves between the roles: the program's own, its threads
+    /// times the entry cap. `setmaxnreg.inc` takes from what the program's `setmaxnreg.dec`
+    /// returned, not from the rest of the multiprocessor, and waits until it can: consumers
+    /// asking for more than the pool holds would wait forever.
+    pub fn pool(&self) -> u32 {
+        self.threads() * self.entry_registers
+    }
+
+    /// Whether the roles' registers after `setmaxnreg` fit in [`Self::pool`].
+    pub fn fit_the_pool(&self) -> bool {
+        WARPGROUP * (self.producer_registers + self.consumers * self.consumer_registers) <= self.pool()
+    }
+
     /// The first thread of the producer warpgroup, which issues every bulk copy.
     pub fn producer_thread(&self) -> u32 {
         WARPGROUP * self.consumers
@@ -540,15 +553,19 @@ fn copied_rows(k: &Kernel, rows_dim: DimId, rows: u32, lines_after: u32) -> u32 
     admitted.max(rows.saturating_sub(lines_after))
 }
 
-/// Registers per role: the producer keeps [`PRODUCER_REGISTERS`], the consumers share the rest
-/// of the multiprocessor (one program per multiprocessor), in multiples of 8 as `setmaxnreg`
-/// takes them.
+/// Registers per role: the producer keeps [`PRODUCER_REGISTERS`] and the consumers share what
+/// it gives back ([`Roles::pool`]), in multiples of 8 as `setmaxnreg` takes them.
 fn roles(consumers: u32, target: &Target) -> Result<Roles, String> {
-    let producer_registers = PRODUCER_REGISTERS;
+    roles_with(consumers, PRODUCER_REGISTERS, target)
+}
+
+/// [`roles`] with the producer keeping `producer_registers`.
+fn roles_with(consumers: u32, producer_registers: u32, target: &Target) -> Result<Roles, String> {
     let threads = WARPGROUP * (consumers + 1);
-    let spare = target.registers_per_sm - WARPGROUP * producer_registers;
-    let consumer_registers = (spare / (WARPGROUP * consumers) / 8 * 8).min(256).min(target.max_registers_per_thread / 8 * 8);
-    let entry_registers = (target.registers_per_sm / threads / 8 * 8).min(target.max_registers_per_thread / 8 * 8);
+    let cap = target.max_registers_per_thread / 8 * 8;
+    let entry_registers = (target.registers_per_sm / threads / 8 * 8).min(cap);
+    let shared = (threads * entry_registers).saturating_sub(WARPGROUP * producer_registers);
+    let consumer_registers = (shared / (WARPGROUP * consumers) / 8 * 8).min(256).min(cap);
     if consumer_registers < entry_registers {
         return Err(format!("its {consumers} compute warpgroups leave them fewer registers than they start with"));
     }
@@ -568,5 +585,30 @@ fn find_rdot_loops<'a>(k: &Kernel, stmts: &'a [Stmt], enclosed_ok: bool, out: &m
         }
         let once = l.kind == LoopKind::Block && l.steps == Steps::All && k.grid.block_extent(l.dim).is_some_and(|b| b <= l.step);
         find_rdot_loops(k, &l.body, enclosed_ok && once, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// For one to three consumer warpgroups and every producer budget `setmaxnreg` takes, the
+    /// consumers ask for no more than the program starts with less what the producer keeps
+    /// (else `setmaxnreg.inc` would wait forever); the library's budget gives two consumers 208.
+    #[test]
+    fn roles_take_no_more_registers_than_the_program_starts_with() {
+        let t = Target::SM90A;
+        for consumers in 1..=3 {
+            for producer in (24..=256).step_by(8) {
+                let Ok(r) = roles_with(consumers, producer, &t) else { continue };
+                assert!(r.fit_the_pool() && r.pool() <= t.registers_per_sm, "{consumers} consumers, producer {producer}: {r:?}");
+                assert!(r.consumer_registers.is_multiple_of(8) && r.consumer_registers >= r.entry_registers, "{r:?}");
+            }
+        }
+        // With 32 for the producer, the multiprocessor's 65,536 less the producer's would give two
+        // consumers 240; the program starts with 384 x 168 and so has 232 for them.
+        assert_eq!(roles_with(2, 32, &t).map(|r| r.consumer_registers), Ok(232));
+        assert_eq!(roles(2, &t).map(|r| (r.entry_registers, r.consumer_registers)), Ok((168, 208)));
+        assert_eq!(roles(1, &t).map(|r| (r.entry_registers, r.consumer_registers)), Ok((248, 248)));
     }
 }
