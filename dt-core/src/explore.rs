@@ -103,8 +103,9 @@ pub fn kernel_spec(src: &str, kernel: &str) -> Result<String, Vec<Diagnostic>> {
 /// `max_registers` statements halved or doubled (at least one; a whole tile, `d:0`, stays
 /// whole; a tile as wide as its block follows the block, a narrower one stays within it), every
 /// other statement as written. A warp-specialized kernel's numbers move together
-/// ([`WarpSpecialized`]), and so do a cluster's programs and its dimension's block
-/// ([`Cluster`]). It may not check (fewer warps than a tile needs, say): the checker says.
+/// ([`WarpSpecialized`]; its `persistent()` is sometimes flipped), and so do a cluster's programs
+/// and its dimension's block ([`Cluster`]). It may not check (fewer warps than a tile needs,
+/// say): the checker says.
 pub fn nearby_spec(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Diagnostic>> {
     // A change can cancel out (a tile that follows its block): draw again, a few times.
     for _ in 0..16 {
@@ -162,10 +163,21 @@ fn nearby_once(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Di
             v * 2.0
         }
     };
+    // A warp-specialized kernel whose contraction no cluster splits is sometimes drawn with
+    // `persistent()` flipped: left out where the spec has it, added before `compile()` where not.
+    let flip_persistent = ws.is_some() && cluster.is_none() && rng.chance(15);
+    let is_kernel_statement = |item: &Item, names: &[&str]| matches!(item, Item::Sched { func, prim, .. } if func.name == kernel && names.contains(&prim.name.as_str()));
+    let persistent = file.items.iter().any(|i| is_kernel_statement(i, &["persistent"]));
     // A tile as wide as its block follows the block; a narrower one stays within it.
     let mut blocks: Vec<(String, f64, f64)> = Vec::new();
     let mut out = String::new();
     for item in &file.items {
+        if flip_persistent && persistent && is_kernel_statement(item, &["persistent"]) {
+            continue;
+        }
+        if flip_persistent && !persistent && is_kernel_statement(item, &["compile", "compile_to_kernel"]) {
+            out += &format!("{kernel}.persistent();\n");
+        }
         let span = match item {
             Item::Decl { span, .. } | Item::Def { span, .. } | Item::Sched { span, .. } | Item::Block { span, .. } => span,
         };
@@ -645,6 +657,26 @@ mod tests {
             assert!([64, 128].contains(&block[0]) && block[1] % 64 == 0 && (64..=256).contains(&block[1]), "{d}");
             assert_eq!(warps, [block[0] / 16], "{d}");
             assert!(stages[0] >= 2, "{d}");
+        }
+    }
+
+    /// Near a warp-specialized kernel, some draws leave out its `persistent()` and the others
+    /// keep it; near one without it, some add it. Every draw checks.
+    #[test]
+    fn nearby_warp_specialized_kernels_flip_persistence_in_some_draws() {
+        let spec = |persistent: &str| {
+            format!("Func mm; In A, B; Var x, y; RVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\nmm.block(x:128, y:256);\nmm.tensorize(x:128, y:256, k:64);\nmm.num_warps(8);\nmm.num_stages(4);\nmm.warp_specialize();\n{persistent}mm.dtypes(f16);\nmm.compile();\n")
+        };
+        for (seed, own_persistent) in [(11, true), (12, false)] {
+            let own = kernel_spec(&spec(if own_persistent { "mm.persistent();\n" } else { "" }), "mm").unwrap();
+            let mut rng = Rng::new(seed);
+            let drawn: Vec<String> = (0..60).map(|_| nearby_spec(&own, "mm", &mut rng).unwrap()).collect();
+            let flipped = drawn.iter().filter(|d| d.contains("mm.persistent();") != own_persistent).count();
+            assert!(flipped > 0 && flipped < drawn.len(), "{flipped} of {} draws flip persistent()", drawn.len());
+            for d in &drawn {
+                assert!(crate::compile_spec(d).is_ok(), "{d}");
+                assert!(d.matches("persistent").count() <= 1 && d.trim_end().ends_with("mm.compile();"), "{d}");
+            }
         }
     }
 
