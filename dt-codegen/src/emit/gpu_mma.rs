@@ -246,8 +246,10 @@ impl Emitter<'_> {
             self.overlap_drain(state, &dots[1].1, &rd, s);
         }
         match &bulk {
-            // A loop of no steps waits for the copies of what the steps share.
-            Some(bars) if held => self.line(&format!("if (!(0 < {size})) dt_mbar_wait({bars}, 0);")),
+            // A loop of no steps (its first offset at or past its end: a program whose block of a
+            // split dimension starts past the size, too) waits for the copies of what the steps
+            // share, so that none is still writing when the program ends.
+            Some(bars) if held => self.line(&format!("if (!({first} < {size})) dt_mbar_wait({bars}, 0);")),
             Some(_) => {}
             None => self.line("dt_cp_async_wait<0>();"),
         }
