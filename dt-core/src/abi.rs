@@ -139,7 +139,14 @@ pub fn tensor_map_params(k: &Signature, a: &DtArgs, elem_bytes: usize, map: &Ten
     }
     let mut out = TensorMapParams { address, dims: Vec::new(), strides: Vec::new(), boxes: Vec::new(), swizzle };
     for axis in (0..n).rev() {
-        out.dims.push(a.sizes[k.dim_slot(dims[axis])] as u64);
+        let size = a.sizes[k.dim_slot(dims[axis])];
+        // `cuTensorMapEncodeTiled` takes only positive sizes: an empty axis (a matmul's empty
+        // contraction) gets no map, and a warp-specialized kernel's producer threads copy that
+        // input (nothing) instead (`Signature::copies_without_map`).
+        if size <= 0 {
+            return Err(format!("axis {axis} of `{name}` has a size of {size}; a tensor map needs every size positive"));
+        }
+        out.dims.push(size as u64);
         out.boxes.push(boxes[axis]);
         if axis < n - 1 {
             let bytes = strides[axis] as u64 * elem_bytes as u64;
@@ -280,6 +287,33 @@ mod tests {
         assert_eq!(word(sizes + 16), 1000);
         assert_eq!(f32::from_ne_bytes(p.bytes[scalars..scalars + 4].try_into().unwrap()), 0.5);
         assert_eq!((scalars, end), (8 * (3 + 6 + 1 + 2 + 3), 8 * 15 + 8));
+    }
+
+    /// A tensor map needs every size positive (the driver refuses a size of 0): the map of an
+    /// input whose contraction is empty is refused, and the warp-specialized kernel copies that
+    /// input by its producer's threads instead, so that the launch gives zeros.
+    #[test]
+    fn a_tensor_map_of_an_empty_axis_is_refused() {
+        let src = "Func mm; In A, B; Var x, y; RVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\nmm.block(x:128, y:128);\nmm.tensorize(x:128, y:128, k:64);\nmm.num_warps(8);\nmm.num_stages(4);\nmm.warp_specialize();\nmm.dtypes(f16);\nmm.compile();\n";
+        let kernel = crate::lower::lower_all(&crate::compile_spec(src).expect("checks")).expect("lowers").remove(0);
+        let map = TensorMapSpec { tensor: Some(1), boxes: vec![64, 64].into(), swizzle: 128 };
+        let params = |k_size: i64| {
+            let mut a = DtArgs::default();
+            a.inputs[1] = 0x1000;
+            a.input_strides[1][..2].copy_from_slice(&[64, 1]);
+            for (slot, (_, name)) in kernel.dims.iter().enumerate() {
+                a.sizes[slot] = match name.as_str() {
+                    "x" => 16,
+                    "y" => 64,
+                    _ => k_size,
+                };
+            }
+            tensor_map_params(&kernel, &a, 2, &map)
+        };
+        assert_eq!(params(64).map(|p| p.dims), Ok(vec![64, 64]));
+        let refused = params(0).expect_err("a size of 0");
+        assert!(refused.contains("axis 0 of `B` has a size of 0"), "{refused}");
+        assert!(kernel.copies_without_map(Some(1)));
     }
 
     /// `dt_tma_args_t<M, A>`: the maps, the block, then the bits of the maps encoded.

@@ -6,7 +6,7 @@
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::layout;
-use crate::plan::{plan, Device, OpDesc, Plan};
+use crate::plan::{plan, plan_into, Device, OpDesc, Plan};
 
 /// A GPU the ops run on, with its tensors: [`crate::Gpu`] with [`crate::DeviceTensor`], and
 /// `hip::Hip` with `hip::HipTensor`. Sealed: the crate implements it for those two only. Its
@@ -67,15 +67,14 @@ pub(crate) fn run_into<B: Backend, T: Element>(
     scalars: &[f32],
     out: &mut B::Tensor<T>,
 ) -> Result<()> {
-    let mut plan = plan(op, T::DTYPE, &views::<B, T>(inputs), scalars, backend.device())?;
+    // Planned for `out`'s strides, so that a class that takes only some outputs (one stored
+    // through a tensor map) is chosen only where it takes this one.
     let (shape, strides) = B::view(out);
+    let plan = plan_into(op, T::DTYPE, &views::<B, T>(inputs), scalars, backend.device(), Some(strides))?;
     if shape != plan.out_shape {
         return Err(Error::OutputShape { op: op.op, expected: plan.out_shape, got: shape.to_vec() });
     }
     layout::check_no_overlap(&|| format!("{}: the output", op.op), shape, strides)?;
-    for (axis, s) in strides.iter().enumerate() {
-        plan.args.output_strides[axis] = *s as i64;
-    }
     if !B::owns_buffer(out) {
         return Err(Error::SharedOutput { op: op.op });
     }

@@ -69,8 +69,22 @@ impl Device {
 
 /// Matches `shapes` (one `(shape, strides)` per input of `op`, in `op.inputs` order) and
 /// `scalars` (in `op.scalars` order) to `op`'s kernel instantiated for `dtype`, among those that
-/// `device` can run.
+/// `device` can run, writing a new contiguous output.
 pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], scalars: &[f32], device: Device) -> Result<Plan> {
+    plan_into(op, dtype, shapes, scalars, device, None)
+}
+
+/// [`plan`] writing an output of strides `out_strides` (a caller's tensor, `*_into`), where given
+/// and of the output's rank: the classes are chosen for the tensor the kernel writes (a class
+/// that stores through a tensor map takes only outputs a map describes).
+pub(crate) fn plan_into(
+    op: &OpDesc,
+    dtype: DType,
+    shapes: &[(&[usize], &[usize])],
+    scalars: &[f32],
+    device: Device,
+    out_strides: Option<&[usize]>,
+) -> Result<Plan> {
     let spec: &'static SpecData = SPECS[spec_index(op.spec)?];
     // The size-class variants of the op's kernel, in the spec's order: the first built for the
     // dtype whose bounds admit the sizes runs (a class may be scheduled for some dtypes only, and
@@ -84,7 +98,7 @@ pub(crate) fn plan(op: &OpDesc, dtype: DType, shapes: &[(&[usize], &[usize])], s
         &spec.manifest()?.kernels,
         op.kernel,
         device.features,
-        |kernel| match plan_kernel(op, kernel, dtype, shapes, scalars) {
+        |kernel| match plan_kernel(op, kernel, dtype, shapes, scalars, out_strides) {
             Err(e @ Error::BoundExceeded { .. }) => {
                 bound = Some(e);
                 None
@@ -136,7 +150,14 @@ pub(crate) fn not_admitted_why(k: &Signature) -> String {
 }
 
 /// [`plan`] for one kernel.
-fn plan_kernel(op: &OpDesc, kernel: &'static Signature, dtype: DType, shapes: &[(&[usize], &[usize])], scalars: &[f32]) -> Result<Plan> {
+fn plan_kernel(
+    op: &OpDesc,
+    kernel: &'static Signature,
+    dtype: DType,
+    shapes: &[(&[usize], &[usize])],
+    scalars: &[f32],
+    out_strides: Option<&[usize]>,
+) -> Result<Plan> {
     for (name, &value) in op.scalars.iter().zip(scalars) {
         if !value.is_finite() {
             return Err(Error::InvalidScalar { op: op.op, name, value, why: "it must be a finite number" });
@@ -251,7 +272,11 @@ fn plan_kernel(op: &OpDesc, kernel: &'static Signature, dtype: DType, shapes: &[
         .map(|d| by_dim[d.index()].ok_or_else(|| internal(format!("no input fixes output dimension `{}`", kernel.dim_name(*d)))))
         .collect::<Result<_>>()?;
     let out_elements = elements(&|| format!("{}: the output {out_shape:?}", op.op), &out_shape)?;
-    for (axis, s) in contiguous_strides(&out_shape).iter().enumerate() {
+    let out_strides = match out_strides {
+        Some(strides) if strides.len() == out_shape.len() => strides.to_vec(),
+        _ => contiguous_strides(&out_shape),
+    };
+    for (axis, s) in out_strides.iter().enumerate() {
         args.output_strides[axis] = *s as i64;
     }
     for (i, name) in kernel.scalars.iter().enumerate() {
@@ -352,6 +377,17 @@ mod tests {
             plan(&crate::matmul::OP, DType::F16, &shapes, &[], hopper).map(|p| p.symbol).unwrap()
         };
         assert_eq!(odd_output(3001), "dt_mm_f16", "output rows of 3001 16-bit elements: no tensor map");
+        // Into a caller's output (`matmul_into`): one a tensor map describes (rows padded by 8
+        // elements) runs the warp-specialized class, a transposed one or one of rows padded by
+        // 1 element the class `mm`.
+        let into = |out_strides: [usize; 2]| {
+            let (a, b) = ([100, 64], [64, 3000]);
+            let shapes: [(&[usize], &[usize]); 2] = [(&a, &[64, 1]), (&b, &[3000, 1])];
+            plan_into(&crate::matmul::OP, DType::F16, &shapes, &[], hopper, Some(&out_strides)).map(|p| p.symbol).unwrap()
+        };
+        assert_eq!(into([3008, 1]), "dt_mm_90a_f16");
+        assert_eq!(into([1, 100]), "dt_mm_f16");
+        assert_eq!(into([3001, 1]), "dt_mm_f16");
         assert_eq!(symbol(DType::F16, 80, [1, 100], hopper), "dt_mm_f16");
         assert_eq!(symbol(DType::F32, 80, [80, 1], hopper), "dt_mm_1k_f32_f32");
         assert_eq!(symbol(DType::F16, 80, [80, 1], Device::PLAIN), "dt_mm_f16");

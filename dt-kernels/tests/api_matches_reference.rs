@@ -384,6 +384,43 @@ fn into_variant_writes_a_strided_output() {
     assert!(err.to_string().contains("has shape [5, 32], but the result has shape [5, 33]"), "{err}");
 }
 
+/// `matmul_into` and `mm_leaky_relu_into` write outputs of any strides: a transposed one and
+/// one of rows padded by 1 element, which no tensor map describes, run the class for any
+/// layout (on sm_90 too), one of rows padded by 8 the warp-specialized class there.
+#[test]
+fn matmul_into_writes_outputs_of_any_strides() {
+    if !available(Backend::Gpu, "matmul_into_writes_outputs_of_any_strides") {
+        return;
+    }
+    let gpu = gpu().unwrap();
+    let (m, n, k) = (300, 136, 64);
+    for op in ["matmul", "mm_leaky_relu"] {
+        let case = match op {
+            "matmul" => common::matmul(m, n, k, dt_core::DType::F16, 1.0, 5),
+            _ => common::mm_leaky_relu(m, n, k, dt_core::DType::F16, 1.0, 5),
+        };
+        let inputs: Vec<DeviceTensor<f16>> = placed::<f16>(&case, &[Placement::row_major(2), Placement::row_major(2)])
+            .into_iter()
+            .map(|(shape, strides, data)| DeviceTensor::from_host_strided(gpu, shape, strides, &data).unwrap())
+            .collect();
+        let transposed = || gpu.zeros::<f16>([n, m]).unwrap().transpose(0, 1).unwrap();
+        let padded = |pad: usize| {
+            let (data, strides) = Placement { order: vec![0, 1], pad }.place(&[m, n], &vec![0.0; m * n]);
+            let data: Vec<f16> = data.into_iter().map(f16::from_f32).collect();
+            DeviceTensor::from_host_strided(gpu, [m, n], strides, &data).unwrap()
+        };
+        for (name, mut out) in [("transposed", transposed()), ("rows padded by 1", padded(1)), ("rows padded by 8", padded(8))] {
+            match op {
+                "matmul" => dt_kernels::matmul::matmul_into(gpu, &inputs[0], &inputs[1], &mut out),
+                _ => dt_kernels::mm_leaky_relu::mm_leaky_relu_into(gpu, &inputs[0], &inputs[1], &mut out),
+            }
+            .unwrap_or_else(|e| panic!("{op} into an output of {name}: {e}"));
+            let got: Vec<f32> = out.to_host().unwrap().into_iter().map(f32::from).collect();
+            case.check(&format!("{op} into an output of {name}"), &got).unwrap();
+        }
+    }
+}
+
 /// An input that is a view of the output's buffer is refused before anything runs (the kernel
 /// would read what it overwrites), and the buffer keeps its contents.
 #[test]
@@ -530,6 +567,41 @@ fn hopper_matmul_matches_reference() {
                 };
                 run(dt_core::DType::F16);
                 run(dt_core::DType::BF16);
+            }
+        }
+    }
+}
+
+/// A matmul over an empty contraction (k = 0) is zeros, on every backend and in every layout:
+/// on sm_90 the warp-specialized classes take it, and a tensor map of an empty axis, which the
+/// driver cannot encode, is left out (the producer's threads copy the nothing there is).
+#[test]
+fn empty_contractions_give_zeros() {
+    let mut backends = vec![Backend::Cpu];
+    if available(Backend::Gpu, "empty_contractions_give_zeros") {
+        backends.push(Backend::Gpu);
+    }
+    #[cfg(feature = "hip")]
+    if available(Backend::Hip, "empty_contractions_give_zeros") {
+        backends.push(Backend::Hip);
+    }
+    let mut transposed = Placement::row_major(2);
+    transposed.order.swap(0, 1);
+    let layouts = [Placement::row_major(2), Placement { order: vec![0, 1], pad: 8 }, transposed, Placement { order: vec![0, 1], pad: 1 }];
+    for backend in backends {
+        for (i, &(m, n)) in [(1, 8), (16, 64), (300, 520), (1000, 3000)].iter().enumerate() {
+            for placement in &layouts {
+                let placements = [placement.clone(), placement.clone()];
+                for dtype in [dt_core::DType::F16, dt_core::DType::BF16, dt_core::DType::F32] {
+                    for case in [common::matmul(m, n, 0, dtype, 1.0, i as u64), common::mm_leaky_relu(m, n, 0, dtype, 1.0, i as u64)] {
+                        let checked = match dtype {
+                            dt_core::DType::F16 => check::<f16>(backend, &case, &placements),
+                            dt_core::DType::BF16 => check::<bf16>(backend, &case, &placements),
+                            dt_core::DType::F32 => check::<f32>(backend, &case, &placements),
+                        };
+                        checked.unwrap_or_else(|e| panic!("{} {m}x{n}x0 {dtype} {placement:?} on {backend:?}: {e}", case.op));
+                    }
+                }
             }
         }
     }
