@@ -49,10 +49,10 @@ pub enum Error {
     /// A size above the bound a kernel was compiled for.
     #[error("{op}: dimension `{dim}` is {size}, above the bound {bound} that kernel `{kernel}` was compiled for")]
     BoundExceeded { op: &'static str, kernel: String, dim: String, size: usize, bound: u64 },
-    /// The kernel was not compiled for this element type (`dtypes(...)` in its spec).
+    /// A scalar argument out of its range (not finite, or negative where it must not be).
     #[error("{op}: scalar `{name}` is {value}; {why}")]
     InvalidScalar { op: &'static str, name: &'static str, value: f32, why: &'static str },
-
+    /// The kernel was not compiled for this element type (`dtypes(...)` in its spec).
     #[error("{op}: kernel `{kernel}` was not built for {dtype} (built for: {built})")]
     DTypeNotBuilt { op: &'static str, kernel: String, dtype: DType, built: String },
     /// Tensors that no size class of the op takes: `kernel`, the first class that refused them,

@@ -63,13 +63,21 @@ fn shared_for(ctx: &Arc<CudaContext>, nvrtc_only: bool) -> Arc<Shared> {
     s
 }
 
-/// What the GPU of `ctx` offers the kernels: its features, but Hopper's only where the kernels
-/// come with code for them (a fatbin built for sm_90a, or NVRTC, which compiles for
-/// `compute_90a` there).
+/// What the GPU of `ctx` offers the kernels: its features, as far as the code it runs has them
+/// (NVRTC compiles for the GPU's own architecture, `compute_90a` on sm_90): Hopper's only where
+/// that is sm_90a code, clusters only where it is built for sm_90 or newer
+/// ([`crate::fatbin::code_for`]: a default build runs its compute_80 PTX on Blackwell GPUs).
 fn features(ctx: &Arc<CudaContext>, nvrtc_only: bool) -> dt_core::signature::GpuFeatures {
     let mut f = dt_cuda::features(ctx);
+    if nvrtc_only || NVCC_ARCHS.is_empty() {
+        return f;
+    }
     let fatbin_has_90a = NVCC_ARCHS.split(',').any(|a| a.trim().trim_start_matches("sm_").trim_start_matches("compute_") == "90a");
-    f.hopper &= nvrtc_only || NVCC_ARCHS.is_empty() || fatbin_has_90a;
+    f.hopper &= fatbin_has_90a;
+    let code = ctx.compute_capability().ok().and_then(|(major, minor)| crate::fatbin::code_for(NVCC_ARCHS, major as u32, minor as u32));
+    if code.is_none_or(|arch| arch < crate::fatbin::CLUSTERS_FROM) {
+        f.max_cluster = 0;
+    }
     f
 }
 

@@ -91,19 +91,29 @@ pub(crate) fn check(what: &dyn Fn() -> String, shape: &[usize], strides: &[usize
 
 /// Checks that no two indices of `shape` reach one element through `strides`, as an output's
 /// strides must (a kernel writing one element twice would race): with the axes sorted by
-/// stride, each stride must step over everything the smaller ones reach.
+/// stride, each stride must step past the largest offset the smaller ones reach. That suffices
+/// (each element then has one index) and takes every layout of a tensor's own buffer, padded,
+/// permuted or sliced; strides that interleave axes otherwise are refused, with that rule.
 pub(crate) fn check_no_overlap(what: &dyn Fn() -> String, shape: &[usize], strides: &[usize]) -> Result<()> {
     let mut axes: Vec<(usize, usize)> = shape.iter().copied().zip(strides.iter().copied()).filter(|&(n, _)| n > 1).collect();
     if shape.contains(&0) {
         return Ok(());
     }
     axes.sort_by_key(|&(_, s)| s);
+    // One past the largest offset the axes so far reach.
     let mut reach: u128 = 1;
     for (n, s) in axes {
         if (s as u128) < reach {
-            return Err(Error::Stride { what: what(), msg: format!("strides {strides:?} reach some elements of shape {shape:?} twice") });
+            return Err(Error::Stride {
+                what: what(),
+                msg: format!(
+                    "strides {strides:?} of shape {shape:?} may reach an element twice: sorted by stride, each must step past the \
+                     largest offset the smaller ones reach ({} here, where a stride of {s} follows)",
+                    reach - 1
+                ),
+            });
         }
-        reach = s as u128 * n as u128;
+        reach += (n as u128 - 1) * s as u128;
     }
     Ok(())
 }
@@ -198,6 +208,11 @@ mod tests {
         assert!(check_no_overlap(&what, &[2, 3], &[1, 1]).is_err());
         assert!(check_no_overlap(&what, &[2, 3], &[0, 1]).is_err());
         assert!(check_no_overlap(&what, &[1, 3], &[0, 1]).is_ok());
+        // Offsets 0, 2, 3 and 5: each element once, though 3 is less than 2 x 2.
+        assert!(check_no_overlap(&what, &[2, 2], &[3, 2]).is_ok());
+        assert!(check_no_overlap(&what, &[2, 2, 3], &[7, 3, 1]).is_ok());
+        let twice = check_no_overlap(&what, &[2, 2, 3], &[4, 3, 1]).unwrap_err().to_string();
+        assert!(twice.contains("step past the largest offset the smaller ones reach (5 here, where a stride of 4 follows)"), "{twice}");
         assert_eq!(permute(&what, &[2, 3], &[3, 1], &[1, 0]).unwrap(), (vec![3, 2], vec![1, 3]));
     }
 }

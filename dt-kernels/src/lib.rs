@@ -41,6 +41,7 @@ pub mod cpu;
 pub mod dyt;
 mod element;
 mod error;
+mod fatbin;
 mod gpu;
 #[cfg(feature = "hip")]
 pub mod hip;
