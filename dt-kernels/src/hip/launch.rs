@@ -67,6 +67,7 @@ fn launch<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], plan: Pl
     args.output = out.device_ptr();
     let symbol = plan.launch_symbol(&args, T::DTYPE, |s| plan.spec.hip_launch_row(s).is_some());
     let (f, row) = hip.function(plan.spec_index, &symbol)?;
+    check_grid(op, &symbol, plan.programs as u64, row.threads)?;
     let mut packed = dt_core::abi::GpuArgs::of(plan.kernel).pack(&args);
     let mut params: [*mut c_void; 1] = [&mut packed as *mut _ as *mut c_void];
     let lib = hip.shared.lib;
@@ -100,4 +101,38 @@ fn launch<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], plan: Pl
         hip.synchronize()?;
     }
     Ok(())
+}
+
+/// `hipModuleLaunchKernel` takes fewer than 2^32 work-items (programs times threads) along a grid
+/// dimension, and the kernels number their programs along one: a launch of more is refused here
+/// with what it would run (where CUDA, which counts blocks, runs it).
+fn check_grid(op: &OpDesc, symbol: &str, programs: u64, threads: u32) -> Result<()> {
+    if programs * threads as u64 > u32::MAX as u64 {
+        return Err(Error::GridTooLarge {
+            op: op.op,
+            kernel: symbol.to_string(),
+            programs,
+            threads,
+            limit: "HIP launches fewer than 2^32 along a grid dimension (fewer rows, or the CUDA or CPU ops, run it)",
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 20 million rows of DyT's class of one program of 256 threads per row: 5.12e9 work-items,
+    /// refused with that count; 16 million rows fit.
+    #[test]
+    fn grids_past_hips_work_item_limit_are_refused() {
+        let op = &crate::dyt::OP;
+        assert!(check_grid(op, "dt_dyt_1k_f16", 16_000_000, 256).is_ok());
+        let err = check_grid(op, "dt_dyt_1k_f16", 20_000_000, 256).unwrap_err().to_string();
+        assert!(
+            err.contains("would run 20000000 programs of 256 threads, 5120000000 work-items in all; HIP launches fewer than 2^32"),
+            "{err}"
+        );
+    }
 }
