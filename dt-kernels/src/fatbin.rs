@@ -1,6 +1,6 @@
 //! Which code of the embedded fatbins a CUDA GPU runs, so that the library chooses only the
 //! classes that code can run. A fatbin holds machine code (SASS) for each architecture of the
-//! build (`DT_CUDA_ARCHS`, [`crate::registry::NVCC_ARCHS`]) and PTX for the highest portable
+//! build (`CUDA_COMPUTE_CAPS`, [`crate::registry::NVCC_ARCHS`]) and PTX for the highest portable
 //! (unsuffixed) one. The driver runs SASS built for the GPU's major version and a minor version
 //! up to its own (code for an `a` architecture, such as sm_90a, only on exactly that GPU; code
 //! for an `f` architecture on its family, the same major version), and else compiles that PTX
