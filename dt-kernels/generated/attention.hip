@@ -759,7 +759,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_64 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
@@ -770,6 +770,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -1162,7 +1163,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_64 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
@@ -1173,6 +1174,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -1565,7 +1567,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_64 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
@@ -1576,6 +1578,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -1994,7 +1997,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_64 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
@@ -2005,6 +2008,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -2423,7 +2427,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_128 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
@@ -2434,6 +2438,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -2826,7 +2831,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_128 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
@@ -2837,6 +2842,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -3229,7 +3235,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_128 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
@@ -3240,6 +3246,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -3658,7 +3665,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_128 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
@@ -3669,6 +3676,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -4087,7 +4095,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
@@ -4098,6 +4106,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -4476,7 +4485,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
@@ -4487,6 +4496,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -4865,7 +4875,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* K */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* V */
     float* __restrict__ out = (float*)args.output; /* attention */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
@@ -4876,6 +4886,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -5355,7 +5366,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* K */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* V */
     float* __restrict__ out = (float*)args.output; /* attention */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
@@ -5366,6 +5377,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -5844,7 +5856,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
@@ -5855,6 +5867,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -6264,7 +6277,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
@@ -6275,6 +6288,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -6684,7 +6698,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* K */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* V */
     float* __restrict__ out = (float*)args.output; /* attention_causal */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
@@ -6695,6 +6709,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
@@ -7205,7 +7220,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* K */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* V */
     float* __restrict__ out = (float*)args.output; /* attention_causal */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
@@ -7216,6 +7231,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along b */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */

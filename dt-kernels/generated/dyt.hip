@@ -755,13 +755,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f16(DT_GRID_CONSTANT
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* dyt_1k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -860,13 +861,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_bf16(DT_GRID_CONSTAN
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* dyt_1k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -965,13 +967,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f32(DT_GRID_CONSTANT
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* dyt_1k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -1106,13 +1109,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_1k_f32_whole(DT_GRID_CO
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* dyt_1k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -1240,13 +1244,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f16(DT_GRID_CONSTANT co
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* dyt */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -1345,13 +1350,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_bf16(DT_GRID_CONSTANT c
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* dyt */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -1450,13 +1456,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32(DT_GRID_CONSTANT co
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* dyt */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -1591,13 +1598,14 @@ extern "C" __global__ void __launch_bounds__(256) dt_dyt_f32_whole(DT_GRID_CONST
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* dyt */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1024));
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */

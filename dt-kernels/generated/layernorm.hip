@@ -755,11 +755,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(DT_G
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_1k_16bit */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
@@ -1319,11 +1320,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_1k_16bit */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
@@ -1821,11 +1823,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(DT_
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_1k_16bit */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
@@ -2385,11 +2388,12 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_1k_16bit */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
@@ -2887,11 +2891,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(DT_GRID_CO
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_1k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -3146,11 +3151,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_whole(DT_G
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_1k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -3397,11 +3403,12 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_exact(DT_G
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_1k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -3648,11 +3655,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_f32(DT_GRI
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_4k_f32 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -3911,11 +3919,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_f32_whole(
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_4k_f32 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -4166,11 +4175,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_4k_f32_many_f32(
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_4k_f32_many */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -4425,11 +4435,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_4k_f32_many_f32_
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_4k_f32_many */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -4676,11 +4687,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(DT_GRID_CO
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_4k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
@@ -5240,11 +5252,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(DT_G
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_4k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
@@ -5742,11 +5755,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(DT_GRID_C
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_4k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
@@ -6306,11 +6320,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(DT_
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_4k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
@@ -6808,11 +6823,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32(DT_G
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_16k_f32 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -7067,11 +7083,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32_whol
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_16k_f32 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -7318,11 +7335,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32_exac
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_16k_f32 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -7569,11 +7587,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(DT_GRID_
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_16k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -7855,11 +7874,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16_whole(DT
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_16k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -8110,11 +8130,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16_exact(DT
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_16k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -8365,11 +8386,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(DT_GRID
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_16k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -8651,11 +8673,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16_whole(D
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_16k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -8906,11 +8929,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16_exact(D
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_16k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -9161,11 +9185,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(DT_GRID_CONS
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -10074,11 +10099,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(DT_GRI
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -10942,11 +10968,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_exact(DT_GRI
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -11810,11 +11837,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(DT_GRID_CON
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -12723,11 +12751,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(DT_GR
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -13591,11 +13620,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_exact(DT_GR
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -14459,11 +14489,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(DT_GRID_CONS
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -15266,11 +15297,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(DT_GRI
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
@@ -16058,11 +16090,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_exact(DT_GRI
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];

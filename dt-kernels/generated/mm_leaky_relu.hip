@@ -755,7 +755,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(DT_GRID_CONSTANT co
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* out */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n2 = (unsigned)(8);
@@ -764,6 +764,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(DT_GRID_CONSTANT co
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0 * 8 + g2; /* block index along x */
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -906,7 +907,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(DT_GRID_CONSTANT c
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* out */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n2 = (unsigned)(8);
@@ -915,6 +916,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(DT_GRID_CONSTANT c
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0 * 8 + g2; /* block index along x */
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -1057,13 +1059,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_16_f32_f32(DT_GRID_CONS
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_16_f32 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -1215,13 +1218,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_16_f32_f32_whole(DT_GRI
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_16_f32 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -1366,13 +1370,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_512_f32_f32(DT_GRID_CON
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_512_f32 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 32));
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 32));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 32)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -1524,13 +1529,14 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_512_f32_f32_whole(DT_GR
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_512_f32 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 32));
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 32));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 32)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -1675,7 +1681,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_1k_f32_f32(DT_GRID_CONS
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_1k_f32 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n2 = (unsigned)(8);
@@ -1684,6 +1690,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_1k_f32_f32(DT_GRID_CONS
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 64), 8));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0 * 8 + g2; /* block index along x */
     if (b0 >= dt_cdiv(s0, 64)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -1834,7 +1841,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_1k_f32_f32_whole(DT_GRI
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_1k_f32 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n2 = (unsigned)(8);
@@ -1843,6 +1850,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_1k_f32_f32_whole(DT_GRI
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 64), 8));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0 * 8 + g2; /* block index along x */
     if (b0 >= dt_cdiv(s0, 64)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -1992,7 +2000,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_out_128_f32_f32(DT_GRID_CON
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_128_f32 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n2 = (unsigned)(8);
@@ -2001,6 +2009,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_out_128_f32_f32(DT_GRID_CON
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0 * 8 + g2; /* block index along x */
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
@@ -2151,7 +2160,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_out_128_f32_f32_whole(DT_GR
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_128_f32 */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n2 = (unsigned)(8);
@@ -2160,6 +2169,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_out_128_f32_f32_whole(DT_GR
     const long long g1 = rest % n1; rest /= n1;
     const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0 * 8 + g2; /* block index along x */
     if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */

@@ -753,11 +753,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(DT_GRID_CONST
     const long long s1 = args.sizes[1]; /* size of y */
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_1k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
@@ -951,11 +952,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_whole(DT_GRID
     const long long s1 = args.sizes[1]; /* size of y */
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_1k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
@@ -1130,11 +1132,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_exact(DT_GRID
     const long long s1 = 1024; /* size of y, specialized */
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_1k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
@@ -1309,11 +1312,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(DT_GRID_CONS
     const long long s1 = args.sizes[1]; /* size of y */
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_1k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
@@ -1507,11 +1511,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_whole(DT_GRI
     const long long s1 = args.sizes[1]; /* size of y */
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_1k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
@@ -1686,11 +1691,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_exact(DT_GRI
     const long long s1 = 1024; /* size of y, specialized */
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_1k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
@@ -1865,11 +1871,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(DT_GRID_CONST
     const long long s1 = args.sizes[1]; /* size of y */
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_1k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
@@ -2052,11 +2059,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_whole(DT_GRID
     const long long s1 = args.sizes[1]; /* size of y */
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_1k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
@@ -2231,11 +2239,12 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_exact(DT_GRID
     const long long s1 = 1024; /* size of y, specialized */
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_1k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
@@ -2410,11 +2419,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(DT_GRID_CONS
     const long long s1 = args.sizes[1]; /* size of y */
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_4k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
@@ -2588,11 +2598,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16_whole(DT_GRI
     const long long s1 = args.sizes[1]; /* size of y */
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_4k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
@@ -2747,11 +2758,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16_exact(DT_GRI
     const long long s1 = 4096; /* size of y, specialized */
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_4k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
@@ -2906,11 +2918,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(DT_GRID_CON
     const long long s1 = args.sizes[1]; /* size of y */
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_4k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
@@ -3084,11 +3097,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16_whole(DT_GR
     const long long s1 = args.sizes[1]; /* size of y */
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_4k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
@@ -3243,11 +3257,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16_exact(DT_GR
     const long long s1 = 4096; /* size of y, specialized */
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_4k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
@@ -3402,11 +3417,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(DT_GRID_CONS
     const long long s1 = args.sizes[1]; /* size of y */
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_4k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
@@ -3569,11 +3585,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32_whole(DT_GRI
     const long long s1 = args.sizes[1]; /* size of y */
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_4k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
@@ -3728,11 +3745,12 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32_exact(DT_GRI
     const long long s1 = 4096; /* size of y, specialized */
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_4k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
@@ -3887,11 +3905,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(DT_GRID_CO
     const long long s1 = args.sizes[1]; /* size of y */
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_16k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
@@ -4065,11 +4084,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16_whole(DT_G
     const long long s1 = args.sizes[1]; /* size of y */
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_16k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
@@ -4224,11 +4244,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16_exact(DT_G
     const long long s1 = 16384; /* size of y, specialized */
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_16k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
@@ -4383,11 +4404,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(DT_GRID_C
     const long long s1 = args.sizes[1]; /* size of y */
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_16k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
@@ -4561,11 +4583,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16_whole(DT_
     const long long s1 = args.sizes[1]; /* size of y */
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_16k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
@@ -4720,11 +4743,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16_exact(DT_
     const long long s1 = 16384; /* size of y, specialized */
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_16k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
@@ -4879,11 +4903,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(DT_GRID_CO
     const long long s1 = args.sizes[1]; /* size of y */
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_16k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
@@ -5046,11 +5071,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32_whole(DT_G
     const long long s1 = args.sizes[1]; /* size of y */
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_16k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
@@ -5205,11 +5231,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32_exact(DT_G
     const long long s1 = 16384; /* size of y, specialized */
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_16k */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
@@ -5364,11 +5391,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
     const long long s1 = args.sizes[1]; /* size of y */
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
@@ -5985,11 +6013,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
     const long long s1 = args.sizes[1]; /* size of y */
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
@@ -6572,11 +6601,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
     const long long s1 = 65536; /* size of y, specialized */
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
@@ -7159,11 +7189,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
     const long long s1 = args.sizes[1]; /* size of y */
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
@@ -7780,11 +7811,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
     const long long s1 = args.sizes[1]; /* size of y */
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
@@ -8367,11 +8399,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
     const long long s1 = 65536; /* size of y, specialized */
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
@@ -8954,11 +8987,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
     const long long s1 = args.sizes[1]; /* size of y */
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
@@ -9550,11 +9584,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
     const long long s1 = args.sizes[1]; /* size of y */
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
@@ -10130,11 +10165,12 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
     const long long s1 = 65536; /* size of y, specialized */
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax */
-    const long long pid = (long long)blockIdx.x;
+    const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
     unsigned rest = (unsigned)pid;
     (void)rest;
     const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
     const long long g0 = rest % n0; rest /= n0;
+    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
     const long long b0 = g0; /* block index along x */
     if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];

@@ -76,10 +76,6 @@ pub enum Error {
         #[source]
         source: cudarc::driver::DriverError,
     },
-    /// A launch of more threads than the runtime takes in one grid (HIP: fewer than 2^32
-    /// work-items along a grid dimension).
-    #[error("{op}: kernel `{kernel}` would run {programs} programs of {threads} threads, {} work-items in all; {limit}", *programs as u128 * *threads as u128)]
-    GridTooLarge { op: &'static str, kernel: String, programs: u64, threads: u32, limit: &'static str },
     /// A HIP runtime call failed (the `hip` feature).
     #[error("HIP error while {context}: {msg} (code {code})")]
     Hip { context: String, code: i32, msg: String },

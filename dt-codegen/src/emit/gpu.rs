@@ -249,8 +249,19 @@ fn print_kernel<'k>(
     }
     e.line("(void)dt_smem;");
     e.prologue();
-    e.line("const long long pid = (long long)blockIdx.x;");
-    for l in program_coords(k, "return;", super::GPU_INDEX) {
+    // HIP takes fewer than 2^32 work-items along a grid dimension: a larger grid has rows of
+    // blocks (`hip::launch`), the last row's blocks past the last program doing nothing.
+    let past_grid = match dialect {
+        Dialect::Hip => {
+            e.line("const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;");
+            Some("if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */")
+        }
+        Dialect::Cuda => {
+            e.line("const long long pid = (long long)blockIdx.x;");
+            None
+        }
+    };
+    for l in program_coords(k, "return;", super::GPU_INDEX, past_grid) {
         e.line(&l);
     }
     e.stmts(&k.body)?;

@@ -188,7 +188,7 @@ impl Emitter<'_> {
         self.line(&format!("/* {how} */"));
         self.line("for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {");
         self.depth += 1;
-        for l in program_coords(self.k, "continue;", GPU_INDEX) {
+        for l in program_coords(self.k, "continue;", GPU_INDEX, None) {
             self.line(&l);
         }
         body(self)?;

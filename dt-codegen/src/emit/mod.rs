@@ -88,8 +88,10 @@ pub fn check_not_hopper_only(k: &Kernel, target: &str) -> Result<(), EmitError> 
 ///
 /// `index` is the C type of the division: a GPU grid has fewer than 2^31 programs, and every
 /// count here divides the grid size, so there 32-bit `unsigned` division is exact and spares
-/// the 64-bit division routine; the CPU's program loop uses `long long`.
-pub fn program_coords(k: &Kernel, skip: &str, index: &str) -> Vec<String> {
+/// the 64-bit division routine; the CPU's program loop uses `long long`. `past_grid`, where a
+/// grid may have more blocks than programs (HIP's rows of blocks), is the statement that skips
+/// a program past the last: what is left of `pid` after the divisions is then not 0.
+pub fn program_coords(k: &Kernel, skip: &str, index: &str, past_grid: Option<&str>) -> Vec<String> {
     use dt_core::schedule::MapEntry;
     let size = |d: dt_core::algo::DimId| format!("s{}", k.dim_slot(d));
     let nblocks = |d| format!("dt_cdiv({}, {})", size(d), k.grid.block_extent(d).unwrap_or(1));
@@ -108,6 +110,7 @@ pub fn program_coords(k: &Kernel, skip: &str, index: &str) -> Vec<String> {
         out.push(format!("const {index} n{i} = ({index})({c});"));
         out.push(format!("const long long g{i} = rest % n{i}; rest /= n{i};"));
     }
+    out.extend(past_grid.map(str::to_string));
     for (d, _) in &k.grid.blocked {
         let mut parts = Vec::new();
         for (i, m) in k.grid.order.iter().enumerate() {

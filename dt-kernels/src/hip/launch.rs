@@ -67,7 +67,7 @@ fn launch<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], plan: Pl
     args.output = out.device_ptr();
     let symbol = plan.launch_symbol(&args, T::DTYPE, |s| plan.spec.hip_launch_row(s).is_some());
     let (f, row) = hip.function(plan.spec_index, &symbol)?;
-    check_grid(op, &symbol, plan.programs as u64, row.threads)?;
+    let (columns, rows) = grid(plan.programs as u64, row.threads);
     let mut packed = dt_core::abi::GpuArgs::of(plan.kernel).pack(&args);
     let mut params: [*mut c_void; 1] = [&mut packed as *mut _ as *mut c_void];
     let lib = hip.shared.lib;
@@ -83,8 +83,8 @@ fn launch<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], plan: Pl
     let code = unsafe {
         lib.hipModuleLaunchKernel(
             f,
-            plan.programs as u32,
-            1,
+            columns,
+            rows,
             1,
             row.threads,
             1,
@@ -103,36 +103,29 @@ fn launch<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], plan: Pl
     Ok(())
 }
 
-/// `hipModuleLaunchKernel` takes fewer than 2^32 work-items (programs times threads) along a grid
-/// dimension, and the kernels number their programs along one: a launch of more is refused here
-/// with what it would run (where CUDA, which counts blocks, runs it).
-fn check_grid(op: &OpDesc, symbol: &str, programs: u64, threads: u32) -> Result<()> {
-    if programs * threads as u64 > u32::MAX as u64 {
-        return Err(Error::GridTooLarge {
-            op: op.op,
-            kernel: symbol.to_string(),
-            programs,
-            threads,
-            limit: "HIP launches fewer than 2^32 along a grid dimension (fewer rows, or the CUDA or CPU ops, run it)",
-        });
-    }
-    Ok(())
+/// The grid of a launch of `programs` programs of `threads` threads, as (blocks along x, rows
+/// along y): `hipModuleLaunchKernel` takes fewer than 2^32 work-items (blocks times threads)
+/// along a dimension, so a grid of more has rows of as many blocks as fit; the kernels number
+/// their programs `blockIdx.y * gridDim.x + blockIdx.x` and skip those past the last.
+fn grid(programs: u64, threads: u32) -> (u32, u32) {
+    let columns = (u32::MAX as u64 / threads.max(1) as u64).min(programs).max(1);
+    (columns as u32, programs.div_ceil(columns) as u32)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// 20 million rows of DyT's class of one program of 256 threads per row: 5.12e9 work-items,
-    /// refused with that count; 16 million rows fit.
+    /// 16 million programs of 256 threads fit one row (4.1e9 work-items); 20 million (DyT's
+    /// class at 20 million rows) take two rows of 16,777,215 blocks, the second running past
+    /// the last program; the largest grid (2^31 - 1 programs of 1024 threads) takes 513 rows.
     #[test]
-    fn grids_past_hips_work_item_limit_are_refused() {
-        let op = &crate::dyt::OP;
-        assert!(check_grid(op, "dt_dyt_1k_f16", 16_000_000, 256).is_ok());
-        let err = check_grid(op, "dt_dyt_1k_f16", 20_000_000, 256).unwrap_err().to_string();
-        assert!(
-            err.contains("would run 20000000 programs of 256 threads, 5120000000 work-items in all; HIP launches fewer than 2^32"),
-            "{err}"
-        );
+    fn grids_past_hips_work_item_limit_take_rows_of_blocks() {
+        assert_eq!(grid(16_000_000, 256), (16_000_000, 1));
+        assert_eq!(grid(20_000_000, 256), (16_777_215, 2));
+        let (columns, rows) = grid(i32::MAX as u64, 1024);
+        assert!(columns as u64 * 1024 <= u32::MAX as u64 && columns as u64 * rows as u64 >= i32::MAX as u64);
+        assert_eq!(rows, 513);
+        assert_eq!(grid(1, 64), (1, 1));
     }
 }
