@@ -328,6 +328,47 @@ fn dtc_run_rejects_bad_arguments_and_data_with_clear_errors() {
     }
 }
 
+/// A spec of more inputs than the argument block holds (9 of 8), in two size classes: `dtc eval`
+/// picks the class and evaluates it (the reference evaluator needs no argument block), and `dtc
+/// run` on the CPU backend (the generated C) says that the kernel has too many inputs; neither panics.
+#[test]
+fn dtc_evaluates_and_refuses_to_build_a_kernel_of_too_many_inputs() {
+    let dir = scratch("nine_inputs");
+    let a = dir.join("a.npy");
+    npy(&a, &[4], &[1.0, 2.0, 3.0, 4.0]);
+    let names = ["A", "B", "C", "D", "E", "F", "G", "H", "I"];
+    let sum: Vec<String> = names.iter().map(|n| format!("{n}[x]")).collect();
+    let spec = dir.join("nine.dt");
+    std::fs::write(
+        &spec,
+        format!(
+            "Func f; In {}; Var x;\nf[x] = {};\nschedule f_1k {{\n  f.bound(x:1024);\n  f.compile();\n}}\nf.compile();\n",
+            names.join(", "),
+            sum.join(" + ")
+        ),
+    )
+    .unwrap();
+    let (spec, a, out) = (spec.to_str().unwrap(), a.to_str().unwrap(), dir.join("o.npy"));
+    let inputs: Vec<String> = names.iter().flat_map(|n| ["--input".to_string(), format!("{n}={a}")]).collect();
+    let with = |head: &[&str]| -> Vec<String> {
+        head.iter()
+            .map(|s| s.to_string())
+            .chain([spec.into(), "--output".into(), out.to_str().unwrap().into()])
+            .chain(inputs.clone())
+            .collect()
+    };
+    let eval = with(&["eval"]);
+    let eval: Vec<&str> = eval.iter().map(String::as_str).collect();
+    let (code, err) = stderr_of(&eval);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.exists());
+    let run = with(&["run", "--backend", "cpu"]);
+    let run: Vec<&str> = run.iter().map(String::as_str).collect();
+    let (code, err) = stderr_of(&run);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("has 9 inputs; at most 8 are supported") && !err.contains("panicked"), "{err}");
+}
+
 /// A spec that is not UTF-8 is a located error; output that cannot be written (a full disk)
 /// is an error, not a panic, and leaves the file that was there as it was.
 #[test]

@@ -26,7 +26,7 @@ pub fn symbol(k: &Kernel, dtype: DType) -> String {
 }
 
 /// Checks that a kernel fits the argument block of [`crate::abi`].
-pub fn check_abi(k: &Kernel) -> Result<(), EmitError> {
+pub fn check_abi(k: &dt_core::signature::Signature) -> Result<(), EmitError> {
     use crate::abi::*;
     let too_many = |what: &str, n: usize, max: usize| EmitError(format!("kernel `{}` has {n} {what}; at most {max} are supported", k.name));
     if k.inputs.len() > MAX_INPUTS {
