@@ -328,6 +328,22 @@ fn dtc_run_rejects_bad_arguments_and_data_with_clear_errors() {
     }
 }
 
+/// On a spec of several size classes and no `--kernel`, arguments that bind to none of its
+/// kernels are reported as what is wrong with them, not as a kernel to choose.
+#[test]
+fn dtc_reports_arguments_no_size_class_takes() {
+    let dir = scratch("no_class");
+    let a = dir.join("a.npy");
+    npy(&a, &[4], &[1.0, 2.0, 3.0, 4.0]);
+    let softmax = library_specs().into_iter().find(|p| p.ends_with("softmax.dt")).expect("softmax.dt");
+    let (spec, a, out) = (softmax.to_str().unwrap(), a.to_str().unwrap(), dir.join("o.npy"));
+    for (input, want) in [("A", "input `A` has 1 dimensions, but `softmax_1k` reads it with 2"), ("B", "has no input `B`")] {
+        let (code, err) = stderr_of(&["eval", spec, "--input", &format!("{input}={a}"), "--output", out.to_str().unwrap()]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains(want) && !err.contains("choose one with --kernel"), "{err}");
+    }
+}
+
 /// A spec of more inputs than the argument block holds (9 of 8), in two size classes: `dtc eval`
 /// picks the class and evaluates it (the reference evaluator needs no argument block), and `dtc
 /// run` on the CPU backend (the generated C) says that the kernel has too many inputs; neither panics.

@@ -297,7 +297,16 @@ fn prepare(a: &RunArgs, features: GpuFeatures) -> Result<Prepared, String> {
         None => input_dtype.unwrap_or(DType::F32),
     };
     let kernel = match pick_kernel(&program, a.kernel.as_deref(), &a.file) {
-        Err(several) if a.kernel.is_none() => pick_size_class(&program, &args, dtype, features).ok_or(several)?,
+        // No class takes the arguments: where they bind to none of the kernels (a wrong rank, an
+        // unknown input or scalar), that is what is wrong, not the choice of a kernel.
+        Err(several) if a.kernel.is_none() => pick_size_class(&program, &args, dtype, features).ok_or_else(|| {
+            let errors: Vec<String> =
+                program.kernels.iter().filter_map(|k| dt_core::tensor::bind(&program, *k, &args).err().map(|e| e.to_string())).collect();
+            match errors.first() {
+                Some(first) if errors.len() == program.kernels.len() => format!("{}: {first}", a.file.display()),
+                _ => several,
+            }
+        })?,
         other => other?,
     };
     Ok(Prepared { src, program, kernel, args, dtype })
