@@ -42,14 +42,25 @@ pub fn private_dir(prefix: &str) -> Result<tempfile::TempDir, HostError> {
 }
 
 /// Writes `bytes` to `path` whole or not at all: into a new file beside it, then renamed over it,
-/// so that a failed write (a full disk) leaves the file that was there as it was.
+/// so that a failed write (a full disk) leaves the file that was there as it was. As a plain
+/// write would: through a symbolic link to the file it names, keeping the permissions of the file
+/// replaced, and giving a new one those of the process's umask.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
     use std::io::Write;
     let err = |e: std::io::Error| format!("{}: {e}", path.display());
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(err)?;
+    let target = if path.is_symlink() { std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()) } else { path.to_path_buf() };
+    let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let replaced = std::fs::metadata(&target).ok().map(|m| m.permissions());
+    let mut builder = tempfile::Builder::new();
+    // Created as `open` creates a file, 0666 less the umask (a temporary file's own is 0600).
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let mut tmp = builder.tempfile_in(dir).map_err(err)?;
+    if let Some(permissions) = replaced {
+        tmp.as_file().set_permissions(permissions).map_err(err)?;
+    }
     tmp.write_all(bytes).and_then(|_| tmp.as_file().sync_all()).map_err(err)?;
-    tmp.persist(path).map_err(|e| err(e.error))?;
+    tmp.persist(&target).map_err(|e| err(e.error))?;
     Ok(())
 }
 
@@ -234,5 +245,32 @@ impl CpuLibrary {
             f(&args, 0, i64::MAX);
         }
         Ok(Tensor { shape: bound.out_shape.clone(), data: out.to_f32(dtype) })
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::write_atomically;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A new file gets the mode a plain write gives it (0666 less the umask), a replaced file
+    /// keeps its own, and a symbolic link is written through to the file it names.
+    #[test]
+    fn atomic_writes_keep_modes_and_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, b"x").unwrap();
+        let new = dir.path().join("new");
+        write_atomically(&new, b"y").unwrap();
+        assert_eq!(mode(&new), mode(&plain));
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o640)).unwrap();
+        write_atomically(&plain, b"z").unwrap();
+        assert_eq!((mode(&plain), std::fs::read(&plain).unwrap()), (0o640, b"z".to_vec()));
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&plain, &link).unwrap();
+        write_atomically(&link, b"w").unwrap();
+        assert!(link.is_symlink());
+        assert_eq!((std::fs::read(&plain).unwrap(), mode(&plain)), (b"w".to_vec(), 0o640));
     }
 }
