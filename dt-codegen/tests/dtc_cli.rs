@@ -288,6 +288,14 @@ fn npy(path: &Path, shape: &[u64], values: &[f32]) {
     std::fs::write(path, common::npy_bytes("<f4", false, &shape_text, values)).unwrap();
 }
 
+/// A scratch directory `name` holding `a.npy`, four f32 values in one axis.
+fn scratch_with_four_values(name: &str) -> (PathBuf, PathBuf) {
+    let dir = scratch(name);
+    let a = dir.join("a.npy");
+    npy(&a, &[4], &[1.0, 2.0, 3.0, 4.0]);
+    (dir, a)
+}
+
 fn stderr_of(args: &[&str]) -> (Option<i32>, String) {
     let out = dtc().args(args).output().expect("dtc runs");
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -299,9 +307,8 @@ fn stderr_of(args: &[&str]) -> (Option<i32>, String) {
 /// non-finite scalar, a size above 2^31, a size above a kernel's bound on the interpreter.
 #[test]
 fn dtc_run_rejects_bad_arguments_and_data_with_clear_errors() {
-    let dir = scratch("bad_args");
-    let (a, wrapped) = (dir.join("a.npy"), dir.join("wrapped.npy"));
-    npy(&a, &[4], &[1.0, 2.0, 3.0, 4.0]);
+    let (dir, a) = scratch_with_four_values("bad_args");
+    let wrapped = dir.join("wrapped.npy");
     npy(&wrapped, &[1 << 32, 1 << 32], &[]);
     let spec = dir.join("add.dt");
     std::fs::write(&spec, "Func f; In A; SIn s; Var x;\nf[x] = A[x] * s;\nf.bound(x:3);\nf.compile();\n").unwrap();
@@ -332,9 +339,7 @@ fn dtc_run_rejects_bad_arguments_and_data_with_clear_errors() {
 /// kernels are reported as what is wrong with them, not as a kernel to choose.
 #[test]
 fn dtc_reports_arguments_no_size_class_takes() {
-    let dir = scratch("no_class");
-    let a = dir.join("a.npy");
-    npy(&a, &[4], &[1.0, 2.0, 3.0, 4.0]);
+    let (dir, a) = scratch_with_four_values("no_class");
     let softmax = library_specs().into_iter().find(|p| p.ends_with("softmax.dt")).expect("softmax.dt");
     let (spec, a, out) = (softmax.to_str().unwrap(), a.to_str().unwrap(), dir.join("o.npy"));
     for (input, want) in [("A", "input `A` has 1 dimensions, but `softmax_1k` reads it with 2"), ("B", "has no input `B`")] {
@@ -349,9 +354,7 @@ fn dtc_reports_arguments_no_size_class_takes() {
 /// run` on the CPU backend (the generated C) says that the kernel has too many inputs; neither panics.
 #[test]
 fn dtc_evaluates_and_refuses_to_build_a_kernel_of_too_many_inputs() {
-    let dir = scratch("nine_inputs");
-    let a = dir.join("a.npy");
-    npy(&a, &[4], &[1.0, 2.0, 3.0, 4.0]);
+    let (dir, a) = scratch_with_four_values("nine_inputs");
     let names = ["A", "B", "C", "D", "E", "F", "G", "H", "I"];
     let sum: Vec<String> = names.iter().map(|n| format!("{n}[x]")).collect();
     let spec = dir.join("nine.dt");

@@ -142,12 +142,10 @@ fn nearby_once(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Di
     }
     // Which numbers change: each with some chance, and one for certain.
     let certain = rng.below(total as u64) as usize;
-    let cluster_moved = match &cluster {
-        Some(c) if certain == total - 1 || rng.chance(25) => c.moved(rng),
-        _ => None,
-    };
+    // The cluster's dimension with its programs and block, moved or as written.
     let cluster_edit = cluster.as_ref().map(|c| {
-        let (programs, block) = cluster_moved.unwrap_or((c.programs, c.block));
+        let moved = if certain == total - 1 || rng.chance(25) { c.moved(rng) } else { None };
+        let (programs, block) = moved.unwrap_or((c.programs, c.block));
         (c.dim.as_str(), programs, block)
     });
     let is_cluster_statement = |func: &str, prim: &str| func == kernel && cluster.is_some() && (prim == "cluster" || prim == "block");

@@ -9,9 +9,23 @@
 
 /// An architecture of the build list: its number (compute capability times ten) and suffix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Arch {
+pub(crate) struct Arch {
     number: u32,
     suffix: Option<char>,
+}
+
+impl Arch {
+    /// Whether code built for it has thread-block clusters (sm_90 and newer), from which the
+    /// library's clustered classes run.
+    pub(crate) fn has_clusters(self) -> bool {
+        self.number >= 90
+    }
+
+    /// Whether it is sm_90a, whose code has Hopper's own instructions (wgmma, `setmaxnreg`),
+    /// which the warp-specialized and `wgmma()` classes need.
+    pub(crate) fn is_sm90a(self) -> bool {
+        self.number == 90 && self.suffix == Some('a')
+    }
 }
 
 /// The architectures of a build list such as `80,90a` or `sm_80, compute_90a` (entries it cannot
@@ -31,24 +45,26 @@ fn archs(list: &str) -> Vec<Arch> {
         .collect()
 }
 
-/// The architecture number of the code a GPU of compute capability `major.minor` runs from a
-/// fatbin built for `list`: its SASS where the build has SASS it runs, else the PTX it
-/// compiles; `None` where the fatbin has neither.
-pub(crate) fn code_for(list: &str, major: u32, minor: u32) -> Option<u32> {
+/// The architecture of the code a GPU of compute capability `major.minor` runs from a fatbin
+/// built for `list`: its SASS where the build has SASS it runs (the arch-specific one where
+/// there are both), else the PTX it compiles; `None` where the fatbin has neither.
+pub(crate) fn code_arch(list: &str, major: u32, minor: u32) -> Option<Arch> {
     let own = major * 10 + minor;
     let archs = archs(list);
-    let runs_sass = |a: &Arch| match a.suffix {
+    let runs_sass = |a: &&Arch| match a.suffix {
         Some('a') => a.number == own,
         _ => a.number / 10 == major && a.number <= own,
     };
-    let sass = archs.iter().filter(|a| runs_sass(a)).map(|a| a.number).max();
-    let ptx = archs.iter().filter(|a| a.suffix.is_none()).map(|a| a.number).max().filter(|n| *n <= own);
-    sass.or(ptx)
+    let sass = archs.iter().filter(runs_sass).max_by_key(|a| (a.number, a.suffix.is_some()));
+    let ptx = archs.iter().filter(|a| a.suffix.is_none() && a.number <= own).max_by_key(|a| a.number);
+    sass.or(ptx).copied()
 }
 
-/// The architecture from which code has thread-block clusters (and from which the library's
-/// clustered classes run).
-pub(crate) const CLUSTERS_FROM: u32 = 90;
+/// The architecture number of [`code_arch`].
+#[cfg(test)]
+fn code_for(list: &str, major: u32, minor: u32) -> Option<u32> {
+    code_arch(list, major, minor).map(|a| a.number)
+}
 
 #[cfg(test)]
 mod tests {
@@ -71,5 +87,7 @@ mod tests {
         assert_eq!(code_for("100f", 10, 3), Some(100));
         assert_eq!(code_for("90a", 8, 0), None);
         assert_eq!(code_for("8.0, compute_90a", 9, 0), Some(90));
+        assert!(code_arch("80,90,90a", 9, 0).is_some_and(Arch::is_sm90a));
+        assert!(code_arch("80,90", 9, 0).is_some_and(|a| a.has_clusters() && !a.is_sm90a()));
     }
 }

@@ -66,16 +66,15 @@ fn shared_for(ctx: &Arc<CudaContext>, nvrtc_only: bool) -> Arc<Shared> {
 /// What the GPU of `ctx` offers the kernels: its features, as far as the code it runs has them
 /// (NVRTC compiles for the GPU's own architecture, `compute_90a` on sm_90): Hopper's only where
 /// that is sm_90a code, clusters only where it is built for sm_90 or newer
-/// ([`crate::fatbin::code_for`]: a default build runs its compute_80 PTX on Blackwell GPUs).
+/// ([`crate::fatbin::code_arch`]: a default build runs its compute_80 PTX on Blackwell GPUs).
 fn features(ctx: &Arc<CudaContext>, nvrtc_only: bool) -> dt_core::signature::GpuFeatures {
     let mut f = dt_cuda::features(ctx);
     if nvrtc_only || NVCC_ARCHS.is_empty() {
         return f;
     }
-    let fatbin_has_90a = NVCC_ARCHS.split(',').any(|a| a.trim().trim_start_matches("sm_").trim_start_matches("compute_") == "90a");
-    f.hopper &= fatbin_has_90a;
-    let code = ctx.compute_capability().ok().and_then(|(major, minor)| crate::fatbin::code_for(NVCC_ARCHS, major as u32, minor as u32));
-    if code.is_none_or(|arch| arch < crate::fatbin::CLUSTERS_FROM) {
+    let code = ctx.compute_capability().ok().and_then(|(major, minor)| crate::fatbin::code_arch(NVCC_ARCHS, major as u32, minor as u32));
+    f.hopper &= code.is_some_and(crate::fatbin::Arch::is_sm90a);
+    if !code.is_some_and(crate::fatbin::Arch::has_clusters) {
         f.max_cluster = 0;
     }
     f
