@@ -1,5 +1,5 @@
 //! The manifest the compiler publishes per spec: it reads back as written, it carries each
-//! kernel's signature, and a malformed one is an error, not a panic.
+//! kernel's signature and launch (threads, cluster), and a malformed one is an error, not a panic.
 
 use dt_codegen::generate::generate;
 use dt_core::manifest::Manifest;
@@ -34,6 +34,8 @@ fn manifest_reads_back_as_written() {
                 let symbol = dt_codegen::emit::symbol(k, *dtype);
                 let launch = read.cuda_launch(&symbol).unwrap_or_else(|| panic!("{label}: no launch for {symbol}"));
                 assert_eq!(launch.threads % 32, 0, "{label}: {symbol} launches whole warps");
+                // The launcher opts a kernel into clusters above the portable size by this row.
+                assert_eq!(launch.cluster, k.grid.cluster.map_or(1, |(_, n)| n), "{label}: cluster of {symbol}");
                 assert_eq!(read.hip_launch(&symbol).is_some(), !k.cuda_only(), "{label}: HIP launch of {symbol}");
             }
         }

@@ -209,7 +209,9 @@ fn print_kernel<'k>(
             symbol: symbol.to_string(),
             threads: w.roles.threads(),
             shared_bytes,
-            cluster: 1,
+            // Its `__cluster_dims__` (DT_CLUSTER) fixes the cluster; the row tells the launcher
+            // the size, which must opt in above the portable 8.
+            cluster: k.grid.cluster.map_or(1, |(_, n)| n),
             layouts,
             tensor_maps: w.tensor_maps(),
             persistent: w.persistent,
