@@ -392,7 +392,7 @@ fn kernels_rs(out_dir: &Path, specs: &[Spec], cuda: &CudaArtifacts, hip: Option<
         };
         let cpu: Vec<String> = spec.out.manifest.cpu.iter().map(|s| format!("({s:?}, {s} as CpuFn)")).collect();
         for s in &spec.out.manifest.cpu {
-            let _ = writeln!(externs, "    fn {s}(args: *const DtArgs, first: i64, last: i64);");
+            let _ = writeln!(externs, "    fn {s}(args: *const DtArgs, first: i64, last: i64) -> i32;");
         }
         let hip_fields = match hip {
             Some(hip) => {

@@ -236,13 +236,16 @@ impl CpuLibrary {
         let out = Buf::from(&Tensor { shape: vec![n], data: vec![f32::NAN; n] }, dtype);
         let args = fill_args(k, bound, &inputs.iter().map(Buf::addr).collect::<Vec<_>>(), out.addr());
         // SAFETY: the symbol was emitted with the signature
-        // `void(const dt_args*, long long, long long)` (all programs: 0..i64::MAX), and every
+        // `int(const dt_args*, long long, long long)` (all programs: 0..i64::MAX), and every
         // pointer in `args` refers to a buffer that outlives the call, sized for the shapes the
         // kernel reads and writes.
-        unsafe {
-            let f: libloading::Symbol<unsafe extern "C" fn(*const DtArgs, i64, i64)> =
+        let status = unsafe {
+            let f: libloading::Symbol<dt_core::abi::CpuKernelFn> =
                 self.lib.get(symbol.as_bytes()).map_err(|e| HostError(format!("{symbol}: {e}")))?;
-            f(&args, 0, i64::MAX);
+            f(&args, 0, i64::MAX)
+        };
+        if status != 0 {
+            return Err(HostError(format!("{symbol}: {}", dt_core::abi::cpu_failure(status))));
         }
         Ok(Tensor { shape: bound.out_shape.clone(), data: out.to_f32(dtype) })
     }

@@ -81,3 +81,29 @@ fn a_graph_reading_its_producer_twice_per_level_lowers_once_per_level() {
     let kir = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
     assert!(kir.values.len() < 1000, "{} values for 24 levels", kir.values.len());
 }
+
+/// A CPU kernel whose tiles cannot be allocated reports it: the host gets an error saying so,
+/// not an output of NaN (the value it starts as) passed off as a result.
+#[test]
+fn cpu_kernels_report_tiles_they_cannot_allocate() {
+    let src = "Func f;\nIn A;\nVar x;\nf[x] = A[x] * 2;\nf.block(x:64);\nf.compile();\n";
+    let p = dt_core::compile_spec(src).expect("checks");
+    let kir = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+    let args = Args::default().input("A", Tensor::new(vec![3], vec![1.0, 2.0, 3.0]));
+    let bound = dt_core::tensor::bind(&p, p.kernels[0], &args).expect("binds");
+    let symbol = dt_codegen::emit::symbol(&kir, DType::F32);
+    let c = dt_codegen::emit::c::emit_file("limits", &[(&kir, DType::F32, symbol.clone())]).expect("emits");
+    // Every allocation of the kernel fails: `malloc` is redefined after the runtime's includes.
+    let decl = dt_codegen::abi::C_DECL;
+    assert!(c.contains(decl));
+    let failing = c.replacen(decl, &format!("{decl}#define malloc(n) ((void)(n), (void*)0)\n"), 1);
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("limits").join(format!("{}-no-memory", std::process::id()));
+    for (source, fails) in [(&c, false), (&failing, true)] {
+        let lib = dt_codegen::host::compile_with(source, &dir, if fails { "no_memory" } else { "memory" }, "-O0")
+            .unwrap_or_else(|e| panic!("{e}"));
+        match lib.run(&symbol, &kir, &bound, DType::F32) {
+            Ok(t) => assert!(!fails && t.data == [2.0, 4.0, 6.0], "{:?}", t.data),
+            Err(e) => assert!(fails && e.to_string().contains("no host memory for the kernel's tiles"), "{e}"),
+        }
+    }
+}

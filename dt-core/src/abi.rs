@@ -21,6 +21,22 @@ pub const MAX_SCALARS: usize = 8;
 /// Most dimensions (size arguments) a kernel may have.
 pub const MAX_DIMS: usize = 16;
 
+/// What a CPU kernel returns when it could not allocate its tiles (one heap arena per call):
+/// it then wrote nothing, and the caller reports the failure. It returns 0 when it ran.
+pub const CPU_ARENA_FAILED: i32 = 1;
+
+/// The signature of a generated CPU kernel: the argument block and the programs `first..last`
+/// to run (clamped to the grid); 0 when they ran, [`CPU_ARENA_FAILED`] when they could not.
+pub type CpuKernelFn = unsafe extern "C" fn(*const DtArgs, i64, i64) -> i32;
+
+/// What a CPU kernel's nonzero return value means, for an error message.
+pub fn cpu_failure(status: i32) -> String {
+    match status {
+        CPU_ARENA_FAILED => "no host memory for the kernel's tiles; nothing was computed".to_string(),
+        other => format!("the kernel returned {other}, which no generated kernel returns"),
+    }
+}
+
 /// The arguments of one launch (`dt_args` of the generated C). Pointers are 64-bit integers,
 /// strides are in elements, sizes follow the kernel's `dims` order and scalars its `scalars`
 /// order.

@@ -87,7 +87,7 @@ typedef struct dt_args {
 } dt_args;
 
 /* kernel attention_64 for f16: grid block(b:1, h:1, i:128, e:64) */
-void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
+int dt_attention_64_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -99,7 +99,7 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_64 */
     float* arena = (float*)malloc(sizeof(float) * 273034);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -470,10 +470,11 @@ void dt_attention_64_f16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel attention_64 for bf16: grid block(b:1, h:1, i:128, e:64) */
-void dt_attention_64_bf16(const dt_args* args, long long first, long long last) {
+int dt_attention_64_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -485,7 +486,7 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_64 */
     float* arena = (float*)malloc(sizeof(float) * 273034);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -856,10 +857,11 @@ void dt_attention_64_bf16(const dt_args* args, long long first, long long last) 
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel attention_causal_64 for f16: grid block(b:1, h:1, i:128, e:64) */
-void dt_attention_causal_64_f16(const dt_args* args, long long first, long long last) {
+int dt_attention_causal_64_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -871,7 +873,7 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_causal_64 */
     float* arena = (float*)malloc(sizeof(float) * 339152);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -1264,10 +1266,11 @@ void dt_attention_causal_64_f16(const dt_args* args, long long first, long long 
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel attention_causal_64 for bf16: grid block(b:1, h:1, i:128, e:64) */
-void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long last) {
+int dt_attention_causal_64_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -1279,7 +1282,7 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_causal_64 */
     float* arena = (float*)malloc(sizeof(float) * 339152);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -1672,10 +1675,11 @@ void dt_attention_causal_64_bf16(const dt_args* args, long long first, long long
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel attention_128 for f16: grid block(b:1, h:1, i:128, e:128) */
-void dt_attention_128_f16(const dt_args* args, long long first, long long last) {
+int dt_attention_128_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -1687,7 +1691,7 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_128 */
     float* arena = (float*)malloc(sizeof(float) * 363146);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -2058,10 +2062,11 @@ void dt_attention_128_f16(const dt_args* args, long long first, long long last) 
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel attention_128 for bf16: grid block(b:1, h:1, i:128, e:128) */
-void dt_attention_128_bf16(const dt_args* args, long long first, long long last) {
+int dt_attention_128_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -2073,7 +2078,7 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_128 */
     float* arena = (float*)malloc(sizeof(float) * 363146);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -2444,10 +2449,11 @@ void dt_attention_128_bf16(const dt_args* args, long long first, long long last)
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel attention_causal_128 for f16: grid block(b:1, h:1, i:128, e:128) */
-void dt_attention_causal_128_f16(const dt_args* args, long long first, long long last) {
+int dt_attention_causal_128_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -2459,7 +2465,7 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_causal_128 */
     float* arena = (float*)malloc(sizeof(float) * 289904);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -2852,10 +2858,11 @@ void dt_attention_causal_128_f16(const dt_args* args, long long first, long long
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel attention_causal_128 for bf16: grid block(b:1, h:1, i:128, e:128) */
-void dt_attention_causal_128_bf16(const dt_args* args, long long first, long long last) {
+int dt_attention_causal_128_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -2867,7 +2874,7 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_causal_128 */
     float* arena = (float*)malloc(sizeof(float) * 289904);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -3260,10 +3267,11 @@ void dt_attention_causal_128_bf16(const dt_args* args, long long first, long lon
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel attention for f16: grid block(b:1, h:1, i:64, e:128) */
-void dt_attention_f16(const dt_args* args, long long first, long long last) {
+int dt_attention_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -3275,7 +3283,7 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention */
     float* arena = (float*)malloc(sizeof(float) * 165128);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -3640,10 +3648,11 @@ void dt_attention_f16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel attention for bf16: grid block(b:1, h:1, i:64, e:128) */
-void dt_attention_bf16(const dt_args* args, long long first, long long last) {
+int dt_attention_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -3655,7 +3664,7 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention */
     float* arena = (float*)malloc(sizeof(float) * 165128);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -4020,10 +4029,11 @@ void dt_attention_bf16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel attention for f32: grid block(b:1, h:1, i:64, e:128) */
-void dt_attention_f32(const dt_args* args, long long first, long long last) {
+int dt_attention_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -4035,7 +4045,7 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* V */
     float* out = (float*)(uintptr_t)args->output; /* attention */
     float* arena = (float*)malloc(sizeof(float) * 165128);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -4400,10 +4410,11 @@ void dt_attention_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel attention_causal for f16: grid block(b:1, h:1, i:64, e:128) */
-void dt_attention_causal_f16(const dt_args* args, long long first, long long last) {
+int dt_attention_causal_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -4415,7 +4426,7 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_causal */
     float* arena = (float*)malloc(sizeof(float) * 194190);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -4811,10 +4822,11 @@ void dt_attention_causal_f16(const dt_args* args, long long first, long long las
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel attention_causal for bf16: grid block(b:1, h:1, i:64, e:128) */
-void dt_attention_causal_bf16(const dt_args* args, long long first, long long last) {
+int dt_attention_causal_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -4826,7 +4838,7 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_causal */
     float* arena = (float*)malloc(sizeof(float) * 194190);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -5222,10 +5234,11 @@ void dt_attention_causal_bf16(const dt_args* args, long long first, long long la
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel attention_causal for f32: grid block(b:1, h:1, i:64, e:128) */
-void dt_attention_causal_f32(const dt_args* args, long long first, long long last) {
+int dt_attention_causal_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of b */
     const long long s1 = args->sizes[1]; /* size of h */
     const long long s2 = args->sizes[2]; /* size of i */
@@ -5237,7 +5250,7 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* V */
     float* out = (float*)(uintptr_t)args->output; /* attention_causal */
     float* arena = (float*)malloc(sizeof(float) * 194190);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -5633,4 +5646,5 @@ void dt_attention_causal_f32(const dt_args* args, long long first, long long las
         }
     }
     free(arena);
+    return 0;
 }

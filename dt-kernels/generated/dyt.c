@@ -87,7 +87,7 @@ typedef struct dt_args {
 } dt_args;
 
 /* kernel dyt_1k for f16: grid block(x:1, y:1024) */
-void dt_dyt_1k_f16(const dt_args* args, long long first, long long last) {
+int dt_dyt_1k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* X */
@@ -95,7 +95,7 @@ void dt_dyt_1k_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* dyt_1k */
     float* arena = (float*)malloc(sizeof(float) * 7169);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1024));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -153,10 +153,11 @@ void dt_dyt_1k_f16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel dyt_1k for bf16: grid block(x:1, y:1024) */
-void dt_dyt_1k_bf16(const dt_args* args, long long first, long long last) {
+int dt_dyt_1k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* X */
@@ -164,7 +165,7 @@ void dt_dyt_1k_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* dyt_1k */
     float* arena = (float*)malloc(sizeof(float) * 7169);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1024));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -222,10 +223,11 @@ void dt_dyt_1k_bf16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel dyt_1k for f32: grid block(x:1, y:1024) */
-void dt_dyt_1k_f32(const dt_args* args, long long first, long long last) {
+int dt_dyt_1k_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* X */
@@ -233,7 +235,7 @@ void dt_dyt_1k_f32(const dt_args* args, long long first, long long last) {
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* dyt_1k */
     float* arena = (float*)malloc(sizeof(float) * 7169);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1024));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -291,10 +293,11 @@ void dt_dyt_1k_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel dyt for f16: grid block(x:1, y:1024) */
-void dt_dyt_f16(const dt_args* args, long long first, long long last) {
+int dt_dyt_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* X */
@@ -302,7 +305,7 @@ void dt_dyt_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* dyt */
     float* arena = (float*)malloc(sizeof(float) * 7169);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1024));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -360,10 +363,11 @@ void dt_dyt_f16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel dyt for bf16: grid block(x:1, y:1024) */
-void dt_dyt_bf16(const dt_args* args, long long first, long long last) {
+int dt_dyt_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* X */
@@ -371,7 +375,7 @@ void dt_dyt_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* dyt */
     float* arena = (float*)malloc(sizeof(float) * 7169);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1024));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -429,10 +433,11 @@ void dt_dyt_bf16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel dyt for f32: grid block(x:1, y:1024) */
-void dt_dyt_f32(const dt_args* args, long long first, long long last) {
+int dt_dyt_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* X */
@@ -440,7 +445,7 @@ void dt_dyt_f32(const dt_args* args, long long first, long long last) {
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* dyt */
     float* arena = (float*)malloc(sizeof(float) * 7169);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1024));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -498,4 +503,5 @@ void dt_dyt_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }

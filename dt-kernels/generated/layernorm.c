@@ -87,7 +87,7 @@ typedef struct dt_args {
 } dt_args;
 
 /* kernel layernorm_1k_16bit for f16: grid block(x:2) */
-void dt_layernorm_1k_16bit_f16(const dt_args* args, long long first, long long last) {
+int dt_layernorm_1k_16bit_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* X */
@@ -95,7 +95,7 @@ void dt_layernorm_1k_16bit_f16(const dt_args* args, long long first, long long l
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm_1k_16bit */
     float* arena = (float*)malloc(sizeof(float) * 24603);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 2));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -290,10 +290,11 @@ void dt_layernorm_1k_16bit_f16(const dt_args* args, long long first, long long l
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel layernorm_1k_16bit for bf16: grid block(x:2) */
-void dt_layernorm_1k_16bit_bf16(const dt_args* args, long long first, long long last) {
+int dt_layernorm_1k_16bit_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* X */
@@ -301,7 +302,7 @@ void dt_layernorm_1k_16bit_bf16(const dt_args* args, long long first, long long 
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm_1k_16bit */
     float* arena = (float*)malloc(sizeof(float) * 24603);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 2));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -496,10 +497,11 @@ void dt_layernorm_1k_16bit_bf16(const dt_args* args, long long first, long long 
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel layernorm_1k for f32: grid block(x:1) */
-void dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
+int dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* X */
@@ -507,7 +509,7 @@ void dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* layernorm_1k */
     float* arena = (float*)malloc(sizeof(float) * 15379);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -611,10 +613,11 @@ void dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel layernorm_4k_f32 for f32: grid block(x:1) */
-void dt_layernorm_4k_f32_f32(const dt_args* args, long long first, long long last) {
+int dt_layernorm_4k_f32_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* X */
@@ -622,7 +625,7 @@ void dt_layernorm_4k_f32_f32(const dt_args* args, long long first, long long las
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* layernorm_4k_f32 */
     float* arena = (float*)malloc(sizeof(float) * 61459);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -726,10 +729,11 @@ void dt_layernorm_4k_f32_f32(const dt_args* args, long long first, long long las
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel layernorm_4k_f32_many for f32: grid block(x:1) */
-void dt_layernorm_4k_f32_many_f32(const dt_args* args, long long first, long long last) {
+int dt_layernorm_4k_f32_many_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* X */
@@ -737,7 +741,7 @@ void dt_layernorm_4k_f32_many_f32(const dt_args* args, long long first, long lon
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* layernorm_4k_f32_many */
     float* arena = (float*)malloc(sizeof(float) * 61459);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -841,10 +845,11 @@ void dt_layernorm_4k_f32_many_f32(const dt_args* args, long long first, long lon
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel layernorm_4k for f16: grid block(x:2) */
-void dt_layernorm_4k_f16(const dt_args* args, long long first, long long last) {
+int dt_layernorm_4k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* X */
@@ -852,7 +857,7 @@ void dt_layernorm_4k_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm_4k */
     float* arena = (float*)malloc(sizeof(float) * 98331);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 2));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -1047,10 +1052,11 @@ void dt_layernorm_4k_f16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel layernorm_4k for bf16: grid block(x:2) */
-void dt_layernorm_4k_bf16(const dt_args* args, long long first, long long last) {
+int dt_layernorm_4k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* X */
@@ -1058,7 +1064,7 @@ void dt_layernorm_4k_bf16(const dt_args* args, long long first, long long last) 
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm_4k */
     float* arena = (float*)malloc(sizeof(float) * 98331);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 2));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -1253,10 +1259,11 @@ void dt_layernorm_4k_bf16(const dt_args* args, long long first, long long last) 
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel layernorm_16k_f32 for f32: grid block(x:1) */
-void dt_layernorm_16k_f32_f32(const dt_args* args, long long first, long long last) {
+int dt_layernorm_16k_f32_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* X */
@@ -1264,7 +1271,7 @@ void dt_layernorm_16k_f32_f32(const dt_args* args, long long first, long long la
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* layernorm_16k_f32 */
     float* arena = (float*)malloc(sizeof(float) * 245779);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -1368,10 +1375,11 @@ void dt_layernorm_16k_f32_f32(const dt_args* args, long long first, long long la
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel layernorm_16k for f16: grid block(x:1) */
-void dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) {
+int dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* X */
@@ -1379,7 +1387,7 @@ void dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) 
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm_16k */
     float* arena = (float*)malloc(sizeof(float) * 245779);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -1483,10 +1491,11 @@ void dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) 
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel layernorm_16k for bf16: grid block(x:1) */
-void dt_layernorm_16k_bf16(const dt_args* args, long long first, long long last) {
+int dt_layernorm_16k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* X */
@@ -1494,7 +1503,7 @@ void dt_layernorm_16k_bf16(const dt_args* args, long long first, long long last)
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm_16k */
     float* arena = (float*)malloc(sizeof(float) * 245779);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -1598,10 +1607,11 @@ void dt_layernorm_16k_bf16(const dt_args* args, long long first, long long last)
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel layernorm for f16: grid block(x:1) */
-void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
+int dt_layernorm_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* X */
@@ -1609,7 +1619,7 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm */
     float* arena = (float*)malloc(sizeof(float) * 606228);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -2053,10 +2063,11 @@ void dt_layernorm_f16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel layernorm for bf16: grid block(x:1) */
-void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
+int dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* X */
@@ -2064,7 +2075,7 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm */
     float* arena = (float*)malloc(sizeof(float) * 606228);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -2508,10 +2519,11 @@ void dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel layernorm for f32: grid block(x:1) */
-void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
+int dt_layernorm_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* X */
@@ -2519,7 +2531,7 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
     const float* in2 = (const float*)(uintptr_t)args->inputs[2]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* layernorm */
     float* arena = (float*)malloc(sizeof(float) * 606228);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -2963,4 +2975,5 @@ void dt_layernorm_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }

@@ -87,7 +87,7 @@ typedef struct dt_args {
 } dt_args;
 
 /* kernel mm for f16: grid block(x:128, y:128) map(x:x1/8, y, x1) */
-void dt_mm_f16(const dt_args* args, long long first, long long last) {
+int dt_mm_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const long long s2 = args->sizes[2]; /* size of k */
@@ -95,7 +95,7 @@ void dt_mm_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* mm */
     float* arena = (float*)malloc(sizeof(float) * 57344);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -159,10 +159,11 @@ void dt_mm_f16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel mm for bf16: grid block(x:128, y:128) map(x:x1/8, y, x1) */
-void dt_mm_bf16(const dt_args* args, long long first, long long last) {
+int dt_mm_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const long long s2 = args->sizes[2]; /* size of k */
@@ -170,7 +171,7 @@ void dt_mm_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* mm */
     float* arena = (float*)malloc(sizeof(float) * 57344);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -234,10 +235,11 @@ void dt_mm_bf16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel mm_16_f32 for f32: grid block(x:16, y:64) */
-void dt_mm_16_f32_f32(const dt_args* args, long long first, long long last) {
+int dt_mm_16_f32_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const long long s2 = args->sizes[2]; /* size of k */
@@ -245,7 +247,7 @@ void dt_mm_16_f32_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* mm_16_f32 */
     float* arena = (float*)malloc(sizeof(float) * 5632);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 16)) * (dt_cdiv(s1, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -307,10 +309,11 @@ void dt_mm_16_f32_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel mm_512_f32 for f32: grid block(x:32, y:32) */
-void dt_mm_512_f32_f32(const dt_args* args, long long first, long long last) {
+int dt_mm_512_f32_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const long long s2 = args->sizes[2]; /* size of k */
@@ -318,7 +321,7 @@ void dt_mm_512_f32_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* mm_512_f32 */
     float* arena = (float*)malloc(sizeof(float) * 5120);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 32)) * (dt_cdiv(s1, 32));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -380,10 +383,11 @@ void dt_mm_512_f32_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel mm_1k_f32 for f32: grid block(x:64, y:64) map(x:x1/8, y, x1) */
-void dt_mm_1k_f32_f32(const dt_args* args, long long first, long long last) {
+int dt_mm_1k_f32_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const long long s2 = args->sizes[2]; /* size of k */
@@ -391,7 +395,7 @@ void dt_mm_1k_f32_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* mm_1k_f32 */
     float* arena = (float*)malloc(sizeof(float) * 14336);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(dt_cdiv(s0, 64), 8)) * (dt_cdiv(s1, 64)) * (8);
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -455,10 +459,11 @@ void dt_mm_1k_f32_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel mm_128_f32 for f32: grid block(x:128, y:128) map(x:x1/8, y, x1) */
-void dt_mm_128_f32_f32(const dt_args* args, long long first, long long last) {
+int dt_mm_128_f32_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const long long s2 = args->sizes[2]; /* size of k */
@@ -466,7 +471,7 @@ void dt_mm_128_f32_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* mm_128_f32 */
     float* arena = (float*)malloc(sizeof(float) * 53248);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -530,4 +535,5 @@ void dt_mm_128_f32_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }

@@ -87,7 +87,7 @@ typedef struct dt_args {
 } dt_args;
 
 /* kernel out for f16: grid block(x:128, y:128) map(x:x1/8, y, x1) */
-void dt_out_f16(const dt_args* args, long long first, long long last) {
+int dt_out_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const long long s2 = args->sizes[2]; /* size of k */
@@ -95,7 +95,7 @@ void dt_out_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* B */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* out */
     float* arena = (float*)malloc(sizeof(float) * 172034);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -176,10 +176,11 @@ void dt_out_f16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel out for bf16: grid block(x:128, y:128) map(x:x1/8, y, x1) */
-void dt_out_bf16(const dt_args* args, long long first, long long last) {
+int dt_out_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const long long s2 = args->sizes[2]; /* size of k */
@@ -187,7 +188,7 @@ void dt_out_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* B */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* out */
     float* arena = (float*)malloc(sizeof(float) * 172034);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -268,10 +269,11 @@ void dt_out_bf16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel out_16_f32 for f32: grid block(x:16, y:64) */
-void dt_out_16_f32_f32(const dt_args* args, long long first, long long last) {
+int dt_out_16_f32_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const long long s2 = args->sizes[2]; /* size of k */
@@ -279,7 +281,7 @@ void dt_out_16_f32_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* out_16_f32 */
     float* arena = (float*)malloc(sizeof(float) * 12802);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 16)) * (dt_cdiv(s1, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -358,10 +360,11 @@ void dt_out_16_f32_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel out_512_f32 for f32: grid block(x:32, y:32) */
-void dt_out_512_f32_f32(const dt_args* args, long long first, long long last) {
+int dt_out_512_f32_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const long long s2 = args->sizes[2]; /* size of k */
@@ -369,7 +372,7 @@ void dt_out_512_f32_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* out_512_f32 */
     float* arena = (float*)malloc(sizeof(float) * 12290);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 32)) * (dt_cdiv(s1, 32));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -448,10 +451,11 @@ void dt_out_512_f32_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel out_1k_f32 for f32: grid block(x:64, y:64) map(x:x1/8, y, x1) */
-void dt_out_1k_f32_f32(const dt_args* args, long long first, long long last) {
+int dt_out_1k_f32_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const long long s2 = args->sizes[2]; /* size of k */
@@ -459,7 +463,7 @@ void dt_out_1k_f32_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* out_1k_f32 */
     float* arena = (float*)malloc(sizeof(float) * 43010);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(dt_cdiv(s0, 64), 8)) * (dt_cdiv(s1, 64)) * (8);
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -540,10 +544,11 @@ void dt_out_1k_f32_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel out_128_f32 for f32: grid block(x:128, y:128) map(x:x1/8, y, x1) */
-void dt_out_128_f32_f32(const dt_args* args, long long first, long long last) {
+int dt_out_128_f32_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const long long s2 = args->sizes[2]; /* size of k */
@@ -551,7 +556,7 @@ void dt_out_128_f32_f32(const dt_args* args, long long first, long long last) {
     const float* in1 = (const float*)(uintptr_t)args->inputs[1]; /* B */
     float* out = (float*)(uintptr_t)args->output; /* out_128_f32 */
     float* arena = (float*)malloc(sizeof(float) * 167938);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -632,4 +637,5 @@ void dt_out_128_f32_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }

@@ -87,13 +87,13 @@ typedef struct dt_args {
 } dt_args;
 
 /* kernel softmax_1k for f16: grid block(x:1) */
-void dt_softmax_1k_f16(const dt_args* args, long long first, long long last) {
+int dt_softmax_1k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax_1k */
     float* arena = (float*)malloc(sizeof(float) * 12301);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -176,16 +176,17 @@ void dt_softmax_1k_f16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel softmax_1k for bf16: grid block(x:1) */
-void dt_softmax_1k_bf16(const dt_args* args, long long first, long long last) {
+int dt_softmax_1k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax_1k */
     float* arena = (float*)malloc(sizeof(float) * 12301);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -268,16 +269,17 @@ void dt_softmax_1k_bf16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel softmax_1k for f32: grid block(x:1) */
-void dt_softmax_1k_f32(const dt_args* args, long long first, long long last) {
+int dt_softmax_1k_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
     float* out = (float*)(uintptr_t)args->output; /* softmax_1k */
     float* arena = (float*)malloc(sizeof(float) * 12301);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -360,16 +362,17 @@ void dt_softmax_1k_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel softmax_4k for f16: grid block(x:1) */
-void dt_softmax_4k_f16(const dt_args* args, long long first, long long last) {
+int dt_softmax_4k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax_4k */
     float* arena = (float*)malloc(sizeof(float) * 40971);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -443,16 +446,17 @@ void dt_softmax_4k_f16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel softmax_4k for bf16: grid block(x:1) */
-void dt_softmax_4k_bf16(const dt_args* args, long long first, long long last) {
+int dt_softmax_4k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax_4k */
     float* arena = (float*)malloc(sizeof(float) * 40971);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -526,16 +530,17 @@ void dt_softmax_4k_bf16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel softmax_4k for f32: grid block(x:1) */
-void dt_softmax_4k_f32(const dt_args* args, long long first, long long last) {
+int dt_softmax_4k_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
     float* out = (float*)(uintptr_t)args->output; /* softmax_4k */
     float* arena = (float*)malloc(sizeof(float) * 40971);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -609,16 +614,17 @@ void dt_softmax_4k_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel softmax_16k for f16: grid block(x:1) */
-void dt_softmax_16k_f16(const dt_args* args, long long first, long long last) {
+int dt_softmax_16k_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax_16k */
     float* arena = (float*)malloc(sizeof(float) * 163851);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -692,16 +698,17 @@ void dt_softmax_16k_f16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel softmax_16k for bf16: grid block(x:1) */
-void dt_softmax_16k_bf16(const dt_args* args, long long first, long long last) {
+int dt_softmax_16k_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax_16k */
     float* arena = (float*)malloc(sizeof(float) * 163851);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -775,16 +782,17 @@ void dt_softmax_16k_bf16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel softmax_16k for f32: grid block(x:1) */
-void dt_softmax_16k_f32(const dt_args* args, long long first, long long last) {
+int dt_softmax_16k_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
     float* out = (float*)(uintptr_t)args->output; /* softmax_16k */
     float* arena = (float*)malloc(sizeof(float) * 163851);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -858,16 +866,17 @@ void dt_softmax_16k_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel softmax for f16: grid block(x:1) */
-void dt_softmax_f16(const dt_args* args, long long first, long long last) {
+int dt_softmax_f16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_f16* in0 = (const dt_f16*)(uintptr_t)args->inputs[0]; /* A */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax */
     float* arena = (float*)malloc(sizeof(float) * 786453);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -1192,16 +1201,17 @@ void dt_softmax_f16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel softmax for bf16: grid block(x:1) */
-void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
+int dt_softmax_bf16(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const dt_bf16* in0 = (const dt_bf16*)(uintptr_t)args->inputs[0]; /* A */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax */
     float* arena = (float*)malloc(sizeof(float) * 786453);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -1526,16 +1536,17 @@ void dt_softmax_bf16(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }
 
 /* kernel softmax for f32: grid block(x:1) */
-void dt_softmax_f32(const dt_args* args, long long first, long long last) {
+int dt_softmax_f32(const dt_args* args, long long first, long long last) {
     const long long s0 = args->sizes[0]; /* size of x */
     const long long s1 = args->sizes[1]; /* size of y */
     const float* in0 = (const float*)(uintptr_t)args->inputs[0]; /* A */
     float* out = (float*)(uintptr_t)args->output; /* softmax */
     float* arena = (float*)malloc(sizeof(float) * 786453);
-    if (!arena) return;
+    if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
@@ -1860,4 +1871,5 @@ void dt_softmax_f32(const dt_args* args, long long first, long long last) {
         }
     }
     free(arena);
+    return 0;
 }

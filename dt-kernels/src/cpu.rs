@@ -29,27 +29,35 @@ pub(crate) fn run<T: Element>(op: &OpDesc, inputs: &[&HostTensor<T>], scalars: &
         let programs = plan.programs;
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(programs);
         let per_thread = programs.div_ceil(threads);
-        let run_range = |first: usize| {
+        let run_range = |first: usize| -> i32 {
             let last = (first + per_thread).min(programs);
             // SAFETY: `f` was generated with the signature
-            // `void(const dt_args*, long long first, long long last)`. Each input pointer refers
+            // `int(const dt_args*, long long first, long long last)`. Each input pointer refers
             // to the data of a live `HostTensor`, whose shape and strides reach only elements
             // inside that data (checked when it was made), and the kernel reads each input only at
             // the strides and sizes of `args`, which `plan` took from those tensors. The output
             // buffer holds the `out_elements` elements of the contiguous output, which outlives
             // every thread (they are joined below), and the programs of disjoint ranges write
             // disjoint elements of it. The kernel keeps no pointer after it returns.
-            unsafe { f(&args, first as i64, last as i64) };
+            unsafe { f(&args, first as i64, last as i64) }
         };
-        if threads <= 1 {
-            run_range(0);
+        let status = if threads <= 1 {
+            run_range(0)
         } else {
             std::thread::scope(|scope| {
-                for t in 1..threads {
-                    scope.spawn(move || run_range(t * per_thread));
-                }
-                run_range(0);
-            });
+                let others: Vec<_> = (1..threads).map(|t| scope.spawn(move || run_range(t * per_thread))).collect();
+                let first = run_range(0);
+                others.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).fold(first, |a, b| {
+                    if a != 0 {
+                        a
+                    } else {
+                        b
+                    }
+                })
+            })
+        };
+        if status != 0 {
+            return Err(Error::CpuKernel { op: op.op, kernel: plan.symbol.clone(), msg: dt_core::abi::cpu_failure(status) });
         }
     }
     Ok(HostTensor::from_parts(out, plan.out_shape))

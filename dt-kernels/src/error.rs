@@ -82,6 +82,9 @@ pub enum Error {
     /// The GPU code of a spec could not be loaded or compiled (fatbin and NVRTC both failed).
     #[error("loading the GPU kernels of spec `{spec}`: {msg}")]
     Compile { spec: &'static str, msg: String },
+    /// A CPU kernel that could not run (no host memory for its tiles).
+    #[error("{op}: CPU kernel `{kernel}`: {msg}")]
+    CpuKernel { op: &'static str, kernel: String, msg: String },
     /// The spec metadata embedded at build time is missing or inconsistent (a bug of this crate).
     #[error("internal error: {0}")]
     Internal(String),

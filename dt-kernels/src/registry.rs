@@ -8,9 +8,10 @@ use std::sync::OnceLock;
 pub use dt_core::abi::MAX_RANK;
 pub(crate) use dt_core::abi::{DtArgs, MAX_DIMS, MAX_INPUTS, MAX_SCALARS};
 
-/// A generated CPU kernel: `void SYMBOL(const dt_args*, long long first, long long last)`
-/// (`dt_args`: [`DtArgs`]), which runs programs `first..last` of its grid.
-pub(crate) type CpuFn = unsafe extern "C" fn(*const DtArgs, i64, i64);
+/// A generated CPU kernel: `int SYMBOL(const dt_args*, long long first, long long last)`
+/// (`dt_args`: [`DtArgs`]), which runs programs `first..last` of its grid
+/// ([`dt_core::abi::CpuKernelFn`]).
+pub(crate) type CpuFn = dt_core::abi::CpuKernelFn;
 
 /// Everything embedded for one spec.
 pub struct SpecData {

@@ -57,7 +57,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str) -> Result<String, Emi
     }
     let t = c_type(dtype);
     let _ = writeln!(e.out, "/* kernel {} for {}: grid {} */", k.name, dtype, k.grid.origin);
-    let _ = writeln!(e.out, "void {symbol}(const dt_args* args, long long first, long long last) {{");
+    let _ = writeln!(e.out, "int {symbol}(const dt_args* args, long long first, long long last) {{");
     for (slot, (_, name)) in k.dims.iter().enumerate() {
         e.line(&format!("const long long s{slot} = args->sizes[{slot}]; /* size of {name} */"));
     }
@@ -66,7 +66,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str) -> Result<String, Emi
     }
     e.line(&format!("{t}* out = ({t}*)(uintptr_t)args->output; /* {} */", k.output.name));
     e.line(&format!("float* arena = (float*)malloc(sizeof(float) * {arena});"));
-    e.line("if (!arena) return;");
+    e.line(&format!("if (!arena) return {}; /* no memory for the tiles: nothing ran */", abi::CPU_ARENA_FAILED));
     // Program ids: unravel through the grid's order, the last entry fastest.
     e.line(&format!("const long long programs = {};", super::program_count(k)));
     e.line("for (long long pid = first; pid < last && pid < programs; pid++) {");
@@ -78,6 +78,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str) -> Result<String, Emi
     e.depth -= 1;
     e.line("}");
     e.line("free(arena);");
+    e.line("return 0;");
     e.out += "}\n";
     Ok(e.out)
 }
