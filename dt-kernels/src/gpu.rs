@@ -456,10 +456,7 @@ fn launch<T: Element>(gpu: &Gpu, op: &OpDesc, inputs: &[&DeviceTensor<T>], plan:
     args.output = out_ptr;
     let symbol = plan.launch_symbol(&args, T::DTYPE, |s| plan.spec.launch_row(s).is_some());
     let (f, row) = gpu.function(plan.spec_index, &symbol)?;
-    let tensors = dt_core::select::launch_tensors(plan.kernel, &args);
-    if !plan.kernel.admits_tensors(T::DTYPE.size_bytes(), &args.sizes, &tensors) {
-        return Err(Error::TensorsNotAdmitted { op: op.op, kernel: symbol, why: crate::plan::not_admitted_why(plan.kernel) });
-    }
+    plan.check_admits(op, &args, T::DTYPE, &symbol)?;
     let param = dt_cuda::KernelParam::new(plan.kernel, &args, T::DTYPE, &row.tensor_maps).map_err(Error::Internal)?;
     let grid = dt_cuda::grid(&gpu.shared.ctx, plan.programs, row.persistent).map_err(Error::driver("reading the multiprocessor count"))?;
     let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (row.threads, 1, 1), shared_mem_bytes: row.shared_bytes };

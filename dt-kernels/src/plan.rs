@@ -311,6 +311,18 @@ impl Plan {
         dt_core::select::Layouts::of_launch(self.kernel, dtype.size_bytes(), |slot| args.sizes[slot], &tensors)
             .launch_symbol(&self.symbol, built)
     }
+
+    /// Refuses a launch whose tensors the kernel does not take (addresses known only now: a
+    /// `requires(aligned)` class needs whole 16-byte runs, a Hopper one tensor maps), which
+    /// would otherwise read or write out of its runs; `symbol` names it in the error.
+    pub(crate) fn check_admits(&self, op: &OpDesc, args: &DtArgs, dtype: DType, symbol: &str) -> Result<()> {
+        let tensors = dt_core::select::launch_tensors(self.kernel, args);
+        if self.kernel.admits_tensors(dtype.size_bytes(), &args.sizes, &tensors) {
+            Ok(())
+        } else {
+            Err(Error::TensorsNotAdmitted { op: op.op, kernel: symbol.to_string(), why: not_admitted_why(self.kernel) })
+        }
+    }
 }
 
 fn programs(kernel: &Signature, by_dim: &[Option<usize>]) -> usize {
@@ -448,6 +460,27 @@ mod tests {
         assert_eq!(launched(1000, 1004, 0x10000), "dt_layernorm_1k_16bit_f16");
         assert_eq!(launched(1001, 1008, 0x10000), "dt_layernorm_1k_16bit_f16");
         assert_eq!(launched(1000, 1008, 0x10000), "dt_layernorm_1k_16bit_f16_whole");
+    }
+
+    /// A launch refuses tensors its kernel does not take, on either backend: a warp-specialized
+    /// matmul class stores through a tensor map, which needs a 16-byte aligned address (its
+    /// producer's threads copy inputs that no map describes).
+    #[test]
+    fn launches_refuse_addresses_their_kernel_cannot_take() {
+        let hopper = Device { features: dt_core::signature::GpuFeatures { cuda: true, max_cluster: 16, hopper: true } };
+        let (a, b) = ([256, 256], [256, 256]);
+        let shapes: [(&[usize], &[usize]); 2] = [(&a, &[256, 1]), (&b, &[256, 1])];
+        let p = plan(&crate::matmul::OP, DType::F16, &shapes, &[], hopper).expect("plans");
+        let check = |out_addr: u64| {
+            let mut args = p.args;
+            args.inputs[..2].copy_from_slice(&[0x100002, 0x200000]);
+            args.output = out_addr;
+            let symbol = p.launch_symbol(&args, DType::F16, |s| p.spec.launch_row(s).is_some());
+            p.check_admits(&crate::matmul::OP, &args, DType::F16, &symbol).map(|()| symbol)
+        };
+        assert_eq!(check(0x400000).expect("aligned"), "dt_mm_90a_512_f16");
+        let e = check(0x400002).expect_err("2 bytes off").to_string();
+        assert!(e.contains("does not take these tensors") && e.contains("dt_mm_90a_512_f16"), "{e}");
     }
 
     /// Rows of exactly the length a class specializes, all tensors contiguous, run its

@@ -66,6 +66,7 @@ fn launch<T: Element>(hip: &Hip, op: &OpDesc, inputs: &[&HipTensor<T>], plan: Pl
     }
     args.output = out.device_ptr();
     let symbol = plan.launch_symbol(&args, T::DTYPE, |s| plan.spec.hip_launch_row(s).is_some());
+    plan.check_admits(op, &args, T::DTYPE, &symbol)?;
     let (f, row) = hip.function(plan.spec_index, &symbol)?;
     let (columns, rows) = grid(plan.programs as u64, row.threads);
     let mut packed = dt_core::abi::GpuArgs::of(plan.kernel).pack(&args);
