@@ -233,3 +233,17 @@ fn attention_with_its_keys_split_over_a_cluster_matches_reference() {
         }
     }
 }
+
+/// A statistic over the clustered dimension placed inside the loop over it would meet the
+/// cluster once per step of each program's block, and the programs' blocks hold different
+/// numbers of steps (none past the row's end): a hang on the GPU and in the interpreter. The
+/// lowering refuses it, naming the Func and where to place it.
+#[test]
+fn a_cluster_meeting_inside_the_loop_over_its_dimension_is_refused() {
+    let inside = SOFTMAX.replace("m.fuse_at(out, x); s.fuse_at(out, x);", "m.fuse_at(out, y); s.fuse_at(out, y);").replace("TILE", "8");
+    let p = dt_core::compile_spec(&inside).expect("spec checks");
+    let e = dt_core::lower::lower(&p, p.kernels[0]).expect_err("a meeting per step").to_string();
+    assert!(e.contains("`m` reduces over `y`, which `out` splits over a cluster, inside the loop over `y`"), "{e}");
+    assert!(e.contains("before `y`"), "{e}");
+    lowered(&SOFTMAX.replace("TILE", "8"));
+}

@@ -331,7 +331,7 @@ impl Builder<'_> {
                 self.close_loop(*dim, kind, step, stages, format!("{} {origin}", op.name()));
                 let shape = self.kernel.var(var).clone();
                 let partial = self.value(shape.clone(), Op::Var(var));
-                self.across_cluster(*op, partial, *dim)
+                self.across_cluster(*op, partial, *dim, f)?
             }
             Expr::Dot { dim, a, b } => {
                 let result = self.shape_of(e.free_dims());
@@ -350,7 +350,7 @@ impl Builder<'_> {
                 self.close_loop(*dim, kind, step, stages, format!("rdot {origin}"));
                 let shape = self.kernel.var(var).clone();
                 let partial = self.value(shape, Op::Var(var));
-                self.across_cluster(RedOp::Sum, partial, *dim)
+                self.across_cluster(RedOp::Sum, partial, *dim, f)?
             }
         })
     }
@@ -366,13 +366,23 @@ impl Builder<'_> {
         }
     }
 
-    /// The reduction `partial` over `d` made whole: where `d` is clustered, combined over the
-    /// programs of the cluster; elsewhere it is whole already.
-    fn across_cluster(&mut self, op: RedOp, partial: ValueId, d: DimId) -> ValueId {
+    /// The reduction `partial` over `d` (in the computation of `f`) made whole: where `d` is
+    /// clustered, combined over the programs of the cluster; elsewhere it is whole already. The
+    /// programs of a cluster meet once per meeting, so none may sit in a loop over `d`: the
+    /// programs' blocks of `d` hold different numbers of steps (none past the row's end).
+    fn across_cluster(&mut self, op: RedOp, partial: ValueId, d: DimId, f: FuncId) -> Result<ValueId, LowerError> {
         if self.reduction_kind(d) != LoopKind::Block {
-            return partial;
+            return Ok(partial);
         }
-        self.value(self.shape(partial), Op::ClusterReduce { op, value: partial, dim: d })
+        if self.active.iter().any(|(x, _)| *x == d) {
+            let (fname, kname, dname) = (&self.p.func(f).name, &self.p.func(self.k).name, self.p.dim_name(d));
+            return Err(LowerError(format!(
+                "`{fname}` reduces over `{dname}`, which `{kname}` splits over a cluster, inside the loop over `{dname}`: \
+                 the programs of a cluster meet once per reduction, so place `{fname}` outside that loop (fuse it at a \
+                 dimension of `{kname}` before `{dname}`)"
+            )));
+        }
+        Ok(self.value(self.shape(partial), Op::ClusterReduce { op, value: partial, dim: d }))
     }
 
     /// An operand of a contraction, with lanes past the end of the contracted dimension set to 0
