@@ -166,7 +166,7 @@ fn mutate(src: &str, rng: &mut Rng) -> String {
                 &algorithm,
                 &p,
                 rng,
-                &dt_core::explore::Options { max_size: 4096, max_tile_elements: 1 << 14 },
+                &dt_core::explore::Options { max_size: 4096, max_tile_elements: 1 << 14, max_cluster: 16 },
             );
         }
     }

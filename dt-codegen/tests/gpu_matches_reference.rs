@@ -77,7 +77,7 @@ fn cuda_matches_reference_evaluator() {
         let algorithm = explore::algorithm_text(&src).expect("spec parses");
         let mut rng = Rng::new(0x6A5 + rel.len() as u64);
         let mut specs = vec![src.clone()];
-        let opts = explore::Options { max_size: 2048, max_tile_elements: 1 << 13 };
+        let opts = explore::Options { max_size: 2048, max_tile_elements: 1 << 13, max_cluster: 0 };
         specs.extend((0..random_schedules).map(|_| explore::random_spec(&algorithm, &base, &mut rng, &opts)));
         for (si, spec) in specs.iter().enumerate() {
             let p = dt_core::compile_spec(spec).expect("schedule checks");

@@ -110,7 +110,7 @@ fn check_spec(rel: &str) -> usize {
     let base = dt_core::compile_spec(&src).unwrap_or_else(|d| panic!("{rel}: {d:?}"));
     let algorithm = explore::algorithm_text(&src).expect("spec parses");
     let mut rng = Rng::new(0x41D ^ (rel.len() as u64 * 7919));
-    let opts = explore::Options { max_size: 512, max_tile_elements: 1 << 13 };
+    let opts = explore::Options { max_size: 512, max_tile_elements: 1 << 13, max_cluster: 0 };
     let mut texts = vec![src.clone()];
     // 32 wavefronts of 64 lanes are more threads than an AMD GPU runs in a block: drawn
     // schedules get 16 instead.

@@ -89,7 +89,7 @@ fn rows_taken_one_per_step_are_never_bounds_checked() {
 fn the_twin_for_whole_runs_is_built_exactly_where_its_code_differs() {
     use dt_codegen::emit::gpu::Dialect;
     let mut rng = dt_core::explore::Rng::new(0x7A1);
-    let opts = dt_core::explore::Options { max_size: 2048, max_tile_elements: 1 << 13 };
+    let opts = dt_core::explore::Options { max_size: 2048, max_tile_elements: 1 << 13, max_cluster: 0 };
     let mut checked = 0;
     for rel in common::SPECS {
         let src = common::read_spec(rel);

@@ -52,11 +52,14 @@ pub struct Options {
     pub max_size: u64,
     /// Largest tile (elements) of any value.
     pub max_tile_elements: usize,
+    /// Largest thread-block cluster the target runs (0: none, as on the CPU and HIP): below 2
+    /// no `cluster` is drawn.
+    pub max_cluster: u32,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { max_size: 300, max_tile_elements: 1 << 14 }
+        Options { max_size: 300, max_tile_elements: 1 << 14, max_cluster: 0 }
     }
 }
 
@@ -445,6 +448,7 @@ fn draw(p: &Program, k: FuncId, rng: &mut Rng, opts: &Options) -> String {
             blocked.push((d, rng.pick(BLOCKS)));
         }
     }
+    let cluster = draw_cluster(p, k, &mut blocked, rng, opts);
     if !blocked.is_empty() {
         lines.push(format!(
             "{kname}.block({});",
@@ -503,8 +507,12 @@ fn draw(p: &Program, k: FuncId, rng: &mut Rng, opts: &Options) -> String {
             bounds.iter().map(|d| format!("{}:{}", name(p, *d), opts.max_size)).collect::<Vec<_>>().join(", ")
         ));
     }
-    // map: a random order of the blocked dimensions, sometimes with one split.
-    if !blocked.is_empty() && rng.chance(60) {
+    if let Some((d, n)) = cluster {
+        lines.push(format!("{kname}.cluster({}:{n});", name(p, d)));
+    }
+    // map: a random order of the blocked dimensions, sometimes with one split (a cluster needs
+    // the default order).
+    if cluster.is_none() && !blocked.is_empty() && rng.chance(60) {
         let mut order: Vec<DimId> = blocked.iter().map(|(d, _)| *d).collect();
         for i in (1..order.len()).rev() {
             order.swap(i, rng.below(i as u64 + 1) as usize);
@@ -539,6 +547,41 @@ fn draw(p: &Program, k: FuncId, rng: &mut Rng, opts: &Options) -> String {
     lines.extend(placements(p, k, rng));
     lines.extend(kernel_marks(p, k));
     lines.join("\n") + "\n"
+}
+
+/// Sometimes, where the target has clusters, `cluster(d:N)`: `d` the last of the kernel's blocked
+/// dimensions, or a contraction of its `rdot` blocked for it (the contraction split over the
+/// cluster). The block of `d` is set so that the N blocks of a cluster cover `max_size` (a
+/// clustered dimension holds at most N blocks).
+fn draw_cluster(p: &Program, k: FuncId, blocked: &mut Vec<(DimId, u32)>, rng: &mut Rng, opts: &Options) -> Option<(DimId, u32)> {
+    let sizes: Vec<u32> = [2, 4, 8, 16].into_iter().filter(|n| *n <= opts.max_cluster).collect();
+    if sizes.is_empty() || !rng.chance(20) {
+        return None;
+    }
+    let n = rng.pick(&sizes);
+    let block = (opts.max_size.div_ceil(n as u64).next_power_of_two()).min(1 << 20) as u32;
+    let f = p.func(k);
+    let mut contractions = Vec::new();
+    for body in p.kernel_bodies(k) {
+        body.walk(&mut |e| {
+            if let crate::algo::Expr::Dot { dim, .. } = e {
+                if !f.dims.contains(dim) && !contractions.contains(dim) {
+                    contractions.push(*dim);
+                }
+            }
+        });
+    }
+    contractions.retain(|d| !whole_dims(p, k).contains(d));
+    let d = if !contractions.is_empty() && rng.chance(50) {
+        let d = rng.pick(&contractions);
+        blocked.push((d, block));
+        d
+    } else {
+        let d = *f.dims.iter().rev().find(|d| blocked.iter().any(|(x, _)| x == *d))?;
+        blocked.iter_mut().filter(|(x, _)| *x == d).for_each(|(_, b)| *b = block);
+        d
+    };
+    Some((d, n))
 }
 
 /// `fuse_at` for every producer the kernel places, at a random valid level: at or inside the
@@ -616,6 +659,37 @@ fn draw_minimal(p: &Program, k: FuncId, rng: &mut Rng) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Drawn anywhere for matmul and a row sum: no `cluster` where the target has none; where
+    /// it has clusters of up to 8, some draws cluster a result dimension and some split the
+    /// contraction over the cluster, every one of at most 8 programs, and every drawn spec
+    /// checks and lowers (the draw retries those that do not).
+    #[test]
+    fn anywhere_draws_clusters_only_where_the_target_has_them() {
+        let mm = "Func mm; In A, B; Var x, y; RVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\nmm.compile();\n";
+        let rows = "Func s; In A; Var x; RVar y;\ns[x] = rsum(A[x, y], y);\ns.compile();\n";
+        let mut rng = Rng::new(5);
+        let (mut split, mut result) = (0, 0);
+        for (src, max_cluster) in [(mm, 0), (rows, 0), (mm, 8), (rows, 8)] {
+            let p = crate::compile_spec(src).unwrap();
+            let algorithm = algorithm_text(src).unwrap();
+            let opts = Options { max_size: 1000, max_tile_elements: 1 << 12, max_cluster };
+            for _ in 0..150 {
+                let text = random_spec(&algorithm, &p, &mut rng, &opts);
+                assert!(fits(&text, &opts) || !text.contains(".block("), "{text}");
+                let Some(line) = text.lines().find(|l| l.contains(".cluster(")) else { continue };
+                assert!(max_cluster > 0, "{text}");
+                let n: u32 = line.trim_end_matches(");").rsplit(':').next().unwrap().parse().unwrap();
+                assert!((2..=max_cluster).contains(&n), "{text}");
+                if line.contains("(k:") {
+                    split += 1;
+                } else {
+                    result += 1;
+                }
+            }
+        }
+        assert!(split > 0 && result > 0, "{split} contraction splits, {result} result clusters");
+    }
 
     /// Drawn near matmul's `mm`: every draw changes a number and keeps the statements; some
     /// change the group of its `map`, and most check.

@@ -1,8 +1,9 @@
 //! `cargo xtask explore`: schedule search over one kernel of a spec. It draws schedules of the
 //! kernel, the spec's own first: near it (its numbers halved or doubled,
 //! `dt_core::explore::nearby_spec`), or with `--anywhere` random valid ones
-//! (`dt_core::explore::random_spec`: block, tensorize, map, warps, stages, register caps, fast
-//! math, placements); compiles them several at once; checks each against the
+//! (`dt_core::explore::random_spec`: block, tensorize, map, clusters where the GPU has them,
+//! warps, stages, register caps, fast math, placements); compiles them several at once; checks
+//! each against the
 //! reference evaluator on a small case of odd sizes; times the correct ones at the asked shape,
 //! on the GPU with the bench's timer (`bench::Timer`), else the generated C on the CPU (a twin
 //! that the shape launches, for whole runs or specialized sizes, is checked there against the
@@ -167,7 +168,11 @@ pub fn run(opts: &Options) -> Result<Summary, String> {
     std::fs::create_dir_all(&opts.cache).map_err(|e| format!("{}: {e}", opts.cache.display()))?;
     let mut rng = Rng::new(opts.seed);
     let algorithm = explore::algorithm_text(&own).map_err(|d| format!("{d:?}"))?;
-    let draw = explore::Options { max_size: *opts.shape.iter().max().unwrap_or(&1) as u64, max_tile_elements: 1 << 15 };
+    let max_cluster = match &backend {
+        Backend::Gpu { gpu, .. } => gpu.features().max_cluster,
+        Backend::Cpu { .. } => 0,
+    };
+    let draw = explore::Options { max_size: *opts.shape.iter().max().unwrap_or(&1) as u64, max_tile_elements: 1 << 15, max_cluster };
     let mut data = Rng::new(opts.seed ^ 0x5eed);
     let maps = dt_core::lower::lower(&base, kid).is_ok_and(|k| k.takes_tensor_maps());
     let small = explore::random_args(&base, kid, &sizes(if maps { CHECK_SIZE_TENSOR_MAPS } else { CHECK_SIZE }), opts.dtype, &mut data);
