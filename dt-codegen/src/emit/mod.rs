@@ -105,6 +105,11 @@ pub fn program_coords(k: &Kernel, skip: &str, index: &str, past_grid: Option<&st
             MapEntry::Inner { factor, .. } => factor.to_string(),
         })
         .collect();
+    // A grid of one program (nothing blocked) divides nothing; what is left of `pid` then
+    // matters only where a grid may have more blocks than programs.
+    if counts.is_empty() && past_grid.is_none() {
+        return vec!["(void)pid;".to_string()];
+    }
     let mut out = vec![format!("{index} rest = ({index})pid;"), "(void)rest;".to_string()];
     for (i, c) in counts.iter().enumerate().rev() {
         out.push(format!("const {index} n{i} = ({index})({c});"));
