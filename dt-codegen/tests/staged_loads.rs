@@ -173,3 +173,25 @@ fn a_ring_that_does_not_fit_is_reported() {
     assert!(text.contains("num_stages(4) runs with 2: its ring does not fit the shared memory"), "{text}");
     assert!(dt_codegen::plan::lowered_stages(&kernel(&row_mean(8192, 4))).is_empty());
 }
+
+/// A load staged by an outer loop is read where the body uses it, also after an inner staged
+/// loop: the inner loop's staged loads end with it, the outer loop's stay (they were dropped
+/// with the inner loop's, and the use loaded from global memory again, the staged copy unread).
+#[test]
+fn an_outer_loops_staged_load_outlives_an_inner_staged_loop() {
+    let src = "Func m, s, out; In A; Var x; RVar y;
+        m[x] = rmax(A[x, y], y);
+        s[x] = rsum(exp(A[x, y] - m[x]), y);
+        out[x, y] = exp(A[x, y] - m[x]) / reshape(s[x], x, 1);
+        out.block(x:4, y:128); out.tensorize(x:2, y:0); out.num_warps(1); out.num_stages(3);
+        m.fuse_at(out, y); s.fuse_at(out, y);
+        out.dtypes(f16); out.compile();";
+    let (cuda, _) = emitted(src, Dialect::Cuda);
+    let rings = cuda.matches("staged in shared memory */").count();
+    assert!(rings >= 2, "an outer and an inner staged loop:\n{cuda}");
+    // Every register array a ring is read into is used after it.
+    for line in cuda.lines().filter(|l| l.contains("] = ring")) {
+        let name = line.split("if (").nth(1).and_then(|r| r.split(") ").nth(1)).and_then(|r| r.split('[').next()).expect("q[c] = ring[..]");
+        assert!(cuda.matches(&format!("{name}[c]")).count() >= 2, "{name} is read into and never used:\n{cuda}");
+    }
+}

@@ -66,10 +66,12 @@ impl Emitter<'_> {
         issue(self, format!("({next})"), true);
         self.depth -= 1;
         self.line("}");
+        // This loop's loads, for its body; an enclosing loop's stay for what follows the loop.
+        let outer = self.prefetched.len();
         self.prefetched.extend(current);
         self.stmts(&l.body)?;
         self.cluster_wait(WaitPoint::EndOfBody(l));
-        self.prefetched.clear();
+        self.prefetched.truncate(outer);
         self.full.truncate(full);
         self.offsets.pop();
         self.depth -= 1;
@@ -172,10 +174,11 @@ impl Emitter<'_> {
             let (q, f) = self.read_ring(p, l.dim, &o, &ring, *base, *runs, &this);
             current.push((p.value, q, f));
         }
+        let outer = self.prefetched.len();
         self.prefetched.extend(current);
         self.stmts(&l.body)?;
         self.cluster_wait(WaitPoint::EndOfBody(l));
-        self.prefetched.clear();
+        self.prefetched.truncate(outer);
         if !holds {
             self.line(&format!("{st} = ({st} + 1) % {stages}u;"));
         }
