@@ -75,6 +75,9 @@ pub const MAX_THREADS: u32 = 1024;
 
 /// 32-bit registers of one multiprocessor (sm_80, sm_90).
 const REGISTERS_PER_SM: u32 = 64 * 1024;
+/// The most programs a multiprocessor holds at once on sm_80 and sm_90: a larger minimum in
+/// `__launch_bounds__` is out of range, and ptxas ignores it with a warning.
+const MAX_PROGRAMS_PER_SM: u32 = 32;
 
 /// A whole file: the runtime, the argument block and every (kernel, dtype, symbol).
 pub fn emit_file(header: &str, dialect: Dialect, kernels: &[(&Kernel, DType, String)]) -> Result<(String, Vec<LaunchInfo>), EmitError> {
@@ -222,7 +225,7 @@ fn print_kernel<'k>(
     // thread leave room for in its 64K registers; the compiler then keeps within n (spilling
     // what does not fit). HIP's second bound means something else, so it is left out there.
     let bounds = match (dialect, k.max_registers) {
-        (Dialect::Cuda, Some(n)) => format!("{threads}, {}", (REGISTERS_PER_SM / (n * threads)).max(1)),
+        (Dialect::Cuda, Some(n)) => format!("{threads}, {}", (REGISTERS_PER_SM / (n * threads)).clamp(1, MAX_PROGRAMS_PER_SM)),
         _ => threads.to_string(),
     };
     let cluster = k.grid.cluster.map_or(String::new(), |(_, n)| format!(" DT_CLUSTER({n})"));
