@@ -1,6 +1,7 @@
 //! The checked-in generated sources (`dt-kernels/generated/`): fresh, and accepted by the real
 //! toolchains: nvcc for sm_80 and sm_90a, hipcc for gfx90a, gcc and clang for the CPU C, all
-//! with warnings as errors; and the CUDA and HIP C of the lowering's test specs, too. Without a
+//! with warnings as errors; and the CUDA and HIP C of the lowering's test specs and of schedules
+//! drawn at random for every spec, too. Without a
 //! toolchain a test says so and passes, unless `DT_REQUIRE_TOOLCHAINS=1` (set by CI), where a
 //! missing toolchain fails.
 //!
