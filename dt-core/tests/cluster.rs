@@ -246,4 +246,11 @@ fn a_cluster_meeting_inside_the_loop_over_its_dimension_is_refused() {
     assert!(e.contains("`m` reduces over `y`, which `out` splits over a cluster, inside the loop over `y`"), "{e}");
     assert!(e.contains("before `y`"), "{e}");
     lowered(&SOFTMAX.replace("TILE", "8"));
+    // A step that covers the block: one step in every program, one meeting each.
+    check(
+        &SOFTMAX.replace("m.fuse_at(out, x); s.fuse_at(out, x);", "m.fuse_at(out, y); s.fuse_at(out, y);").replace("TILE", "0"),
+        9,
+        7,
+        1.0,
+    );
 }

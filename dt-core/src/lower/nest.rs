@@ -368,13 +368,17 @@ impl Builder<'_> {
 
     /// The reduction `partial` over `d` (in the computation of `f`) made whole: where `d` is
     /// clustered, combined over the programs of the cluster; elsewhere it is whole already. The
-    /// programs of a cluster meet once per meeting, so none may sit in a loop over `d`: the
-    /// programs' blocks of `d` hold different numbers of steps (none past the row's end).
+    /// programs of a cluster meet once per meeting, so none may sit in a loop of several steps
+    /// over `d`: the programs' blocks of `d` hold different numbers of steps (none past the
+    /// row's end).
     fn across_cluster(&mut self, op: RedOp, partial: ValueId, d: DimId, f: FuncId) -> Result<ValueId, LowerError> {
         if self.reduction_kind(d) != LoopKind::Block {
             return Ok(partial);
         }
-        if self.active.iter().any(|(x, _)| *x == d) {
+        // A loop whose step covers the block runs once in every program (pass `single_pass`
+        // prints it as a block): its meeting is met once by each.
+        let block = self.p.func(self.k).schedule.block_extent(d).unwrap_or(u32::MAX);
+        if self.active.iter().any(|(x, step)| *x == d && *step < block) {
             let (fname, kname, dname) = (&self.p.func(f).name, &self.p.func(self.k).name, self.p.dim_name(d));
             return Err(LowerError(format!(
                 "`{fname}` reduces over `{dname}`, which `{kname}` splits over a cluster, inside the loop over `{dname}`: \
