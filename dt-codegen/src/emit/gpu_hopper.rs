@@ -35,18 +35,6 @@ pub(super) fn consumer_sync(threads: u32) -> String {
     format!("dt_consumer_sync<{threads}>();")
 }
 
-/// The cluster reductions among `stmts`, at any depth: each is one meeting of the cluster.
-fn cluster_meetings(stmts: &[Stmt]) -> usize {
-    stmts
-        .iter()
-        .map(|s| match s {
-            Stmt::Let { op: Op::ClusterReduce { .. }, .. } => 1,
-            Stmt::Loop(l) => cluster_meetings(&l.body),
-            _ => 0,
-        })
-        .sum()
-}
-
 /// The `wgmma` helper for `m64n{n}k16` in `dtype`, once per file (a guard macro): a warpgroup's
 /// `d += A B` with A and B from descriptors, `TA` and `TB` the transpose flags of MN-major
 /// operands, `d` the accumulator fragments (`n / 2` per thread); with `a_in_registers`
@@ -147,7 +135,7 @@ impl Emitter<'_> {
             // Every thread of the cluster meets at its barriers: the producer warpgroup as often
             // as the consumers do, at each of their combinations of the partial sums.
             self.line(&format!("/* the consumers' combinations over the {} programs of the cluster */", split.programs));
-            for _ in 0..cluster_meetings(&k.body) {
+            for _ in 0..crate::plan::warp_specialize::cluster_meetings(&k.body) {
                 self.line("dt_cluster_sync();");
                 self.line("dt_cluster_arrive();");
                 self.line("dt_cluster_wait();");

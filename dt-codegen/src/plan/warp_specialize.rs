@@ -407,6 +407,24 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
             k.dim_name(l.dim)
         )));
     }
+    if let (Some((d, n)), true) = (k.grid.cluster, k.persistent) {
+        return Err(fail(format!(
+            "it is persistent (as many programs as multiprocessors, each taking blocks in turn), which need not fill whole clusters of {n} along `{}`: leave out persistent() or the cluster",
+            k.dim_name(d)
+        )));
+    }
+    // The producer warpgroup, which only copies, meets the cluster where the consumers combine
+    // a split contraction's sums, after its copies: a reduction over the clustered dimension
+    // anywhere else would have the consumers meet where the producer does not.
+    let meetings = cluster_meetings(&k.body);
+    let expected = usize::from(split.is_some());
+    if meetings != expected {
+        let (d, _) = k.grid.cluster.expect("a kernel that meets its cluster is clustered");
+        return Err(fail(format!(
+            "it combines {meetings} reductions over the clustered `{}` across the cluster, and its producer warpgroup meets the cluster {expected} time(s), for a split contraction's sums only: leave out warp_specialize() or the cluster",
+            k.dim_name(d)
+        )));
+    }
     let split = split.map(|(block, programs)| Split { block, programs, partial_bytes });
     let roles = roles(consumers, target).map_err(&fail)?;
     let [a_op, b_op]: [StagedOperand; 2] = operands.try_into().map_err(|_| fail("it has no two operands".into()))?;
@@ -588,6 +606,19 @@ fn find_rdot_loops<'a>(k: &Kernel, stmts: &'a [Stmt], enclosed_ok: bool, out: &m
     }
 }
 
+/// The meetings of the cluster among `stmts`, at any depth ([`Op::ClusterReduce`] and
+/// [`Op::ClusterPaired`], each a meeting): as written, not times the trips of loops around them.
+pub fn cluster_meetings(stmts: &[Stmt]) -> usize {
+    stmts
+        .iter()
+        .map(|s| match s {
+            Stmt::Let { op: Op::ClusterReduce { .. } | Op::ClusterPaired { .. }, .. } => 1,
+            Stmt::Loop(l) => cluster_meetings(&l.body),
+            _ => 0,
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -610,5 +641,32 @@ mod tests {
         assert_eq!(roles_with(2, 32, &t).map(|r| r.consumer_registers), Ok(232));
         assert_eq!(roles(2, &t).map(|r| (r.entry_registers, r.consumer_registers)), Ok((168, 208)));
         assert_eq!(roles(1, &t).map(|r| (r.entry_registers, r.consumer_registers)), Ok((248, 248)));
+    }
+
+    /// The plan of `mm`'s schedule `sched` after the matmul `mm[x, y] = rdot(A, B, k) * extra`.
+    fn planned(extra: &str, defs: &str, sched: &str) -> Result<WarpSpecialized, PlanError> {
+        let src = format!(
+            "Func t, mm; In A, B, C; Var x, y, z; RVar k;\n{defs}mm[x, y] = rdot(A[x, k], B[k, y], k){extra};\n{sched}mm.num_warps(4); mm.num_stages(4); mm.warp_specialize(); mm.dtypes(f16); mm.compile();"
+        );
+        let p = dt_core::compile_spec(&src).unwrap_or_else(|d| panic!("{src}: {d:?}"));
+        let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+        plan_warp_specialized(&k, DType::F16, &Target::SM90A)
+    }
+
+    /// The producer warpgroup meets the cluster once, where the consumers add a split
+    /// contraction's sums, and after all its copies: a kernel whose consumers would meet it
+    /// more often (another reduction over the split contraction, fused in) or that need not
+    /// fill its clusters (persistent) is refused, saying why; the split matmul alone plans.
+    #[test]
+    fn warp_specialized_kernels_meet_their_cluster_as_the_producer_does() {
+        let split = "mm.block(x:64, y:64, k:2048); mm.tensorize(x:64, y:64, k:64); mm.cluster(k:2);\n";
+        assert!(planned("", "", split).is_ok_and(|w| w.split.is_some()));
+        let t = "t[x] = rsum(rmax(C[x, z, k], k), z);\n";
+        let fused = "mm.block(x:64, y:64, k:2048); mm.tensorize(x:64, y:64, k:64, z:4); mm.cluster(k:2);\nt.fuse_at(mm, x);\n";
+        let e = planned(" * t[x]", t, fused).expect_err("two meetings");
+        assert!(e.to_string().contains("combines 2 reductions over the clustered `k`"), "{e}");
+        let persistent = "mm.block(x:64, y:128); mm.tensorize(x:64, y:128, k:64); mm.cluster(y:8); mm.persistent();\n";
+        let e = planned("", "", persistent).expect_err("persistent clusters");
+        assert!(e.to_string().contains("need not fill whole clusters of 8 along `y`"), "{e}");
     }
 }
