@@ -5,12 +5,13 @@
 # and type: torch's time (bench/baselines.py's timer, no L2 flush, as the explorer times) in one
 # process, then the listing's own schedule timed by `xtask explore --samples 1` against it.
 # The listing builds f32 (it names no type); f16 runs a copy of it with `_2mm.dtypes(f16);` added.
-# Usage: OUT=out [DTYPES="f32 f16"] scripts/device/talk_2mm.sh 64x128x32x32 512x1024x32x32 ...
+# LISTING names another schedule of the same algorithm (talk_2mm_blocked.dt, next to this script).
+# Usage: OUT=out [DTYPES="f32 f16"] [LISTING=spec.dt] scripts/device/talk_2mm.sh 64x128x32x32 512x1024x32x32 ...
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-listing=dt-codegen/tests/specs/talk_2mm.dt
+listing=${LISTING:-dt-codegen/tests/specs/talk_2mm.dt}
 sed 's/^_2mm.compile_to_kernel();/_2mm.dtypes(f16);\n&/' "$listing" > "$OUT/talk_2mm_f16.dt"
 for dtype in ${DTYPES:-f32 f16}; do
   spec=$listing
