@@ -79,7 +79,8 @@ pub fn softmax<T: Element>(x: &HostTensor<T>) -> Result<HostTensor<T>> {
 }
 
 /// Layer normalization of each row of `x` (`[rows, cols]`) with weight `w` and bias `b`
-/// (`[cols]`): `(x - mean) / sqrt(var + eps) * w + b`.
+/// (`[cols]`): `(x - mean) / sqrt(var + eps) * w + b`; `eps` as for [`crate::layernorm`] (with
+/// 0, a constant row gives NaN).
 pub fn layernorm<T: Element>(x: &HostTensor<T>, w: &HostTensor<T>, b: &HostTensor<T>, eps: f32) -> Result<HostTensor<T>> {
     run(&ln::OP, &[x, w, b], &[eps])
 }

@@ -188,6 +188,7 @@ impl Gpu {
     /// A new contiguous tensor of zeros, e.g. the output of an `*_into` op.
     pub fn zeros<T: Element>(&self, shape: impl Into<Vec<usize>>) -> Result<DeviceTensor<T>> {
         let shape = shape.into();
+        layout::elements(&|| "device tensor".to_string(), &shape)?;
         let strides = contiguous_strides(&shape);
         let n = layout::check(&|| "device tensor".to_string(), &shape, &strides, usize::MAX)?;
         let buf = self
@@ -392,7 +393,7 @@ impl crate::backend::Backend for Gpu {
     }
 
     fn new_output<T: Element>(&self, op: &OpDesc, shape: &[usize]) -> Result<DeviceTensor<T>> {
-        let n: usize = shape.iter().product();
+        let n = layout::element_count(shape);
         // SAFETY: the kernel writes every element of the output before anything reads it; an
         // empty output is never read.
         let buf = unsafe { self.stream.alloc::<T::Storage>(n.max(1)) }

@@ -21,7 +21,8 @@ pub(crate) static OP: OpDesc = OpDesc {
 /// `(x - mean) / sqrt(var + eps) * w + b` for each row of `x` (`[rows, cols]`), with the biased
 /// variance and per-column `w` and `b` (`[cols]`), on the GPU. Result `[rows, cols]`. In f32,
 /// rows of up to 4096 columns use the GPU's approximate division and `rsqrt` (errors of a few units
-/// in the last place); f16 and bf16 always do.
+/// in the last place); f16 and bf16 always do. `eps` is finite and at least 0 (else an error);
+/// with `eps` 0 a constant row has no variance to divide by and gives NaN, as in PyTorch.
 pub fn layernorm<B: Backend, T: Element>(gpu: &B, x: &B::Tensor<T>, w: &B::Tensor<T>, b: &B::Tensor<T>, eps: f32) -> Result<B::Tensor<T>> {
     backend::run(gpu, &OP, &[x, w, b], &[eps])
 }

@@ -4,13 +4,24 @@ use crate::error::{Error, Result};
 use crate::registry::MAX_RANK;
 use dt_core::tensor::MAX_ELEMENTS;
 
-/// Row-major (contiguous) strides of `shape`, in elements.
+/// Row-major (contiguous) strides of `shape`, in elements. Exact for every shape of at most
+/// `usize::MAX` elements; past that (a shape no tensor can have, refused where it is made) the
+/// strides saturate rather than wrap.
 pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
+    let mut s = vec![1usize; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
+        s[i] = s[i + 1].saturating_mul(shape[i + 1]);
     }
     s
+}
+
+/// The number of elements of `shape`: 0 where an axis is 0, else the product, saturating at
+/// `usize::MAX` (a shape of more is refused where a tensor is made, [`elements`]).
+pub(crate) fn element_count(shape: &[usize]) -> usize {
+    if shape.contains(&0) {
+        return 0;
+    }
+    shape.iter().fold(1usize, |n, &d| n.saturating_mul(d))
 }
 
 /// The accessors that every tensor type (host, CUDA and HIP) has over its `shape` and `strides`
@@ -27,7 +38,7 @@ macro_rules! view_accessors {
 
         /// The number of elements of the shape.
         pub fn len(&self) -> usize {
-            self.shape.iter().product()
+            $crate::layout::element_count(&self.shape)
         }
 
         pub fn is_empty(&self) -> bool {
@@ -43,7 +54,8 @@ pub(crate) use view_accessors;
 
 /// The number of elements of `shape`, checked against the 2^31 limit of the kernels.
 pub(crate) fn elements(what: &dyn Fn() -> String, shape: &[usize]) -> Result<usize> {
-    let n = shape.iter().try_fold(1u128, |acc, &d| acc.checked_mul(d as u128)).unwrap_or(u128::MAX);
+    // An axis of 0 makes the tensor empty, whatever the others (their product may overflow).
+    let n = if shape.contains(&0) { 0 } else { shape.iter().try_fold(1u128, |acc, &d| acc.checked_mul(d as u128)).unwrap_or(u128::MAX) };
     if n > MAX_ELEMENTS as u128 {
         return Err(Error::TooLarge { what: what(), elements: n });
     }
@@ -120,6 +132,7 @@ pub(crate) fn check_no_overlap(what: &dyn Fn() -> String, shape: &[usize], strid
 
 /// The row-major strides of a tensor of `shape` made from exactly `len` elements of data.
 pub(crate) fn contiguous(what: &str, shape: &[usize], len: usize) -> Result<Vec<usize>> {
+    elements(&|| what.to_string(), shape)?;
     let strides = contiguous_strides(shape);
     let needed = check(&|| what.to_string(), shape, &strides, usize::MAX)?;
     if needed != len {
@@ -140,7 +153,7 @@ pub(crate) fn swap_axes(what: &str, rank: usize, a: usize, b: usize) -> Result<V
 
 /// The elements of a strided view in row-major order.
 pub(crate) fn gather<T: Copy>(data: &[T], shape: &[usize], strides: &[usize]) -> Vec<T> {
-    let n: usize = shape.iter().product();
+    let n = element_count(shape);
     if n == 0 {
         return Vec::new();
     }

@@ -60,6 +60,22 @@ fn more_than_2_pow_31_elements_is_an_error() {
     assert_eq!(m, "matmul: the output [65536, 65536] has 4294967296 elements; at most 2^31 are supported");
 }
 
+/// Shapes whose element count overflows 64 bits: an error where the tensor would hold them,
+/// an empty tensor where another axis is 0; no size arithmetic overflows on the way (tests run
+/// with overflow checks).
+#[test]
+fn shapes_past_64_bits_are_errors_or_empty() {
+    let m = message(HostTensor::<f32>::new([2, 1 << 32, 1 << 32, 2], vec![]));
+    assert!(m.contains("at most 2^31 are supported"), "{m}");
+    let empty = HostTensor::<f32>::new([0, 1 << 40, 1 << 40], vec![]).unwrap();
+    assert_eq!((empty.len(), empty.to_vec().len()), (0, 0));
+    let empty = HostTensor::<f32>::from_strided([1 << 40, 1 << 40, 0], [0, 0, 0], vec![]).unwrap();
+    assert!(empty.is_empty() && empty.to_vec().is_empty());
+    let q = HostTensor::<f32>::new([0, 1 << 40, 1 << 40, 1], vec![]).unwrap();
+    assert!(cpu::attention(&q, &q, &q, false).is_ok_and(|o| o.is_empty()));
+    assert_eq!(dt_kernels::contiguous_strides(&[0, 1 << 40, 1 << 40]).len(), 3);
+}
+
 #[test]
 fn zero_sizes_give_empty_or_defined_results() {
     let out = cpu::matmul(&t(&[0, 3]), &t(&[3, 4])).unwrap();

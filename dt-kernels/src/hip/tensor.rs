@@ -97,6 +97,7 @@ impl<T: Element> HipTensor<T> {
     /// A new contiguous tensor of zeros.
     pub fn zeros(hip: &Hip, shape: impl Into<Vec<usize>>) -> Result<Self> {
         let shape = shape.into();
+        layout::elements(&|| "HIP tensor".to_string(), &shape)?;
         let strides = contiguous_strides(&shape);
         let n = layout::check(&|| "HIP tensor".to_string(), &shape, &strides, usize::MAX)?;
         let bytes = n * std::mem::size_of::<T::Storage>();
@@ -163,7 +164,7 @@ impl<T: Element> HipTensor<T> {
     }
 
     pub(super) fn new_uninit(hip: &Hip, shape: Vec<usize>, what: impl FnOnce() -> String) -> Result<Self> {
-        let n: usize = shape.iter().product();
+        let n = layout::element_count(&shape);
         let buf = Buffer::alloc(hip, n * std::mem::size_of::<T::Storage>(), what)?;
         Ok(HipTensor { buf: Arc::new(buf), strides: contiguous_strides(&shape), shape, _t: PhantomData })
     }
