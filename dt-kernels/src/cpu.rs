@@ -45,15 +45,18 @@ pub(crate) fn run<T: Element>(op: &OpDesc, inputs: &[&HostTensor<T>], scalars: &
             run_range(0)
         } else {
             std::thread::scope(|scope| {
-                let others: Vec<_> = (1..threads).map(|t| scope.spawn(move || run_range(t * per_thread))).collect();
-                let first = run_range(0);
-                others.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).fold(first, |a, b| {
-                    if a != 0 {
-                        a
-                    } else {
-                        b
-                    }
-                })
+                // A range whose thread the system does not start runs here, after the first.
+                let mut not_started = Vec::new();
+                let others: Vec<_> = (1..threads)
+                    .filter_map(|t| {
+                        let spawned = std::thread::Builder::new().spawn_scoped(scope, move || run_range(t * per_thread));
+                        spawned.map_err(|_| not_started.push(t)).ok()
+                    })
+                    .collect();
+                let mut all = vec![run_range(0)];
+                all.extend(not_started.into_iter().map(|t| run_range(t * per_thread)));
+                all.extend(others.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))));
+                all.into_iter().find(|&s| s != 0).unwrap_or(0)
             })
         };
         if status != 0 {
