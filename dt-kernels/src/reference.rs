@@ -4,6 +4,9 @@
 //! negligible next to any f32 kernel) and returns a row-major `Vec<f32>`. They are slow on
 //! purpose: plain loops, no blocking, no reordering. Tests compare every backend against them.
 //!
+//! As test oracles they check nothing for the caller: each panics where a slice's length is not
+//! its shape's (or that product overflows), unlike the library's ops, which return errors.
+//!
 //! Shapes follow the specs in `specs/*.dt`:
 //!
 //! | function | inputs | output |
