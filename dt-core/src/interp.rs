@@ -5,13 +5,14 @@ use crate::algo::DimId;
 use crate::dtype::DType;
 use crate::kir::*;
 use crate::tensor::{strides, Bound, Tensor};
-use std::sync::{Barrier, Mutex};
+use std::sync::{Condvar, Mutex};
 
 /// Runs kernel `k` on bound arguments; returns the output. The kernel IR has no notion of
 /// threads or lanes (layouts over threads are the GPU emitter's), so neither has this run: the
 /// 64-lane wavefronts of HIP are exercised by executing the HIP C itself
 /// (`dt-codegen/tests/hip_cpu_matches_reference.rs`). The programs of a cluster run at once, one
-/// thread each, and meet at each [`Op::ClusterReduce`] as a GPU's cluster does.
+/// thread each, and meet at each [`Op::ClusterReduce`] as a GPU's cluster does; programs that
+/// meet unevenly (a lowering bug, which would hang a GPU) panic rather than wait forever.
 pub fn run(k: &Kernel, args: &Bound, dtype: DType) -> Tensor {
     let out = Mutex::new(Tensor::zeros(args.out_shape.clone()));
     let programs = k.grid.programs(&args.sizes);
@@ -21,7 +22,7 @@ pub fn run(k: &Kernel, args: &Bound, dtype: DType) -> Tensor {
             run_program(k, args, dtype, &out, first, None);
             continue;
         }
-        let exchange = Exchange { meet: Barrier::new(ranks), partials: Mutex::new(vec![Vec::new(); ranks]) };
+        let exchange = Exchange { meet: Meeting::new(ranks), partials: Mutex::new(vec![Vec::new(); ranks]) };
         std::thread::scope(|s| {
             for rank in 0..ranks {
                 let (out, exchange) = (&out, &exchange);
@@ -33,6 +34,16 @@ pub fn run(k: &Kernel, args: &Bound, dtype: DType) -> Tensor {
 }
 
 fn run_program(k: &Kernel, args: &Bound, dtype: DType, out: &Mutex<Tensor>, pid: usize, cluster: Option<(&Exchange, usize)>) {
+    // However the program ends (returning, or a panic unwinding), the others stop waiting for it.
+    struct Leaves<'a>(Option<&'a Meeting>);
+    impl Drop for Leaves<'_> {
+        fn drop(&mut self) {
+            if let Some(m) = self.0 {
+                m.leave();
+            }
+        }
+    }
+    let _leaves = Leaves(cluster.map(|(e, _)| &e.meet));
     let Some(blocks) = k.grid.unravel(pid, &args.sizes) else { return };
     let mut m = Machine {
         k,
@@ -51,8 +62,45 @@ fn run_program(k: &Kernel, args: &Bound, dtype: DType, out: &Mutex<Tensor>, pid:
 /// Where the programs of one cluster meet: each puts its partial in its slot, all wait, each
 /// combines every slot in rank order, all wait again (before the slots are reused).
 struct Exchange {
-    meet: Barrier,
+    meet: Meeting,
     partials: Mutex<Vec<Vec<f32>>>,
+}
+
+/// A barrier of a cluster's programs that knows when one of them has ended: every program must
+/// reach each meeting, so one that ended while others wait means the kernel meets unevenly.
+struct Meeting {
+    ranks: usize,
+    /// Programs arrived at the current meeting, meetings completed, programs ended.
+    state: Mutex<(usize, u64, usize)>,
+    changed: Condvar,
+}
+
+impl Meeting {
+    fn new(ranks: usize) -> Meeting {
+        Meeting { ranks, state: Mutex::new((0, 0, 0)), changed: Condvar::new() }
+    }
+
+    fn wait(&self) {
+        let uneven = "internal error: the programs of a cluster meet unevenly (one ended while others wait at a meeting)";
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(s.2 == 0, "{uneven}");
+        s.0 += 1;
+        if s.0 == self.ranks {
+            *s = (0, s.1 + 1, s.2);
+            self.changed.notify_all();
+            return;
+        }
+        let meeting = s.1;
+        while s.1 == meeting {
+            assert!(s.2 == 0, "{uneven}");
+            s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn leave(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).2 += 1;
+        self.changed.notify_all();
+    }
 }
 
 struct Machine<'a> {

@@ -254,3 +254,42 @@ fn a_cluster_meeting_inside_the_loop_over_its_dimension_is_refused() {
         1.0,
     );
 }
+
+/// Should a lowering ever place a meeting where a cluster's programs reach it unevenly (here by
+/// hand: inside the loop over the clustered `y`, two steps in the first program and none in the
+/// others), the interpreter stops with an internal error instead of waiting forever.
+#[test]
+fn the_interpreter_stops_on_uneven_cluster_meetings() {
+    let src = "Func s, out; In A; Var x; RVar y;
+        s[x] = rsum(A[x, y], y);
+        out[x, y] = A[x, y] - s[x];
+        out.block(x:1, y:8); out.tensorize(x:1, y:8); out.cluster(y:4);
+        s.fuse_at(out, x); out.compile();";
+    let uneven = "kernel out(A[x, y]) -> out[x, y]
+  dtypes f32
+  sizes  x, y
+  bound  y <= 32
+  grid   [x/1, y/8]
+  cluster 4 programs along y
+  block  128 threads
+  program:
+    for x step 1 (in block):
+      for y step 4 (in block):
+        %0 : f32[x:1, y:4] @blocked = load A[x, y] masked else 0
+        %2 : f32[x:1] @blocked = rsum %0 over y
+        %4 : f32[x:1] @blocked = rsum %2 over the cluster along y
+        %7 : f32[x:1, y:4] @blocked = sub %0, %4
+        store out[x:1, y:4] = %7 masked
+";
+    let k = dt_core::kir_text::parse(uneven).expect("kernel IR parses");
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let p = dt_core::compile_spec(src).expect("spec checks");
+        let args = Args::default().input("A", Tensor::new(vec![2, 5], values(2, 5, 1.0, 5)));
+        let bound = bind(&p, p.kernels[0], &args).expect("binds");
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dt_core::interp::run(&k, &bound, DType::F32)));
+        let _ = done.send(ran.is_err());
+    });
+    let panicked = finished.recv_timeout(std::time::Duration::from_secs(20)).expect("the interpreter returns or panics, and does not hang");
+    assert!(panicked, "uneven meetings must stop the run");
+}
