@@ -266,6 +266,7 @@ mod hip_c_on_cpu_matches_reference_evaluator {
     spec_test!(aligned_rows, "dt-codegen/tests/specs/aligned_rows.dt");
     spec_test!(talk_2mm, "dt-codegen/tests/specs/talk_2mm.dt");
     spec_test!(talk_attention, "dt-codegen/tests/specs/talk_attention.dt");
+    spec_test!(rows_in_steps_of_one, "dt-codegen/tests/specs/rows_in_steps_of_one.dt");
 
     /// Every spec under tests/specs and dt-kernels/specs is in [`SPECS`] and has a test above.
     #[test]

@@ -329,9 +329,10 @@ struct Emitter<'a> {
     /// Inside a `backward` loop (the second read of a looped row): its 16-byte loads and stores
     /// touch lines for the last time, and say so (`dt_load_once`, `dt_store_once`).
     once: bool,
-    /// The dimensions whose full steps ([`Steps::Full`]), or steps of one, the printed code is
-    /// in: every lane along them is valid.
-    full: Vec<DimId>,
+    /// Per enclosing loop, outermost first, its dimension and whether every lane along it is
+    /// valid in its body (full steps, [`Steps::Full`], or steps of one): the innermost loop over
+    /// a dimension decides ([`Self::is_full`]), as for [`Self::offsets`].
+    full: Vec<(DimId, bool)>,
     /// Conditions that hold in every lane of the code being printed: a causal mask's below
     /// the diagonal (`Loop::diagonal`).
     holds: Vec<ValueId>,
@@ -415,7 +416,14 @@ impl Emitter<'_> {
     /// The validity condition and element offset of an access along `dims` at `lanes` (see
     /// [`super::masked_address`]), with no bound on a dimension whose full steps this is in.
     fn address(&self, dims: &[DimId], lanes: &Lanes, stride: impl Fn(usize) -> String) -> (String, String) {
-        super::masked_address(super::GPU_INDEX, self.k, dims, lanes, |d| self.offset(d), stride, &self.full)
+        let full: Vec<DimId> = dims.iter().copied().filter(|d| self.is_full(*d)).collect();
+        super::masked_address(super::GPU_INDEX, self.k, dims, lanes, |d| self.offset(d), stride, &full)
+    }
+
+    /// Whether every lane along `d` is valid in the code being printed: the innermost loop over
+    /// `d` runs full steps or steps of one ([`Self::full`]).
+    pub(super) fn is_full(&self, d: DimId) -> bool {
+        self.full.iter().rev().find(|(x, _)| *x == d).is_some_and(|(_, all)| *all)
     }
 
     /// The stride of axis `a` of input `input`, in the 32-bit arithmetic of [`super::GPU_INDEX`]:
@@ -466,7 +474,7 @@ impl Emitter<'_> {
     /// The validity condition of `lane` along `d`: none where every lane along `d` is valid
     /// ([`Self::full`]), as in [`Self::address`].
     pub(super) fn valid(&self, d: DimId, lane: &str) -> String {
-        if self.full.contains(&d) {
+        if self.is_full(d) {
             return super::ALWAYS_VALID.to_string();
         }
         super::in_bounds(super::GPU_INDEX, &self.offset(d), lane, &self.size(d))

@@ -150,6 +150,8 @@ impl Emitter<'_> {
         self.line(&super::super::loop_header(self.k, l, &o));
         self.depth += 1;
         self.offsets.push((l.dim, o.clone()));
+        // This loop's lanes, not an outer loop's over the same dimension, decide its masks.
+        let entered = self.enter_steps(l);
         if counts.is_some() {
             self.line(&format!("/* wait for the copies of this step (buffer {rd}) */"));
         } else {
@@ -182,7 +184,7 @@ impl Emitter<'_> {
         // steps that lie wholly inside it (all but the last), as a loop split by pass
         // `full_steps` would, which this loop is not: its rings run across all its steps.
         let masks = l.body.iter().any(|s| matches!(s, Stmt::Let { op: Op::MaskFill { dim, .. }, .. } if *dim == l.dim));
-        let full = masks && !self.full.contains(&l.dim);
+        let full = masks && !self.is_full(l.dim);
         // A causal loop's steps below the diagonal (`Loop::diagonal`) run with its mask's
         // condition taken as true, and unmasked: every lane of theirs is valid.
         if let (Some(g), Some(i)) = (l.diagonal, l.until) {
@@ -190,7 +192,7 @@ impl Emitter<'_> {
             self.line(&format!("if ({o} + {step} <= {} && {o} + {} {cmp} {}) {{", self.size(l.dim), step - 1, self.offset(i)));
             self.depth += 1;
             self.line(&format!("/* a step below the diagonal: v{} holds in every lane */", g.cond.0));
-            self.full.push(l.dim);
+            self.full.push((l.dim, true));
             self.holds.push(g.cond);
             self.ring_body(l, dots, &rd, ov)?;
             self.holds.pop();
@@ -203,7 +205,7 @@ impl Emitter<'_> {
             self.line(&format!("if ({o} + {step} <= {}) {{", self.size(l.dim)));
             self.depth += 1;
             self.line("/* a full step: every lane valid */");
-            self.full.push(l.dim);
+            self.full.push((l.dim, true));
             self.ring_body(l, dots, &rd, ov)?;
             self.full.pop();
             self.depth -= 1;
@@ -239,6 +241,7 @@ impl Emitter<'_> {
         if bulk.is_some() {
             self.line(&format!("{ph} ^= {rd} == 0 ? 1u : 0u;"));
         }
+        self.full.truncate(entered);
         self.offsets.pop();
         self.depth -= 1;
         self.line("}");

@@ -254,14 +254,13 @@ impl Emitter<'_> {
         self.offsets.truncate(depth);
     }
 
-    /// Notes, at the top of the body of loop `l`, that every lane along its dimension is valid
-    /// there if it runs full steps or steps of one ([`Loop::lanes_all_valid`]); returns what to
+    /// Notes, at the top of the body of loop `l`, whether every lane along its dimension is
+    /// valid there (it runs full steps or steps of one, [`Loop::lanes_all_valid`]), for its body
+    /// (an outer loop's note about the same dimension no longer holds there); returns what to
     /// truncate [`Self::full`] to after the body.
     pub(super) fn enter_steps(&mut self, l: &Loop) -> usize {
         let before = self.full.len();
-        if l.lanes_all_valid() {
-            self.full.push(l.dim);
-        }
+        self.full.push((l.dim, l.lanes_all_valid()));
         before
     }
 }

@@ -29,6 +29,8 @@ pub const SPECS: &[&str] = &[
     "dt-codegen/tests/specs/talk_2mm.dt",
     // The talk's attention listing: a chain of `fuse_at` (`mm` in `e`, `e` in `attention`).
     "dt-codegen/tests/specs/talk_attention.dt",
+    // Row statistics in steps of 256 computed inside a loop over the row in steps of one.
+    "dt-codegen/tests/specs/rows_in_steps_of_one.dt",
 ];
 
 /// The workspace root: where this test was built, or, when the binary runs elsewhere (copied
