@@ -571,7 +571,8 @@ fn draw_cluster(p: &Program, k: FuncId, blocked: &mut Vec<(DimId, u32)>, rng: &m
             }
         });
     }
-    contractions.retain(|d| !whole_dims(p, k).contains(d));
+    let whole = whole_dims(p, k);
+    contractions.retain(|d| !whole.contains(d));
     let d = if !contractions.is_empty() && rng.chance(50) {
         let d = rng.pick(&contractions);
         blocked.push((d, block));

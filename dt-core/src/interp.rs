@@ -70,35 +70,45 @@ struct Exchange {
 /// reach each meeting, so one that ended while others wait means the kernel meets unevenly.
 struct Meeting {
     ranks: usize,
-    /// Programs arrived at the current meeting, meetings completed, programs ended.
-    state: Mutex<(usize, u64, usize)>,
+    state: Mutex<MeetingState>,
     changed: Condvar,
+}
+
+#[derive(Default)]
+struct MeetingState {
+    /// Programs at the current meeting.
+    arrived: usize,
+    /// Meetings completed.
+    met: u64,
+    /// Programs ended.
+    ended: usize,
 }
 
 impl Meeting {
     fn new(ranks: usize) -> Meeting {
-        Meeting { ranks, state: Mutex::new((0, 0, 0)), changed: Condvar::new() }
+        Meeting { ranks, state: Mutex::new(MeetingState::default()), changed: Condvar::new() }
     }
 
     fn wait(&self) {
         let uneven = "internal error: the programs of a cluster meet unevenly (one ended while others wait at a meeting)";
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        assert!(s.2 == 0, "{uneven}");
-        s.0 += 1;
-        if s.0 == self.ranks {
-            *s = (0, s.1 + 1, s.2);
+        assert!(s.ended == 0, "{uneven}");
+        s.arrived += 1;
+        if s.arrived == self.ranks {
+            s.arrived = 0;
+            s.met += 1;
             self.changed.notify_all();
             return;
         }
-        let meeting = s.1;
-        while s.1 == meeting {
-            assert!(s.2 == 0, "{uneven}");
+        let meeting = s.met;
+        while s.met == meeting {
+            assert!(s.ended == 0, "{uneven}");
             s = self.changed.wait(s).unwrap_or_else(|e| e.into_inner());
         }
     }
 
     fn leave(&self) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).2 += 1;
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).ended += 1;
         self.changed.notify_all();
     }
 }
