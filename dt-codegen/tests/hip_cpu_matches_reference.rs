@@ -265,6 +265,7 @@ mod hip_c_on_cpu_matches_reference_evaluator {
     spec_test!(row_stats, "dt-codegen/tests/specs/row_stats.dt");
     spec_test!(aligned_rows, "dt-codegen/tests/specs/aligned_rows.dt");
     spec_test!(talk_2mm, "dt-codegen/tests/specs/talk_2mm.dt");
+    spec_test!(talk_2mm_f16, "dt-codegen/tests/specs/talk_2mm_f16.dt");
     spec_test!(talk_attention, "dt-codegen/tests/specs/talk_attention.dt");
     spec_test!(rows_in_steps_of_one, "dt-codegen/tests/specs/rows_in_steps_of_one.dt");
 

@@ -6,7 +6,8 @@
 # process, then the listing's own schedule timed by `xtask explore --samples 1` against it.
 # The listing builds f32 (it names no type); f16 runs a copy of it with `_2mm.dtypes(f16);` added.
 # LISTING names another schedule of the same algorithm (talk_2mm_blocked.dt, next to this script).
-# Usage: OUT=out [DTYPES="f32 f16"] [LISTING=spec.dt] scripts/device/talk_2mm.sh 64x128x32x32 512x1024x32x32 ...
+# XTASK names another build of the explorer (an A/B of two compilers).
+# Usage: OUT=out [DTYPES="f32 f16"] [LISTING=spec.dt] [XTASK=.gpu/xtask] scripts/device/talk_2mm.sh 64x128x32x32 512x1024x32x32 ...
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -32,7 +33,7 @@ print(f"{baselines.time_fn(lambda: torch.mm(torch.mm(a, b), c), 50, 5, False):.6
 PY
 )
     echo "=== _2mm $shape $dtype: two cuBLAS calls ${cublas:-failed} ms"
-    timeout "${T_SHAPE:-120}" .gpu/xtask explore "$spec" --kernel _2mm --shape "$shape" --dtype "$dtype" --samples 1 \
+    timeout "${T_SHAPE:-120}" "${XTASK:-.gpu/xtask}" explore "$spec" --kernel _2mm --shape "$shape" --dtype "$dtype" --samples 1 \
       --budget "${BUDGET:-0.2}" --cache "$OUT/cache" ${cublas:+--baseline-ms "$cublas"} 2>&1 |
       grep -E "spec's own schedule:|against the baseline|invalid|wrong|failed:" | head -4
   done

@@ -323,7 +323,16 @@ impl Emitter<'_> {
                 _ => None,
             };
             match dot {
-                Some((id, d)) => self.mma_compute(*id, d, Some(rd)),
+                Some((id, d)) => {
+                    // A computed `a` goes to its slot once every warp is done with what the
+                    // slot held, and is read once every warp has stored its part.
+                    if d.computed_a() {
+                        self.barrier();
+                        self.stage(d, 0, None);
+                        self.barrier();
+                    }
+                    self.mma_compute(*id, d, Some(rd))
+                }
                 None => self.stmt(stmt)?,
             }
         }
@@ -353,7 +362,9 @@ impl Emitter<'_> {
     /// fed through a ring (a held operand has one buffer).
     pub(super) fn buffer(&self, d: &MmaDot, i: usize, buf: Option<&str>) -> String {
         if let Some(r) = d.ring {
-            let at = self.dot_rings + r.at[i].expect("a copied operand has a ring");
+            // A computed operand of a ring-fed dot lies in its slot.
+            let Some(at) = r.at[i] else { return self.slot(i) };
+            let at = self.dot_rings + at;
             return match buf {
                 Some(b) if !r.held[i] => format!("(dt_smem + {at} + {b} * {})", d.buffer_words(i)),
                 _ => format!("(dt_smem + {at})"),

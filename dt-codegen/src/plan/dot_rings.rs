@@ -48,7 +48,9 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
         // A contraction's loop: over all of it, or over this program's block of it where the
         // cluster splits it (`cluster(k:N)`).
         let contraction = l.kind == LoopKind::Reduction || k.grid.reduces_a_cluster_share(l);
-        if l.stages < 2 || !contraction || l.body.iter().any(|s| matches!(s, Stmt::Loop(_))) {
+        // A loop over result tiles (the talk's 2mm: a block of rows times each 64 columns of C,
+        // over all of them) copies the operands of its steps ahead alike; its steps run forward.
+        if l.stages < 2 || (l.backward && !contraction) || l.body.iter().any(|s| matches!(s, Stmt::Loop(_))) {
             continue;
         }
         let dots: Vec<ValueId> = l
@@ -62,8 +64,10 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
         if !p.async_copies {
             continue;
         }
+        // A computed `a` (not in fragments) is staged from registers into its slot at every step,
+        // as where no ring feeds the dot.
         let fed = |v: &ValueId| {
-            p.dot(*v).is_some_and(|d| !d.wgmma && d.stages == 1 && d.direct[1].is_some() && (d.direct[0].is_some() || d.a_in_fragments))
+            p.dot(*v).is_some_and(|d| !d.wgmma && d.stages == 1 && d.direct[1].is_some() && (!d.computed_a() || !d.warpgroup))
         };
         let loads_fed = l.body.iter().all(|s| !matches!(s, Stmt::Let { value, op: Op::Load { .. } } if !p.direct_load(*value)));
         if dots.is_empty() || !dots.iter().all(fed) || !loads_fed {
@@ -83,7 +87,8 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
                 .sum()
         };
         // The most stages that fit, padded where that fits, else swizzled.
-        let fits = |stages: u32, swizzle: bool| (p.ring_words + words(stages, swizzle)) * 4 <= ring_bytes(k, &p.target);
+        let slots = dot_slot_words(p, &dots);
+        let fits = |stages: u32, swizzle: bool| (p.ring_words + slots + words(stages, swizzle)) * 4 <= ring_bytes(k, &p.target);
         let choice = (2..=l.stages).rev().find_map(|s| [false, true].into_iter().find(|sw| fits(s, *sw)).map(|sw| (s, sw)));
         let Some((stages, swizzle)) = choice else { continue };
         for v in &dots {
@@ -125,6 +130,28 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
             }
         }
     }
+}
+
+/// The 4-byte words that the dots' slots 0 and 1 will take (`publishing` makes each slot as
+/// large as its largest user): each dot that stages its operands where it stands, pipelined
+/// alone or not, and the computed `a` of a dot fed by rings, `ringed` among them.
+fn dot_slot_words(p: &Plan, ringed: &[ValueId]) -> usize {
+    let mut slot = [0usize; 2];
+    for (v, d) in &p.dots {
+        if d.wgmma {
+            continue;
+        }
+        if d.ring.is_none() && !ringed.contains(v) {
+            for (i, words) in slot.iter_mut().enumerate() {
+                if i == 1 || !d.a_in_fragments {
+                    *words = (*words).max(d.slot_words(i));
+                }
+            }
+        } else if d.computed_a() {
+            slot[0] = slot[0].max(d.buffer_words(0));
+        }
+    }
+    slot[0] + slot[1]
 }
 
 /// Whether loop `l`, whose rings feed `dots`, issues each step's first dot with the previous

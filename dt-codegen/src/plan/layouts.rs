@@ -400,6 +400,12 @@ impl MmaDot {
         self.swizzle[i]
     }
 
+    /// Whether operand `a` is computed and staged from registers (in slot 0) where the dot
+    /// stands: neither copied from an input nor read from fragments.
+    pub fn computed_a(&self) -> bool {
+        self.direct[0].is_none() && !self.a_in_fragments
+    }
+
     /// Whether operand `i` can be swizzled: an `mma.sync` operand whose lines are whole
     /// multiples of 128 bytes (64 elements), the eight units that an XOR with `line % 8` permutes.
     pub fn can_swizzle(&self, i: usize) -> bool {
@@ -1091,6 +1097,7 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
                 None => "cp.async".to_string(),
             };
             let ring = match d.ring {
+                Some(r) if r.at[i].is_none() => ", in its slot at every step of the loop whose rings feed the dot".to_string(),
                 Some(r) if r.held[i] => format!(", held for the loop (one buffer, copied before it, {})", copies(r)),
                 Some(r) => format!(", a ring of {} buffers ({}, {})", r.stages, copies(r), stages_asked(k, *id, r.stages, &p.target)),
                 None => String::new(),

@@ -94,8 +94,13 @@ pub(crate) fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publ
                             match plan.dot(*value) {
                                 // Read by wgmma from the ring of a warp-specialized loop.
                                 Some(d) if d.wgmma => {}
-                                // Staged in the rings of its loop (`super::dot_rings`).
-                                Some(d) if d.ring.is_some() => {}
+                                // Staged in the rings of its loop (`super::dot_rings`), but for
+                                // a computed `a`, staged in slot 0 at each step.
+                                Some(d) if d.ring.is_some() => {
+                                    if d.computed_a() {
+                                        grow(p, 0, d.buffer_words(0));
+                                    }
+                                }
                                 // Staged in padded lines by the dot itself.
                                 Some(d) => {
                                     for (slot, words) in [d.slot_words(0), d.slot_words(1)].into_iter().enumerate() {

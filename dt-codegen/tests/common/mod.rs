@@ -27,6 +27,8 @@ pub const SPECS: &[&str] = &[
     "dt-codegen/tests/specs/aligned_rows.dt",
     // The talk's two-matmul listing as the talk gives it: `mm` computed for all of `l` at `m`.
     "dt-codegen/tests/specs/talk_2mm.dt",
+    // The same on the tensor cores (f16, bf16): a ring over the loop across the result's columns.
+    "dt-codegen/tests/specs/talk_2mm_f16.dt",
     // The talk's attention listing: a chain of `fuse_at` (`mm` in `e`, `e` in `attention`).
     "dt-codegen/tests/specs/talk_attention.dt",
     // Row statistics in steps of 256 computed inside a loop over the row in steps of one.
