@@ -1048,7 +1048,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(DT_GRID_CONSTANT c
     }
 }
 
-/* kernel out_16_f32 for f32: grid block(x:16, y:64); 128 threads, 10240 bytes of shared memory */
+/* kernel out_16_f32 for f32: grid block(x:16, y:64); 128 threads, 11008 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_out_16_f32_f32(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1091,123 +1091,120 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_16_f32_f32(DT_GRID_CONS
             float acc0[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    acc0[r] = 0e0f;
-                }
+                acc0[r] = 0e0f;
             }
             /* rdot out_16_f32.tensorize(k:32) num_stages(4) */
             for (long long o5 = 0; o5 < s2; o5 += 32) {
-                float v0[4];
-                #pragma unroll
-                for (int c = 0; c < 1; c++) {
-                    const int e = (c * 128 + tid) * 4;
-                    const int l6 = (int)((unsigned)e / 32u % 16u);
-                    const int l7 = (int)((unsigned)e / 1u % 32u);
-                    const unsigned a = (unsigned)(o1 + l6) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l7) * (unsigned)args.input_strides[0][1];
-                    if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                        const uint4 q = *(const uint4*)(in0 + a);
-                        v0[c * 4 + 0] = __uint_as_float(q.x);
-                        v0[c * 4 + 1] = __uint_as_float(q.y);
-                        v0[c * 4 + 2] = __uint_as_float(q.z);
-                        v0[c * 4 + 3] = __uint_as_float(q.w);
-                    } else {
-                        v0[c * 4 + 0] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + l7) < (unsigned)s2) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 1] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 1)) < (unsigned)s2) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 2] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 2)) < (unsigned)s2) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 3] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s2) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                /* v0: loaded by the dot that reads it (staged in shared memory) */
+                /* v1: loaded by the dot that reads it (staged in shared memory) */
+                __syncthreads();
+                /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                {
+                    const bool vec6 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 128;
+                        (void)e; {
+                            const int l7 = (int)((unsigned)e / 8u % 16u);
+                            const int l8 = (int)((unsigned)e / 1u % 8u);
+                            if (vec6 && (unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 4 + 3)) < (unsigned)s2) {
+                                dt_copy16_to_shared(&((float*)(dt_smem + 0))[l7 * 36 + (l8 * 4)], &in0[(unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l8 * 4)) * (unsigned)args.input_strides[0][1]]);
+                            } else if (!((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 4)) < (unsigned)s2)) {
+                                *(uint4*)&((float*)(dt_smem + 0))[l7 * 36 + (l8 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                            } else {
+                                #pragma unroll
+                                for (int q = 0; q < 4; q++) {
+                                    ((float*)(dt_smem + 0))[l7 * 36 + (l8 * 4 + q)] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l8 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                }
+                            }
+                        }
                     }
                 }
-                float v1[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        const int l8 = (int)((unsigned)e / 32u % 64u);
-                        const int l9 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = ((unsigned)(o5 + l9) < (unsigned)s2 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f32(in1[(unsigned)(o5 + l9) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[1][1]]) : 0e0f;
+                /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                {
+                    const bool vec9 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                    #pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        const int e = tid + r * 128;
+                        (void)e; {
+                            const int l10 = (int)((unsigned)e / 16u % 32u);
+                            const int l11 = (int)((unsigned)e / 1u % 16u);
+                            if (vec9 && (unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 4 + 3)) < (unsigned)s1) {
+                                dt_copy16_to_shared(&((float*)(dt_smem + 576))[l10 * 68 + (l11 * 4)], &in1[(unsigned)(o5 + l10) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l11 * 4)) * (unsigned)args.input_strides[1][1]]);
+                            } else if (!((unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 4)) < (unsigned)s1)) {
+                                *(uint4*)&((float*)(dt_smem + 576))[l10 * 68 + (l11 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                            } else {
+                                #pragma unroll
+                                for (int q = 0; q < 4; q++) {
+                                    ((float*)(dt_smem + 576))[l10 * 68 + (l11 * 4 + q)] = ((unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l10) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l11 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                }
+                            }
+                        }
                     }
                 }
                 __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 4; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
-                __syncthreads();
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 512)[e] = v1[r]; }
-                __syncthreads();
-                float v2[8];
-                #pragma unroll
-                for (int r = 0; r < 8; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        const int l10 = (int)((unsigned)e / 64u % 16u);
-                        const int l11 = (int)((unsigned)e / 1u % 64u);
-                        float a12 = 0.0f;
-                        for (int q = 0; q < 32; q++) a12 = fmaf((dt_smem + 0)[l10 * 32 + q * 1], (dt_smem + 512)[l11 * 32 + q * 1], a12);
-                        v2[r] = a12;
+                /* rdot on the vector units (fmaf): [x:16, y:64] over k:32 by 1 x 4 groups of 32 lanes of 1 x 1 m16n16k4 fragments */
+                {
+                    const int lane = tid & 31;
+                    const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 4 * 16 + (lane >> 3)) * 36);
+                    const float* fb0 = (const float*)((dt_smem + 576) + (tid >> 5) % 4 * 16 + (lane & 7) * 2);
+                    #pragma unroll
+                    for (int kk = 0; kk < 32; kk += 4) {
+                        float fa[1][16], fb[1][8];
+                        #pragma unroll
+                        for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 36 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                        #pragma unroll
+                        for (int j = 0; j < 1; j++) for (int kq = 0; kq < 4; kq++) { const float2 w = *(const float2*)(fb0 + (kk + kq) * 68 + j * 16); fb[j][kq * 2] = w.x; fb[j][kq * 2 + 1] = w.y; }
+                        #pragma unroll
+                        for (int kq = 0; kq < 4; kq++)
+                        #pragma unroll
+                        for (int i = 0; i < 1; i++)
+                        #pragma unroll
+                        for (int j = 0; j < 1; j++)
+                        #pragma unroll
+                        for (int q = 0; q < 4; q++)
+                        #pragma unroll
+                        for (int c = 0; c < 2; c++) acc0[(i * 1 + j) * 8 + q * 2 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 2 + c], acc0[(i * 1 + j) * 8 + q * 2 + c]);
                     }
                 }
-                #pragma unroll
-                for (int r = 0; r < 8; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        acc0[r] = acc0[r] + v2[r];
-                    }
-                }
+                /* acc0 += v2: accumulated by the dot above */
             }
             float v3[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v3[r] = acc0[r];
-                }
+                v3[r] = acc0[r];
             }
             float v6[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
-                }
+                v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
             }
             float v10[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v10[r] = (v8[0] * v3[r]);
-                }
+                v10[r] = (v8[0] * v3[r]);
             }
             float v11[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
-                }
+                v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
             }
+            /* the fragments two adjacent columns at a time */
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 128 + tid) * 4;
-                const int l23 = (int)((unsigned)e / 64u % 16u);
-                const int l24 = (int)((unsigned)e / 1u % 64u);
-                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l24) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + (l24 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4(__float_as_uint(v11[c * 4 + 0]), __float_as_uint(v11[c * 4 + 1]), __float_as_uint(v11[c * 4 + 2]), __float_as_uint(v11[c * 4 + 3]));
-                } else {
-                    if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[c * 4 + 0]);
-                    if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + (l24 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[c * 4 + 1]);
-                    if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + (l24 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[c * 4 + 2]);
-                    if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + (l24 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[c * 4 + 3]);
+            for (int r = 0; r < 8; r += 2) {
+                const int lr = (tid >> 5) / 4 * 16 + (r >> 3) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 1) & 3) * 4, lc = (tid >> 5) % 4 * 16 + (r >> 3) % 1 * 16 + (tid & 7) * 2 + (r & 1);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1 && ((unsigned long long)(out + a) & 7) == 0) *(float2*)(out + a) = make_float2(v11[r], v11[r + 1]);
+                else {
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v11[r]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[r + 1]);
                 }
             }
         }
     }
 }
 
-/* kernel out_16_f32 for f32: grid block(x:16, y:64); 128 threads, 10240 bytes of shared memory */
+/* kernel out_16_f32 for f32: grid block(x:16, y:64); 128 threads, 11008 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_out_16_f32_f32_whole(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1250,116 +1247,117 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_16_f32_f32_whole(DT_GRI
             float acc0[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    acc0[r] = 0e0f;
-                }
+                acc0[r] = 0e0f;
             }
             /* rdot out_16_f32.tensorize(k:32) num_stages(4) */
             for (long long o5 = 0; o5 < s2; o5 += 32) {
-                float v0[4];
-                #pragma unroll
-                for (int c = 0; c < 1; c++) {
-                    const int e = (c * 128 + tid) * 4;
-                    const int l6 = (int)((unsigned)e / 32u % 16u);
-                    const int l7 = (int)((unsigned)e / 1u % 32u);
-                    const unsigned a = (unsigned)(o1 + l6) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l7) * (unsigned)args.input_strides[0][1];
-                    if ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + l7) < (unsigned)s2) {
-                        const uint4 q = *(const uint4*)(in0 + a);
-                        v0[c * 4 + 0] = __uint_as_float(q.x);
-                        v0[c * 4 + 1] = __uint_as_float(q.y);
-                        v0[c * 4 + 2] = __uint_as_float(q.z);
-                        v0[c * 4 + 3] = __uint_as_float(q.w);
-                    } else {
-                        v0[c * 4 + 0] = 0e0f;
-                        v0[c * 4 + 1] = 0e0f;
-                        v0[c * 4 + 2] = 0e0f;
-                        v0[c * 4 + 3] = 0e0f;
+                /* v0: loaded by the dot that reads it (staged in shared memory) */
+                /* v1: loaded by the dot that reads it (staged in shared memory) */
+                __syncthreads();
+                /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                {
+                    const bool vec6 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                    #pragma unroll
+                    for (int r = 0; r < 1; r++) {
+                        const int e = tid + r * 128;
+                        (void)e; {
+                            const int l7 = (int)((unsigned)e / 8u % 16u);
+                            const int l8 = (int)((unsigned)e / 1u % 8u);
+                            if (vec6 && (unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 4 + 3)) < (unsigned)s2) {
+                                dt_copy16_to_shared(&((float*)(dt_smem + 0))[l7 * 36 + (l8 * 4)], &in0[(unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l8 * 4)) * (unsigned)args.input_strides[0][1]]);
+                            } else if (!((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 4)) < (unsigned)s2)) {
+                                *(uint4*)&((float*)(dt_smem + 0))[l7 * 36 + (l8 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                            } else {
+                                #pragma unroll
+                                for (int q = 0; q < 4; q++) {
+                                    ((float*)(dt_smem + 0))[l7 * 36 + (l8 * 4 + q)] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l8 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                }
+                            }
+                        }
                     }
                 }
-                float v1[16];
-                #pragma unroll
-                for (int r = 0; r < 16; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        const int l8 = (int)((unsigned)e / 32u % 64u);
-                        const int l9 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = ((unsigned)(o5 + l9) < (unsigned)s2 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f32(in1[(unsigned)(o5 + l9) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[1][1]]) : 0e0f;
+                /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                {
+                    const bool vec9 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                    #pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        const int e = tid + r * 128;
+                        (void)e; {
+                            const int l10 = (int)((unsigned)e / 16u % 32u);
+                            const int l11 = (int)((unsigned)e / 1u % 16u);
+                            if (vec9 && (unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 4 + 3)) < (unsigned)s1) {
+                                dt_copy16_to_shared(&((float*)(dt_smem + 576))[l10 * 68 + (l11 * 4)], &in1[(unsigned)(o5 + l10) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l11 * 4)) * (unsigned)args.input_strides[1][1]]);
+                            } else if (!((unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 4)) < (unsigned)s1)) {
+                                *(uint4*)&((float*)(dt_smem + 576))[l10 * 68 + (l11 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                            } else {
+                                #pragma unroll
+                                for (int q = 0; q < 4; q++) {
+                                    ((float*)(dt_smem + 576))[l10 * 68 + (l11 * 4 + q)] = ((unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l10) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l11 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                }
+                            }
+                        }
                     }
                 }
                 __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 4; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
-                __syncthreads();
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 16; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 512)[e] = v1[r]; }
-                __syncthreads();
-                float v2[8];
-                #pragma unroll
-                for (int r = 0; r < 8; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        const int l10 = (int)((unsigned)e / 64u % 16u);
-                        const int l11 = (int)((unsigned)e / 1u % 64u);
-                        float a12 = 0.0f;
-                        for (int q = 0; q < 32; q++) a12 = fmaf((dt_smem + 0)[l10 * 32 + q * 1], (dt_smem + 512)[l11 * 32 + q * 1], a12);
-                        v2[r] = a12;
+                /* rdot on the vector units (fmaf): [x:16, y:64] over k:32 by 1 x 4 groups of 32 lanes of 1 x 1 m16n16k4 fragments */
+                {
+                    const int lane = tid & 31;
+                    const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 4 * 16 + (lane >> 3)) * 36);
+                    const float* fb0 = (const float*)((dt_smem + 576) + (tid >> 5) % 4 * 16 + (lane & 7) * 2);
+                    #pragma unroll
+                    for (int kk = 0; kk < 32; kk += 4) {
+                        float fa[1][16], fb[1][8];
+                        #pragma unroll
+                        for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 36 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                        #pragma unroll
+                        for (int j = 0; j < 1; j++) for (int kq = 0; kq < 4; kq++) { const float2 w = *(const float2*)(fb0 + (kk + kq) * 68 + j * 16); fb[j][kq * 2] = w.x; fb[j][kq * 2 + 1] = w.y; }
+                        #pragma unroll
+                        for (int kq = 0; kq < 4; kq++)
+                        #pragma unroll
+                        for (int i = 0; i < 1; i++)
+                        #pragma unroll
+                        for (int j = 0; j < 1; j++)
+                        #pragma unroll
+                        for (int q = 0; q < 4; q++)
+                        #pragma unroll
+                        for (int c = 0; c < 2; c++) acc0[(i * 1 + j) * 8 + q * 2 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 2 + c], acc0[(i * 1 + j) * 8 + q * 2 + c]);
                     }
                 }
-                #pragma unroll
-                for (int r = 0; r < 8; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        acc0[r] = acc0[r] + v2[r];
-                    }
-                }
+                /* acc0 += v2: accumulated by the dot above */
             }
             float v3[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v3[r] = acc0[r];
-                }
+                v3[r] = acc0[r];
             }
             float v6[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
-                }
+                v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
             }
             float v10[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v10[r] = (v8[0] * v3[r]);
-                }
+                v10[r] = (v8[0] * v3[r]);
             }
             float v11[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
-                }
+                v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
             }
+            /* the fragments two adjacent columns at a time */
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 128 + tid) * 4;
-                const int l23 = (int)((unsigned)e / 64u % 16u);
-                const int l24 = (int)((unsigned)e / 1u % 64u);
-                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l24) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v11[c * 4 + 0]), __float_as_uint(v11[c * 4 + 1]), __float_as_uint(v11[c * 4 + 2]), __float_as_uint(v11[c * 4 + 3]));
+            for (int r = 0; r < 8; r += 2) {
+                const int lr = (tid >> 5) / 4 * 16 + (r >> 3) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 1) & 3) * 4, lc = (tid >> 5) % 4 * 16 + (r >> 3) % 1 * 16 + (tid & 7) * 2 + (r & 1);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(float2*)(out + a) = make_float2(v11[r], v11[r + 1]);
+                else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v11[r]);
             }
         }
     }
 }
 
-/* kernel out_512_f32 for f32: grid block(x:32, y:32); 128 threads, 8192 bytes of shared memory */
+/* kernel out_512_f32 for f32: grid block(x:32, y:32); 128 threads, 9216 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_out_512_f32_f32(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1402,123 +1400,120 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_512_f32_f32(DT_GRID_CON
             float acc0[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    acc0[r] = 0e0f;
-                }
+                acc0[r] = 0e0f;
             }
             /* rdot out_512_f32.tensorize(k:32) num_stages(4) */
             for (long long o5 = 0; o5 < s2; o5 += 32) {
-                float v0[8];
-                #pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const int e = (c * 128 + tid) * 4;
-                    const int l6 = (int)((unsigned)e / 32u % 32u);
-                    const int l7 = (int)((unsigned)e / 1u % 32u);
-                    const unsigned a = (unsigned)(o1 + l6) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l7) * (unsigned)args.input_strides[0][1];
-                    if ((unsigned)args.input_strides[0][1] == 1 && (unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s2 && ((unsigned long long)(in0 + a) & 15) == 0) {
-                        const uint4 q = *(const uint4*)(in0 + a);
-                        v0[c * 4 + 0] = __uint_as_float(q.x);
-                        v0[c * 4 + 1] = __uint_as_float(q.y);
-                        v0[c * 4 + 2] = __uint_as_float(q.z);
-                        v0[c * 4 + 3] = __uint_as_float(q.w);
-                    } else {
-                        v0[c * 4 + 0] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + l7) < (unsigned)s2) ? dt_load_f32(in0[a + 0 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 1] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 1)) < (unsigned)s2) ? dt_load_f32(in0[a + 1 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 2] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 2)) < (unsigned)s2) ? dt_load_f32(in0[a + 2 * (unsigned)args.input_strides[0][1]]) : 0e0f;
-                        v0[c * 4 + 3] = ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + (l7 + 3)) < (unsigned)s2) ? dt_load_f32(in0[a + 3 * (unsigned)args.input_strides[0][1]]) : 0e0f;
+                /* v0: loaded by the dot that reads it (staged in shared memory) */
+                /* v1: loaded by the dot that reads it (staged in shared memory) */
+                __syncthreads();
+                /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                {
+                    const bool vec6 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int e = tid + r * 128;
+                        (void)e; {
+                            const int l7 = (int)((unsigned)e / 8u % 32u);
+                            const int l8 = (int)((unsigned)e / 1u % 8u);
+                            if (vec6 && (unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 4 + 3)) < (unsigned)s2) {
+                                dt_copy16_to_shared(&((float*)(dt_smem + 0))[l7 * 36 + (l8 * 4)], &in0[(unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l8 * 4)) * (unsigned)args.input_strides[0][1]]);
+                            } else if (!((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 4)) < (unsigned)s2)) {
+                                *(uint4*)&((float*)(dt_smem + 0))[l7 * 36 + (l8 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                            } else {
+                                #pragma unroll
+                                for (int q = 0; q < 4; q++) {
+                                    ((float*)(dt_smem + 0))[l7 * 36 + (l8 * 4 + q)] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l8 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                }
+                            }
+                        }
                     }
                 }
-                float v1[8];
-                #pragma unroll
-                for (int r = 0; r < 8; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        const int l8 = (int)((unsigned)e / 32u % 32u);
-                        const int l9 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = ((unsigned)(o5 + l9) < (unsigned)s2 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f32(in1[(unsigned)(o5 + l9) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[1][1]]) : 0e0f;
+                /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                {
+                    const bool vec9 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int e = tid + r * 128;
+                        (void)e; {
+                            const int l10 = (int)((unsigned)e / 8u % 32u);
+                            const int l11 = (int)((unsigned)e / 1u % 8u);
+                            if (vec9 && (unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 4 + 3)) < (unsigned)s1) {
+                                dt_copy16_to_shared(&((float*)(dt_smem + 1152))[l10 * 36 + (l11 * 4)], &in1[(unsigned)(o5 + l10) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l11 * 4)) * (unsigned)args.input_strides[1][1]]);
+                            } else if (!((unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 4)) < (unsigned)s1)) {
+                                *(uint4*)&((float*)(dt_smem + 1152))[l10 * 36 + (l11 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                            } else {
+                                #pragma unroll
+                                for (int q = 0; q < 4; q++) {
+                                    ((float*)(dt_smem + 1152))[l10 * 36 + (l11 * 4 + q)] = ((unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l10) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l11 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                }
+                            }
+                        }
                     }
                 }
                 __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
-                __syncthreads();
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 1024)[e] = v1[r]; }
-                __syncthreads();
-                float v2[8];
-                #pragma unroll
-                for (int r = 0; r < 8; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        const int l10 = (int)((unsigned)e / 32u % 32u);
-                        const int l11 = (int)((unsigned)e / 1u % 32u);
-                        float a12 = 0.0f;
-                        for (int q = 0; q < 32; q++) a12 = fmaf((dt_smem + 0)[l10 * 32 + q * 1], (dt_smem + 1024)[l11 * 32 + q * 1], a12);
-                        v2[r] = a12;
+                /* rdot on the vector units (fmaf): [x:32, y:32] over k:32 by 2 x 2 groups of 32 lanes of 1 x 1 m16n16k4 fragments */
+                {
+                    const int lane = tid & 31;
+                    const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 2 * 16 + (lane >> 3)) * 36);
+                    const float* fb0 = (const float*)((dt_smem + 1152) + (tid >> 5) % 2 * 16 + (lane & 7) * 2);
+                    #pragma unroll
+                    for (int kk = 0; kk < 32; kk += 4) {
+                        float fa[1][16], fb[1][8];
+                        #pragma unroll
+                        for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 36 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                        #pragma unroll
+                        for (int j = 0; j < 1; j++) for (int kq = 0; kq < 4; kq++) { const float2 w = *(const float2*)(fb0 + (kk + kq) * 36 + j * 16); fb[j][kq * 2] = w.x; fb[j][kq * 2 + 1] = w.y; }
+                        #pragma unroll
+                        for (int kq = 0; kq < 4; kq++)
+                        #pragma unroll
+                        for (int i = 0; i < 1; i++)
+                        #pragma unroll
+                        for (int j = 0; j < 1; j++)
+                        #pragma unroll
+                        for (int q = 0; q < 4; q++)
+                        #pragma unroll
+                        for (int c = 0; c < 2; c++) acc0[(i * 1 + j) * 8 + q * 2 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 2 + c], acc0[(i * 1 + j) * 8 + q * 2 + c]);
                     }
                 }
-                #pragma unroll
-                for (int r = 0; r < 8; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        acc0[r] = acc0[r] + v2[r];
-                    }
-                }
+                /* acc0 += v2: accumulated by the dot above */
             }
             float v3[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v3[r] = acc0[r];
-                }
+                v3[r] = acc0[r];
             }
             float v6[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
-                }
+                v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
             }
             float v10[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v10[r] = (v8[0] * v3[r]);
-                }
+                v10[r] = (v8[0] * v3[r]);
             }
             float v11[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
-                }
+                v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
             }
+            /* the fragments two adjacent columns at a time */
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 128 + tid) * 4;
-                const int l23 = (int)((unsigned)e / 32u % 32u);
-                const int l24 = (int)((unsigned)e / 1u % 32u);
-                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l24) * (unsigned)args.output_strides[1];
-                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + (l24 + 3)) < (unsigned)s1 && ((unsigned long long)(out + a) & 15) == 0) {
-                    *(uint4*)(out + a) = make_uint4(__float_as_uint(v11[c * 4 + 0]), __float_as_uint(v11[c * 4 + 1]), __float_as_uint(v11[c * 4 + 2]), __float_as_uint(v11[c * 4 + 3]));
-                } else {
-                    if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1) out[a + 0 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[c * 4 + 0]);
-                    if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + (l24 + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[c * 4 + 1]);
-                    if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + (l24 + 2)) < (unsigned)s1) out[a + 2 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[c * 4 + 2]);
-                    if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + (l24 + 3)) < (unsigned)s1) out[a + 3 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[c * 4 + 3]);
+            for (int r = 0; r < 8; r += 2) {
+                const int lr = (tid >> 5) / 2 * 16 + (r >> 3) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 1) & 3) * 4, lc = (tid >> 5) % 2 * 16 + (r >> 3) % 1 * 16 + (tid & 7) * 2 + (r & 1);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)args.output_strides[1] == 1 && (unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1 && ((unsigned long long)(out + a) & 7) == 0) *(float2*)(out + a) = make_float2(v11[r], v11[r + 1]);
+                else {
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v11[r]);
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) out[a + 1 * (unsigned)args.output_strides[1]] = dt_store_f32(v11[r + 1]);
                 }
             }
         }
     }
 }
 
-/* kernel out_512_f32 for f32: grid block(x:32, y:32); 128 threads, 8192 bytes of shared memory */
+/* kernel out_512_f32 for f32: grid block(x:32, y:32); 128 threads, 9216 bytes of shared memory */
 extern "C" __global__ void __launch_bounds__(128) dt_out_512_f32_f32_whole(DT_GRID_CONSTANT const dt_args_t<2, 2, 3, 1> args) {
     extern __shared__ float dt_smem[];
     (void)dt_smem;
@@ -1561,110 +1556,111 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_512_f32_f32_whole(DT_GR
             float acc0[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    acc0[r] = 0e0f;
-                }
+                acc0[r] = 0e0f;
             }
             /* rdot out_512_f32.tensorize(k:32) num_stages(4) */
             for (long long o5 = 0; o5 < s2; o5 += 32) {
-                float v0[8];
-                #pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const int e = (c * 128 + tid) * 4;
-                    const int l6 = (int)((unsigned)e / 32u % 32u);
-                    const int l7 = (int)((unsigned)e / 1u % 32u);
-                    const unsigned a = (unsigned)(o1 + l6) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + l7) * (unsigned)args.input_strides[0][1];
-                    if ((unsigned)(o1 + l6) < (unsigned)s0 && (unsigned)(o5 + l7) < (unsigned)s2) {
-                        const uint4 q = *(const uint4*)(in0 + a);
-                        v0[c * 4 + 0] = __uint_as_float(q.x);
-                        v0[c * 4 + 1] = __uint_as_float(q.y);
-                        v0[c * 4 + 2] = __uint_as_float(q.z);
-                        v0[c * 4 + 3] = __uint_as_float(q.w);
-                    } else {
-                        v0[c * 4 + 0] = 0e0f;
-                        v0[c * 4 + 1] = 0e0f;
-                        v0[c * 4 + 2] = 0e0f;
-                        v0[c * 4 + 3] = 0e0f;
+                /* v0: loaded by the dot that reads it (staged in shared memory) */
+                /* v1: loaded by the dot that reads it (staged in shared memory) */
+                __syncthreads();
+                /* v0: A copied as it is, along its last axis, 16 bytes at a time where it can be */
+                {
+                    const bool vec6 = (args.inputs[0] & 15) == 0 && args.input_strides[0][1] == 1 && (args.input_strides[0][0] & 3) == 0;
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int e = tid + r * 128;
+                        (void)e; {
+                            const int l7 = (int)((unsigned)e / 8u % 32u);
+                            const int l8 = (int)((unsigned)e / 1u % 8u);
+                            if (vec6 && (unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 4 + 3)) < (unsigned)s2) {
+                                dt_copy16_to_shared(&((float*)(dt_smem + 0))[l7 * 36 + (l8 * 4)], &in0[(unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l8 * 4)) * (unsigned)args.input_strides[0][1]]);
+                            } else if (!((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 4)) < (unsigned)s2)) {
+                                *(uint4*)&((float*)(dt_smem + 0))[l7 * 36 + (l8 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                            } else {
+                                #pragma unroll
+                                for (int q = 0; q < 4; q++) {
+                                    ((float*)(dt_smem + 0))[l7 * 36 + (l8 * 4 + q)] = ((unsigned)(o1 + l7) < (unsigned)s0 && (unsigned)(o5 + (l8 * 4 + q)) < (unsigned)s2) ? in0[(unsigned)(o1 + l7) * (unsigned)args.input_strides[0][0] + (unsigned)(o5 + (l8 * 4 + q)) * (unsigned)args.input_strides[0][1]] : 0.0f;
+                                }
+                            }
+                        }
                     }
                 }
-                float v1[8];
-                #pragma unroll
-                for (int r = 0; r < 8; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        const int l8 = (int)((unsigned)e / 32u % 32u);
-                        const int l9 = (int)((unsigned)e / 1u % 32u);
-                        v1[r] = ((unsigned)(o5 + l9) < (unsigned)s2 && (unsigned)(o2 + l8) < (unsigned)s1) ? dt_load_f32(in1[(unsigned)(o5 + l9) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + l8) * (unsigned)args.input_strides[1][1]]) : 0e0f;
+                /* v1: B copied as it is, along its last axis, 16 bytes at a time where it can be */
+                {
+                    const bool vec9 = (args.inputs[1] & 15) == 0 && args.input_strides[1][1] == 1 && (args.input_strides[1][0] & 3) == 0;
+                    #pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const int e = tid + r * 128;
+                        (void)e; {
+                            const int l10 = (int)((unsigned)e / 8u % 32u);
+                            const int l11 = (int)((unsigned)e / 1u % 8u);
+                            if (vec9 && (unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 4 + 3)) < (unsigned)s1) {
+                                dt_copy16_to_shared(&((float*)(dt_smem + 1152))[l10 * 36 + (l11 * 4)], &in1[(unsigned)(o5 + l10) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l11 * 4)) * (unsigned)args.input_strides[1][1]]);
+                            } else if (!((unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 4)) < (unsigned)s1)) {
+                                *(uint4*)&((float*)(dt_smem + 1152))[l10 * 36 + (l11 * 4)] = make_uint4(0u, 0u, 0u, 0u);
+                            } else {
+                                #pragma unroll
+                                for (int q = 0; q < 4; q++) {
+                                    ((float*)(dt_smem + 1152))[l10 * 36 + (l11 * 4 + q)] = ((unsigned)(o5 + l10) < (unsigned)s2 && (unsigned)(o2 + (l11 * 4 + q)) < (unsigned)s1) ? in1[(unsigned)(o5 + l10) * (unsigned)args.input_strides[1][0] + (unsigned)(o2 + (l11 * 4 + q)) * (unsigned)args.input_strides[1][1]] : 0.0f;
+                                }
+                            }
+                        }
                     }
                 }
                 __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 0)[e] = v0[r]; }
-                __syncthreads();
-                __syncthreads();
-                #pragma unroll
-                for (int r = 0; r < 8; r++) { const int e = ((r / 4) * 128 + tid) * 4 + r % 4; (dt_smem + 1024)[e] = v1[r]; }
-                __syncthreads();
-                float v2[8];
-                #pragma unroll
-                for (int r = 0; r < 8; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        const int l10 = (int)((unsigned)e / 32u % 32u);
-                        const int l11 = (int)((unsigned)e / 1u % 32u);
-                        float a12 = 0.0f;
-                        for (int q = 0; q < 32; q++) a12 = fmaf((dt_smem + 0)[l10 * 32 + q * 1], (dt_smem + 1024)[l11 * 32 + q * 1], a12);
-                        v2[r] = a12;
+                /* rdot on the vector units (fmaf): [x:32, y:32] over k:32 by 2 x 2 groups of 32 lanes of 1 x 1 m16n16k4 fragments */
+                {
+                    const int lane = tid & 31;
+                    const float* fa0 = (const float*)((dt_smem + 0) + ((tid >> 5) / 2 * 16 + (lane >> 3)) * 36);
+                    const float* fb0 = (const float*)((dt_smem + 1152) + (tid >> 5) % 2 * 16 + (lane & 7) * 2);
+                    #pragma unroll
+                    for (int kk = 0; kk < 32; kk += 4) {
+                        float fa[1][16], fb[1][8];
+                        #pragma unroll
+                        for (int i = 0; i < 1; i++) for (int q = 0; q < 4; q++) { const float4 w = *(const float4*)(fa0 + (i * 16 + q * 4) * 36 + kk); fa[i][q * 4] = w.x; fa[i][q * 4 + 1] = w.y; fa[i][q * 4 + 2] = w.z; fa[i][q * 4 + 3] = w.w; }
+                        #pragma unroll
+                        for (int j = 0; j < 1; j++) for (int kq = 0; kq < 4; kq++) { const float2 w = *(const float2*)(fb0 + (kk + kq) * 36 + j * 16); fb[j][kq * 2] = w.x; fb[j][kq * 2 + 1] = w.y; }
+                        #pragma unroll
+                        for (int kq = 0; kq < 4; kq++)
+                        #pragma unroll
+                        for (int i = 0; i < 1; i++)
+                        #pragma unroll
+                        for (int j = 0; j < 1; j++)
+                        #pragma unroll
+                        for (int q = 0; q < 4; q++)
+                        #pragma unroll
+                        for (int c = 0; c < 2; c++) acc0[(i * 1 + j) * 8 + q * 2 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 2 + c], acc0[(i * 1 + j) * 8 + q * 2 + c]);
                     }
                 }
-                #pragma unroll
-                for (int r = 0; r < 8; r++) {
-                    const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                    (void)e; {
-                        acc0[r] = acc0[r] + v2[r];
-                    }
-                }
+                /* acc0 += v2: accumulated by the dot above */
             }
             float v3[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v3[r] = acc0[r];
-                }
+                v3[r] = acc0[r];
             }
             float v6[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
-                }
+                v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
             }
             float v10[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v10[r] = (v8[0] * v3[r]);
-                }
+                v10[r] = (v8[0] * v3[r]);
             }
             float v11[8];
             #pragma unroll
             for (int r = 0; r < 8; r++) {
-                const int e = ((r / 4) * 128 + tid) * 4 + r % 4;
-                (void)e; {
-                    v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
-                }
+                v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
             }
+            /* the fragments two adjacent columns at a time */
             #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int e = (c * 128 + tid) * 4;
-                const int l23 = (int)((unsigned)e / 32u % 32u);
-                const int l24 = (int)((unsigned)e / 1u % 32u);
-                const unsigned a = (unsigned)(o1 + l23) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l24) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + l23) < (unsigned)s0 && (unsigned)(o2 + l24) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(__float_as_uint(v11[c * 4 + 0]), __float_as_uint(v11[c * 4 + 1]), __float_as_uint(v11[c * 4 + 2]), __float_as_uint(v11[c * 4 + 3]));
+            for (int r = 0; r < 8; r += 2) {
+                const int lr = (tid >> 5) / 2 * 16 + (r >> 3) / 1 * 16 + ((tid & 31) >> 3) + ((r >> 1) & 3) * 4, lc = (tid >> 5) % 2 * 16 + (r >> 3) % 1 * 16 + (tid & 7) * 2 + (r & 1);
+                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(float2*)(out + a) = make_float2(v11[r], v11[r + 1]);
+                else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f32(v11[r]);
             }
         }
     }

@@ -324,9 +324,9 @@ impl Emitter<'_> {
             };
             match dot {
                 Some((id, d)) => {
-                    // A computed `a` goes to its slot once every warp is done with what the
-                    // slot held, and is read once every warp has stored its part.
-                    if d.computed_a() {
+                    // A computed `a` the rings do not hold goes to its slot once every warp is
+                    // done with what the slot held, and is read once every warp has stored it.
+                    if d.a_in_slot_each_step() {
                         self.barrier();
                         self.stage(d, 0, None);
                         self.barrier();
@@ -384,7 +384,7 @@ impl Emitter<'_> {
         let (unit, warps) = match t.isa {
             MatrixIsa::MmaSync => ("tensor cores", "warps"),
             MatrixIsa::Mfma => ("matrix cores", "wavefronts"),
-            MatrixIsa::Fma => ("the vector units (fmaf)", "groups of 32 lanes"),
+            MatrixIsa::Fma { .. } => ("the vector units (fmaf)", "groups of 32 lanes"),
         };
         self.line(&format!(
             "/* rdot on {unit}: [{}:{}, {}:{}] over {}:{} by {} x {} {warps} of {fm} x {fn_} m{fr}n{fc}k{} fragments */",
@@ -412,39 +412,50 @@ impl Emitter<'_> {
             MatrixIsa::MmaSync if d.warpgroup => self.warpgroup_steps(d, &acc, buf),
             MatrixIsa::MmaSync => self.mma_sync_steps(d, &acc, buf),
             MatrixIsa::Mfma => self.mfma_steps(d, &acc, buf),
-            MatrixIsa::Fma => self.fma_steps(d, &acc, buf),
+            MatrixIsa::Fma { .. } => self.fma_steps(d, &acc, buf),
         }
     }
 
     /// The contraction of a staged f32 dot in steps of 4 on the CUDA cores (see
-    /// [`MatrixIsa::Fma`]): each lane loads its rows of A and its columns of B for four values
-    /// of k, 16 bytes at a time where the staged lines run along what it loads, and adds their
-    /// products into `acc` with `fmaf`, k in order (as a plain loop sums them).
+    /// [`MatrixIsa::Fma`]): each lane loads its rows of A and its `cols` columns of B for four
+    /// values of k, 16 bytes (8 for pairs of columns) at a time where the staged lines run along
+    /// what it loads, and adds their products into `acc` with `fmaf`, k in order (as a plain loop
+    /// sums them).
     fn fma_steps(&mut self, d: &MmaDot, acc: &str, buf: Option<&str>) {
         let t = d.tile;
         let (fm, fn_) = t.frags();
+        let (_, fc) = t.isa.fragment();
+        let cols = t.isa.adjacent_columns();
         let (pa, pb) = (d.pitch(0), d.pitch(1));
         let (wrow, wcol) = t.warp_origin(1);
         self.line("{");
         self.depth += 1;
         self.line("const int lane = tid & 31;");
         // The lane's first row of A and first column of B at k 0; `fa[i][q * 4 + kq]` holds
-        // row q of fragment i at k `kk + kq`, `fb[j][kq * 4 + c]` column c of fragment j.
+        // row q of fragment i at k `kk + kq`, `fb[j][kq * cols + c]` column c of fragment j.
         let (sa, sb) = (self.buffer(d, 0, buf), self.buffer(d, 1, buf));
         let fa0 = if d.trans(0) { format!("{sa} + {wrow} + (lane >> 3)") } else { format!("{sa} + ({wrow} + (lane >> 3)) * {pa}") };
-        let fb0 = if d.trans(1) { format!("{sb} + {wcol} + (lane & 7) * 4") } else { format!("{sb} + ({wcol} + (lane & 7) * 4) * {pb}") };
+        let fb0 = if d.trans(1) {
+            format!("{sb} + {wcol} + (lane & 7) * {cols}")
+        } else {
+            format!("{sb} + ({wcol} + (lane & 7) * {cols}) * {pb}")
+        };
         self.line(&format!("const float* fa0 = (const float*)({fa0});"));
         self.line(&format!("const float* fb0 = (const float*)({fb0});"));
         self.line("#pragma unroll");
         self.line(&format!("for (int kk = 0; kk < {}; kk += 4) {{", d.depth));
         self.depth += 1;
-        self.line(&format!("float fa[{fm}][16], fb[{fn_}][16];"));
-        let quad = |dst: &str, first: &str, step: u32, src: &str| {
-            format!(
-                "{{ const float4 w = *(const float4*)({src}); {dst}[{first}] = w.x; {dst}[{first} + {step}] = w.y; {dst}[{first} + {}] = w.z; {dst}[{first} + {}] = w.w; }}",
-                2 * step,
-                3 * step
-            )
+        self.line(&format!("float fa[{fm}][16], fb[{fn_}][{}];", 4 * cols));
+        // `n` consecutive floats at `src` (16 or 8 bytes) into `dst[first + step * x]`.
+        let run = |n: u32, dst: &str, first: &str, step: u32, src: &str| {
+            let fields = ["x", "y", "z", "w"];
+            let sets: Vec<String> = (0..n as usize)
+                .map(|x| match x {
+                    0 => format!("{dst}[{first}] = w.x;"),
+                    _ => format!("{dst}[{first} + {}] = w.{};", x as u32 * step, fields[x]),
+                })
+                .collect();
+            format!("{{ const float{n} w = *(const float{n}*)({src}); {} }}", sets.join(" "))
         };
         self.line("#pragma unroll");
         if d.trans(0) {
@@ -455,21 +466,22 @@ impl Emitter<'_> {
         } else {
             self.line(&format!(
                 "for (int i = 0; i < {fm}; i++) for (int q = 0; q < 4; q++) {}",
-                quad("fa[i]", "q * 4", 1, &format!("fa0 + (i * 16 + q * 4) * {pa} + kk"))
+                run(4, "fa[i]", "q * 4", 1, &format!("fa0 + (i * 16 + q * 4) * {pa} + kk"))
             ));
         }
         self.line("#pragma unroll");
         if d.trans(1) {
             self.line(&format!(
                 "for (int j = 0; j < {fn_}; j++) for (int kq = 0; kq < 4; kq++) {}",
-                quad("fb[j]", "kq * 4", 1, &format!("fb0 + (kk + kq) * {pb} + j * 32"))
+                run(cols, "fb[j]", &format!("kq * {cols}"), 1, &format!("fb0 + (kk + kq) * {pb} + j * {fc}"))
             ));
         } else {
             self.line(&format!(
-                "for (int j = 0; j < {fn_}; j++) for (int c = 0; c < 4; c++) {}",
-                quad("fb[j]", "c", 4, &format!("fb0 + (j * 32 + c) * {pb} + kk"))
+                "for (int j = 0; j < {fn_}; j++) for (int c = 0; c < {cols}; c++) {}",
+                run(4, "fb[j]", "c", cols, &format!("fb0 + (j * {fc} + c) * {pb} + kk"))
             ));
         }
+        let regs = 4 * cols;
         self.line("#pragma unroll");
         self.line("for (int kq = 0; kq < 4; kq++)");
         self.line("#pragma unroll");
@@ -480,7 +492,7 @@ impl Emitter<'_> {
         self.line("for (int q = 0; q < 4; q++)");
         self.line("#pragma unroll");
         self.line(&format!(
-            "for (int c = 0; c < 4; c++) {acc}[(i * {fn_} + j) * 16 + q * 4 + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * 4 + c], {acc}[(i * {fn_} + j) * 16 + q * 4 + c]);"
+            "for (int c = 0; c < {cols}; c++) {acc}[(i * {fn_} + j) * {regs} + q * {cols} + c] = fmaf(fa[i][q * 4 + kq], fb[j][kq * {cols} + c], {acc}[(i * {fn_} + j) * {regs} + q * {cols} + c]);"
         ));
         self.depth -= 1;
         self.line("}");
@@ -720,7 +732,7 @@ impl Emitter<'_> {
         // The staged type, its elements in 16 bytes, its zero, and the conversion of a computed
         // operand (f32 in registers) to it.
         let (ety, group, zero, cvt) = match d.tile.isa {
-            MatrixIsa::Fma => ("float", 4, "0.0f", String::new()),
+            MatrixIsa::Fma { .. } => ("float", 4, "0.0f", String::new()),
             MatrixIsa::MmaSync | MatrixIsa::Mfma => ("unsigned short", 8, "(unsigned short)0", format!("dt_f32_to_{}", self.dtype.name())),
         };
         let dst = format!("(({ety}*){})", self.buffer(d, i, buf));
@@ -745,7 +757,7 @@ impl Emitter<'_> {
         // runs are not aligned (rows of 77 elements) does not wait for its loads at every step.
         // (A kernel for whole runs copies elements only at the edges, where the registers these
         // copies' addresses take cost more than the waits.)
-        let async4 = !self.whole_runs && buf.is_some() && d.tile.isa == MatrixIsa::Fma;
+        let async4 = !self.whole_runs && buf.is_some() && d.tile.isa.is_fma();
         let copy = |e: &mut Self, l: &Lanes| {
             let (cond, addr) = e.address(&axes, l, |a| e.input_stride(input, a));
             match async4 {
@@ -829,7 +841,7 @@ impl Emitter<'_> {
     /// at run time.
     pub(super) fn stores_in_runs(&self, value: ValueId, tile: &Shape) -> bool {
         let Some(t) = crate::plan::twins::fragments_in_runs(self.k, value, self.layout(value), tile) else { return false };
-        (self.output_in_runs() || t.isa == MatrixIsa::Fma) && self.sources_plan(Reader::Store(value)).is_none()
+        (self.output_in_runs() || t.isa.is_fma()) && self.sources_plan(Reader::Store(value)).is_none()
     }
 
     /// The store of fragments `src` (layout `t`) to output tile `tile` a run of adjacent columns

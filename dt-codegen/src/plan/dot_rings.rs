@@ -73,21 +73,28 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
         if dots.is_empty() || !dots.iter().all(fed) || !loads_fed {
             continue;
         }
-        let held = |d: &MmaDot, i: usize| d.direct[i].as_ref().is_some_and(|load| !load.axes.contains(&l.dim));
+        // An operand the steps share: a copy that does not read the loop's dimension, or a
+        // computed `a` from before the loop, stored once.
+        let held = |d: &MmaDot, i: usize| match &d.direct[i] {
+            Some(load) => !load.axes.contains(&l.dim),
+            None => i == 0 && d.computed_a() && !defines(&l.body, d.a),
+        };
+        // The operands that take buffers of the rings: the copied ones and the held computed `a`.
+        let ringed = |d: &MmaDot, i: usize| d.direct[i].is_some() || held(d, i);
         let words = |stages: u32, swizzle: bool| -> usize {
             dots.iter()
                 .filter_map(|v| p.dot(*v))
                 .map(|d| {
                     let d = with_swizzle(d, swizzle);
                     (0..2)
-                        .filter(|i| d.direct[*i].is_some())
+                        .filter(|i| ringed(&d, *i))
                         .map(|i| d.buffer_words(i) * if held(&d, i) { 1 } else { stages as usize })
                         .sum::<usize>()
                 })
                 .sum()
         };
         // The most stages that fit, padded where that fits, else swizzled.
-        let slots = dot_slot_words(p, &dots);
+        let slots = dot_slot_words(p, &dots, |d| ringed(d, 0));
         let fits = |stages: u32, swizzle: bool| (p.ring_words + slots + words(stages, swizzle)) * 4 <= ring_bytes(k, &p.target);
         let choice = (2..=l.stages).rev().find_map(|s| [false, true].into_iter().find(|sw| fits(s, *sw)).map(|sw| (s, sw)));
         let Some((stages, swizzle)) = choice else { continue };
@@ -107,7 +114,7 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
             };
             let mut next = start;
             for i in 0..2 {
-                if d.direct[i].is_none() {
+                if !ringed(d, i) {
                     continue;
                 }
                 ring.at[i] = Some(next);
@@ -134,8 +141,9 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
 
 /// The 4-byte words that the dots' slots 0 and 1 will take (`publishing` makes each slot as
 /// large as its largest user): each dot that stages its operands where it stands, pipelined
-/// alone or not, and the computed `a` of a dot fed by rings, `ringed` among them.
-fn dot_slot_words(p: &Plan, ringed: &[ValueId]) -> usize {
+/// alone or not, and the computed `a` of a dot fed by rings (`ringed` among them) unless the
+/// rings hold it (`a_ringed`).
+fn dot_slot_words(p: &Plan, ringed: &[ValueId], a_ringed: impl Fn(&MmaDot) -> bool) -> usize {
     let mut slot = [0usize; 2];
     for (v, d) in &p.dots {
         if d.wgmma {
@@ -147,7 +155,7 @@ fn dot_slot_words(p: &Plan, ringed: &[ValueId]) -> usize {
                     *words = (*words).max(d.slot_words(i));
                 }
             }
-        } else if d.computed_a() {
+        } else if (ringed.contains(v) && d.computed_a() && !a_ringed(d)) || d.a_in_slot_each_step() {
             slot[0] = slot[0].max(d.buffer_words(0));
         }
     }
@@ -273,4 +281,13 @@ fn with_swizzle(d: &MmaDot, swizzle: bool) -> MmaDot {
         d.swizzle[i] = d.direct[i].is_some() && ((swizzle && d.can_swizzle(i)) || (d.warpgroup && d.fits_atoms(i)));
     }
     d
+}
+
+/// Whether `stmts` (nested loops included) define value `v`.
+fn defines(stmts: &[Stmt], v: ValueId) -> bool {
+    stmts.iter().any(|s| match s {
+        Stmt::Let { value, .. } => *value == v,
+        Stmt::Loop(l) => defines(&l.body, v),
+        _ => false,
+    })
 }

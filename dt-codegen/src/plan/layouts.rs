@@ -47,12 +47,15 @@ pub(crate) enum MatrixIsa {
     /// `B[(l / 16) * 4 + q][l % 16]`.
     Mfma,
     /// f32 on the CUDA cores (the vector ALUs on AMD): fused multiply-adds over f32 operands
-    /// staged in shared memory, in fragments of 16 x 32 per 32 lanes (half a wavefront on AMD). Lane `l` holds rows `l / 8 + 4 q` for `q` in 0..4
-    /// and columns `(l % 8) * 4 + c` for `c` in 0..4; register `r` holds fragment `r / 16`,
-    /// `q = (r / 4) % 4`, `c = r % 4`. The lanes reading at once (a quarter warp) share their
-    /// rows and read 128 consecutive bytes of a [K][cols] operand line, and the four quarters'
-    /// rows are consecutive lines, which the staging pitch puts in distinct banks.
-    Fma,
+    /// staged in shared memory, in fragments of 16 x (8 `cols`) per 32 lanes (half a wavefront
+    /// on AMD), `cols` 4 or 2. Lane `l` holds rows `l / 8 + 4 q` for `q` in 0..4 and columns
+    /// `(l % 8) * cols + c` for `c` in 0..cols; register `r` holds fragment `r / (4 cols)`,
+    /// `q = (r / cols) % 4`, `c = r % cols`. The lanes reading at once (a quarter warp) share
+    /// their rows and read 16 `cols` consecutive bytes of a [K][cols] operand line, and the four
+    /// quarters' rows are consecutive lines, which the staging pitch puts in distinct banks.
+    /// Fragments of 16 x 32 (`cols` 4) where the tile has enough of them for the warps, else of
+    /// 16 x 16 (the talk's 2mm: 16 x 64 over four warps).
+    Fma { cols: u32 },
 }
 
 impl MatrixIsa {
@@ -62,7 +65,7 @@ impl MatrixIsa {
         match (dialect, dtype) {
             (Dialect::Cuda, DType::F16 | DType::BF16) => MatrixIsa::MmaSync,
             (Dialect::Hip, DType::F16 | DType::BF16) => MatrixIsa::Mfma,
-            (_, DType::F32) => MatrixIsa::Fma,
+            (_, DType::F32) => MatrixIsa::Fma { cols: 4 },
         }
     }
 
@@ -71,7 +74,7 @@ impl MatrixIsa {
         match self {
             MatrixIsa::MmaSync => (16, 8),
             MatrixIsa::Mfma => (16, 16),
-            MatrixIsa::Fma => (16, 32),
+            MatrixIsa::Fma { cols } => (16, 8 * cols),
         }
     }
 
@@ -79,7 +82,7 @@ impl MatrixIsa {
     /// lanes on either dialect.
     pub(crate) fn lane_bits(self) -> u32 {
         match self {
-            MatrixIsa::MmaSync | MatrixIsa::Fma => 5,
+            MatrixIsa::MmaSync | MatrixIsa::Fma { .. } => 5,
             MatrixIsa::Mfma => 6,
         }
     }
@@ -88,7 +91,7 @@ impl MatrixIsa {
     pub(crate) fn register_bits(self) -> u32 {
         match self {
             MatrixIsa::MmaSync | MatrixIsa::Mfma => 2,
-            MatrixIsa::Fma => 4,
+            MatrixIsa::Fma { cols } => 2 + cols.trailing_zeros(),
         }
     }
 
@@ -98,7 +101,7 @@ impl MatrixIsa {
         match self {
             MatrixIsa::MmaSync => (2, 4),
             MatrixIsa::Mfma => (4, 16),
-            MatrixIsa::Fma => (4, 8),
+            MatrixIsa::Fma { .. } => (4, 8),
         }
     }
 
@@ -106,7 +109,7 @@ impl MatrixIsa {
     pub(crate) fn k_step(self) -> u32 {
         match self {
             MatrixIsa::MmaSync | MatrixIsa::Mfma => 16,
-            MatrixIsa::Fma => 4,
+            MatrixIsa::Fma { .. } => 4,
         }
     }
 
@@ -114,19 +117,24 @@ impl MatrixIsa {
     pub(crate) fn operand_bytes(self) -> u32 {
         match self {
             MatrixIsa::MmaSync | MatrixIsa::Mfma => 2,
-            MatrixIsa::Fma => 4,
+            MatrixIsa::Fma { .. } => 4,
         }
     }
 
     /// How many adjacent output columns a lane holds in consecutive registers of a fragment
-    /// (stored together by one wider write): column pairs of `mma.sync`, runs of four of `Fma`;
+    /// (stored together by one wider write): column pairs of `mma.sync`, runs of `cols` of `Fma`;
     /// an MFMA lane holds one column per fragment row.
     pub(crate) fn adjacent_columns(self) -> u32 {
         match self {
             MatrixIsa::MmaSync => 2,
             MatrixIsa::Mfma => 1,
-            MatrixIsa::Fma => 4,
+            MatrixIsa::Fma { cols } => cols,
         }
+    }
+
+    /// Whether it is f32 `Fma`, of either fragment width.
+    pub(crate) fn is_fma(self) -> bool {
+        matches!(self, MatrixIsa::Fma { .. })
     }
 
     /// How the plan and the generated code's comments name it.
@@ -134,7 +142,7 @@ impl MatrixIsa {
         match self {
             MatrixIsa::MmaSync => "mma.sync",
             MatrixIsa::Mfma => "mfma",
-            MatrixIsa::Fma => "fma",
+            MatrixIsa::Fma { .. } => "fma",
         }
     }
 }
@@ -169,7 +177,10 @@ impl MmaTile {
         let (in_row, in_col) = match self.isa {
             MatrixIsa::MmaSync => (format!("({lane} >> 2) + (({r} >> 1) & 1) * 8"), format!("(tid & 3) * 2 + ({r} & 1)")),
             MatrixIsa::Mfma => (format!("({lane} >> 4) * 4 + ({r} & 3)"), "(tid & 15)".to_string()),
-            MatrixIsa::Fma => (format!("({lane} >> 3) + (({r} >> 2) & 3) * 4"), format!("(tid & 7) * 4 + ({r} & 3)")),
+            MatrixIsa::Fma { cols } => {
+                let c = cols.trailing_zeros();
+                (format!("({lane} >> 3) + (({r} >> {c}) & 3) * 4"), format!("(tid & 7) * {cols} + ({r} & {})", cols - 1))
+            }
         };
         let f = self.isa.register_bits();
         let (warp_row, warp_col) = self.warp_origin(1);
@@ -197,7 +208,9 @@ impl MmaTile {
         match self.isa {
             MatrixIsa::MmaSync => format!("({r} >> 2) / {fn_} * 2 + (({r} >> 1) & 1)"),
             MatrixIsa::Mfma => format!("({r} >> 2) / {fn_} * 4 + ({r} & 3)"),
-            MatrixIsa::Fma => format!("({r} >> 4) / {fn_} * 4 + (({r} >> 2) & 3)"),
+            MatrixIsa::Fma { cols } => {
+                format!("({r} >> {}) / {fn_} * 4 + (({r} >> {}) & 3)", self.isa.register_bits(), cols.trailing_zeros())
+            }
         }
     }
 
@@ -210,7 +223,7 @@ impl MmaTile {
         let row = match self.isa {
             MatrixIsa::MmaSync => format!("{base} + ({s} >> 1) * 16 + ({lane} >> 2) + ({s} & 1) * 8"),
             MatrixIsa::Mfma => format!("{base} + ({s} >> 2) * 16 + ({lane} >> 4) * 4 + ({s} & 3)"),
-            MatrixIsa::Fma => format!("{base} + ({s} >> 2) * 16 + ({lane} >> 3) + ({s} & 3) * 4"),
+            MatrixIsa::Fma { .. } => format!("{base} + ({s} >> 2) * 16 + ({lane} >> 3) + ({s} & 3) * 4"),
         };
         (row, format!("(tid >> {bits}) % {}", self.wn))
     }
@@ -404,6 +417,12 @@ impl MmaDot {
     /// stands: neither copied from an input nor read from fragments.
     pub fn computed_a(&self) -> bool {
         self.direct[0].is_none() && !self.a_in_fragments
+    }
+
+    /// Whether the dot is fed by rings that do not hold its computed `a`: that is staged from
+    /// registers into slot 0 at every step of the loop.
+    pub fn a_in_slot_each_step(&self) -> bool {
+        self.computed_a() && self.ring.is_some_and(|r| r.at[0].is_none())
     }
 
     /// Whether operand `i` can be swizzled: an `mma.sync` operand whose lines are whole
@@ -635,7 +654,14 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
                 continue;
             }
             if stageable(dtype, *a, &def) && stageable(dtype, *b, &def) {
-                if let Some(d) = geometry(k, isa, warps, *id, *a, *b, *dim, whole_rows) {
+                // `Fma` in pairs of columns where the tile has too few fragments of four.
+                let narrow = match isa {
+                    MatrixIsa::Fma { .. } => Some(MatrixIsa::Fma { cols: 2 }),
+                    _ => None,
+                };
+                let found = geometry(k, isa, warps, *id, *a, *b, *dim, whole_rows)
+                    .or_else(|| narrow.and_then(|isa| geometry(k, isa, warps, *id, *a, *b, *dim, whole_rows)));
+                if let Some(d) = found {
                     p.values[id.0 as usize] = RegLayout::Mma(d.tile);
                     p.dots.push((*id, d));
                 }
@@ -1085,7 +1111,7 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
             }
             let from = match &d.direct[i] {
                 Some(l) => format!("{} copied from global memory", k.inputs[l.input].name),
-                None if t.isa == MatrixIsa::Fma => "computed, from registers".to_string(),
+                None if t.isa.is_fma() => "computed, from registers".to_string(),
                 None => format!("computed, from registers (rounded to {})", dtype.name()),
             };
             let copies = |r: RingBuffers| match r.maps[i] {
@@ -1098,6 +1124,12 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
             };
             let ring = match d.ring {
                 Some(r) if r.at[i].is_none() => ", in its slot at every step of the loop whose rings feed the dot".to_string(),
+                Some(r) if d.direct[i].is_none() => {
+                    format!(
+                        ", held for the loop (one buffer of its rings, stored before it; {})",
+                        stages_asked(k, *id, r.stages, &p.target)
+                    )
+                }
                 Some(r) if r.held[i] => format!(", held for the loop (one buffer, copied before it, {})", copies(r)),
                 Some(r) => format!(", a ring of {} buffers ({}, {})", r.stages, copies(r), stages_asked(k, *id, r.stages, &p.target)),
                 None => String::new(),

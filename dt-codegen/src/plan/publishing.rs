@@ -95,9 +95,10 @@ pub(crate) fn plan_publishing(k: &Kernel, plan: &Plan, mapping: Mapping) -> Publ
                                 // Read by wgmma from the ring of a warp-specialized loop.
                                 Some(d) if d.wgmma => {}
                                 // Staged in the rings of its loop (`super::dot_rings`), but for
-                                // a computed `a`, staged in slot 0 at each step.
+                                // a computed `a` the rings do not hold, staged in slot 0 at each
+                                // step.
                                 Some(d) if d.ring.is_some() => {
-                                    if d.computed_a() {
+                                    if d.a_in_slot_each_step() {
                                         grow(p, 0, d.buffer_words(0));
                                     }
                                 }

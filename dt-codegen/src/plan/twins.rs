@@ -13,7 +13,7 @@
 //! them: no launch of other layouts reaches it. A warp-specialized kernel reads and writes
 //! through tensor maps, whatever the layouts: it has no twins.
 
-use super::layouts::{collect, Mapping, MatrixIsa, Plan, RegLayout};
+use super::layouts::{collect, Mapping, Plan, RegLayout};
 use dt_core::algo::DimId;
 use dt_core::kir::*;
 use dt_core::select::Layouts;
@@ -44,9 +44,8 @@ pub(crate) fn twins(k: &Kernel, dtype: DType, mapping: Mapping, registers: &Plan
 /// ([`masks_by_run`]), fragments stored in runs of adjacent columns, or the f32 elements of a
 /// pipelined dot's operands copied one by one (asynchronously only in a kernel for any layout).
 fn depends_on_whole_runs(k: &Kernel, mapping: Mapping, registers: &Plan) -> bool {
-    let pipelined_fma = |d: &super::layouts::MmaDot| {
-        d.tile.isa == MatrixIsa::Fma && (d.stages > 1 || d.ring.is_some()) && d.direct.iter().any(Option::is_some)
-    };
+    let pipelined_fma =
+        |d: &super::layouts::MmaDot| d.tile.isa.is_fma() && (d.stages > 1 || d.ring.is_some()) && d.direct.iter().any(Option::is_some);
     if registers.dots.iter().any(|(_, d)| pipelined_fma(d)) {
         return true;
     }

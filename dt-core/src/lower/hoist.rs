@@ -19,9 +19,12 @@
 //! A value moves when it is a constant, a scalar argument, a dimension's size (or its lanes in
 //! this program's block), or an element-wise operation whose operands are all computed outside
 //! the loop (or moved before it).
-//! Loads, indices, masks, reductions and reads of accumulators stay: they depend on the step or
-//! on what the loop updates. Inner loops are treated first, so a value can move out of several.
+//! So does a mask along another dimension than the loop's (the talk's 2mm masks the product A B
+//! along `l`, computed once, where the loop over `n` reads it). Loads, indices, masks along the
+//! loop's dimension, reductions and reads of accumulators stay: they depend on the step or on
+//! what the loop updates. Inner loops are treated first, so a value can move out of several.
 
+use crate::algo::DimId;
 use crate::kir::{Kernel, Op, Stmt, ValueId};
 use std::collections::HashSet;
 
@@ -42,7 +45,7 @@ fn rewrite(stmts: Vec<Stmt>) -> Vec<Stmt> {
         let mut kept = Vec::with_capacity(body.len());
         for s in body {
             match s {
-                Stmt::Let { value, op } if same_every_step(&op) && op.operands().iter().all(|o| !inside.contains(o)) => {
+                Stmt::Let { value, op } if same_every_step(&op, l.dim) && op.operands().iter().all(|o| !inside.contains(o)) => {
                     inside.remove(&value);
                     out.push(Stmt::Let { value, op });
                 }
@@ -55,9 +58,14 @@ fn rewrite(stmts: Vec<Stmt>) -> Vec<Stmt> {
     out
 }
 
-/// Whether the operation gives the same result wherever its operands are the same.
-fn same_every_step(op: &Op) -> bool {
-    matches!(op, Op::Const(_) | Op::Scalar(_) | Op::Len(_) | Op::BlockLanes(_) | Op::Unary(..) | Op::Binary(..) | Op::Select(..))
+/// Whether the operation gives the same result at every step of a loop over `dim` wherever its
+/// operands are the same: a mask along another dimension is one (its lanes are those of that
+/// dimension's enclosing offset, which the loop does not move).
+fn same_every_step(op: &Op, dim: DimId) -> bool {
+    match op {
+        Op::MaskFill { dim: masked, .. } => *masked != dim,
+        _ => matches!(op, Op::Const(_) | Op::Scalar(_) | Op::Len(_) | Op::BlockLanes(_) | Op::Unary(..) | Op::Binary(..) | Op::Select(..)),
+    }
 }
 
 /// The values that `stmts` define, nested loops included.
