@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 #[allow(unused_imports)]
-pub use dt_codegen::reference::{approximate, compare, ulp};
+pub use dt_codegen::reference::{approximate, compare, compare_within, rounding_slack, ulp};
 #[allow(unused_imports)]
 pub use dt_core::explore::{random_args, random_values};
 use dt_core::DType;
