@@ -204,7 +204,7 @@ fn check_spec(rel: &str) -> usize {
                     match lib.run_limited(info, k, &bound, *dtype, MAX_STEPS) {
                         Ok(Some(got)) => {
                             cases += 1;
-                            let slack = rounding_slack(&p, fid, k, &args, *dtype);
+                            let slack = rounding_slack(p, fid, k, &args, *dtype);
                             if let Err(e) = compare_within(&got, &want, *dtype, reduction_len, approximate(k, *dtype), slack.as_ref()) {
                                 failures.push(format!("{}: {e}\n{}", what(), s.spec));
                             }
