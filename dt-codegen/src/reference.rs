@@ -75,21 +75,11 @@ pub fn rounding_slack(
     args: &dt_core::tensor::Args,
     dtype: DType,
 ) -> Option<Tensor> {
-    use dt_core::kir::{Op, Stmt};
+    use dt_core::kir::Op;
     if dtype == DType::F32 {
         return None;
     }
-    let mut lets = Vec::new();
-    fn collect<'a>(stmts: &'a [Stmt], out: &mut Vec<(dt_core::kir::ValueId, &'a Op)>) {
-        for s in stmts {
-            match s {
-                Stmt::Let { value, op } => out.push((*value, op)),
-                Stmt::Loop(l) => collect(&l.body, out),
-                _ => {}
-            }
-        }
-    }
-    collect(&k.body, &mut lets);
+    let lets = k.lets();
     let def = |v: dt_core::kir::ValueId| lets.iter().find(|(x, _)| *x == v).map(|(_, op)| *op);
     let copied = |v| match def(v) {
         Some(Op::Load { .. }) => true,

@@ -510,6 +510,22 @@ impl Kernel {
         self.values.push(v);
         ValueId(self.values.len() as u32 - 1)
     }
+    /// Every `let` of the body, nested loops included, in program order.
+    pub fn lets(&self) -> Vec<(ValueId, &Op)> {
+        fn walk<'a>(stmts: &'a [Stmt], out: &mut Vec<(ValueId, &'a Op)>) {
+            for s in stmts {
+                match s {
+                    Stmt::Let { value, op } => out.push((*value, op)),
+                    Stmt::Loop(l) => walk(&l.body, out),
+                    _ => {}
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.body, &mut out);
+        out
+    }
+
     /// How many times each value is read (by operations, updates and stores), by value id.
     pub fn use_counts(&self) -> Vec<usize> {
         let mut n = vec![0; self.values.len()];

@@ -4,7 +4,7 @@
 
 use super::warp_specialize::{Major, StagedStore, WarpSpecialized, ROWS_PER_CONSUMER, ROW_BYTES, STORE_BUFFERS, STORE_COLS};
 use super::GpuPlan;
-use dt_core::kir::{Kernel, Op, Stmt};
+use dt_core::kir::{Kernel, Op};
 
 /// Checks `p` against kernel `k`; an error names the first broken rule.
 pub fn verify(k: &Kernel, p: &GpuPlan) -> Result<(), String> {
@@ -88,8 +88,7 @@ fn warp_specialized(k: &Kernel, p: &GpuPlan, w: &WarpSpecialized) -> Result<(), 
         return Err("the wgmma instructions do not cover the tile".into());
     }
     // The plan names the loop's dot, its accumulator and its loads.
-    let mut lets = Vec::new();
-    collect(&k.body, &mut lets);
+    let lets = k.lets();
     let is = |v, pred: &dyn Fn(&Op) -> bool| lets.iter().any(|(x, op)| *x == v && pred(op));
     if !is(w.dot, &|op| matches!(op, Op::Dot { dim, .. } if *dim == w.k)) {
         return Err("the planned dot is not a dot over the loop's dimension".into());
@@ -133,16 +132,6 @@ fn staged_store(k: &Kernel, w: &WarpSpecialized, s: &StagedStore) -> Result<(), 
         return Err("the consumer warpgroups' barriers are not among named barriers 2 to 15, before the producer's".into());
     }
     Ok(())
-}
-
-fn collect<'a>(stmts: &'a [Stmt], out: &mut Vec<(dt_core::kir::ValueId, &'a Op)>) {
-    for s in stmts {
-        match s {
-            Stmt::Let { value, op } => out.push((*value, op)),
-            Stmt::Loop(l) => collect(&l.body, out),
-            _ => {}
-        }
-    }
 }
 
 /// Checks the older path's register plan `p` of kernel `k` (see [`super::register_layouts`]):
