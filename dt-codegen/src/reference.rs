@@ -65,8 +65,8 @@ pub fn compare_within(
 /// rounded to `dtype`, half an ulp of relative error per term, which the reference (f32
 /// throughout) does not make. The sum of the terms' magnitudes is bounded by the kernel's result
 /// on the inputs' magnitudes, where every operation of the kernel keeps that bound (loads,
-/// sums, products, dots, masks): then the slack is half an ulp of that, twice over (the
-/// rounded operand and the result of the dot it feeds, in a chain). `None` elsewhere: f32, no
+/// sums, products, dots, masks, constants not below 0): then the slack is half an ulp of
+/// that, twice over (the rounded operand and the result of the dot it feeds, in a chain). `None` elsewhere: f32, no
 /// computed operand, or an operation the bound does not pass through (exp, division, ...).
 pub fn rounding_slack(
     p: &dt_core::algo::Program,
@@ -90,7 +90,8 @@ pub fn rounding_slack(
     let keeps_bound = lets.iter().all(|(_, op)| match op {
         Op::Binary(b, ..) => matches!(b, dt_core::algo::BinOp::Add | dt_core::algo::BinOp::Mul),
         Op::Reduce { op, .. } | Op::RunReduce { op, .. } => *op == dt_core::algo::RedOp::Sum,
-        Op::Const(_) | Op::Len(_) | Op::Load { .. } | Op::MaskFill { .. } | Op::Dot { .. } | Op::Var(_) => true,
+        Op::Const(c) => *c >= 0.0,
+        Op::Len(_) | Op::Load { .. } | Op::MaskFill { .. } | Op::Dot { .. } | Op::Var(_) => true,
         _ => false,
     });
     if !computed_operand || !keeps_bound {

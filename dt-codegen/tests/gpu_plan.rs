@@ -222,3 +222,25 @@ fn stages_the_plan_lowers_are_shown() {
     let text = plan(&src.replace("num_stages(4)", "num_stages(8)"));
     assert!(text.contains("num_stages(8) lowered to 5"), "{text}");
 }
+
+/// A `num_stages` loop over a result dimension copies its dots' operands ahead through rings:
+/// the talk's 2mm in f16 holds the product A B (computed before the loop over n, where the
+/// mask along `l` moved) in one buffer and takes C's tiles through a ring. A loop whose steps
+/// meet the cluster keeps its plain form, waiting for each meeting at the end of its step.
+#[test]
+fn loops_across_result_tiles_copy_ahead_unless_they_meet_the_cluster() {
+    let read = |rel: &str| std::fs::read_to_string(format!("{}/{rel}", env!("CARGO_MANIFEST_DIR"))).expect("spec");
+    let plan = |src: &str| {
+        let p = dt_core::compile_spec(src).expect("checks");
+        let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+        dt_codegen::plan::print_cuda(&k).expect("plans")
+    };
+    let text = plan(&read("tests/specs/talk_2mm_f16.dt"));
+    assert!(
+        text.contains("computed, from registers (rounded to f16), staged [rows][K], ldmatrix, lines of 136 elements, held for the loop"),
+        "{text}"
+    );
+    assert!(text.contains("C copied from global memory") && text.contains("a ring of 3 buffers"), "{text}");
+    let text = plan(&read("tests/cluster/meeting_in_result_loop.dt"));
+    assert!(text.contains("waits at the end of the loop of y.tensorize(n:64)") && !text.contains("ring"), "{text}");
+}

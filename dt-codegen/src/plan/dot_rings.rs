@@ -50,7 +50,10 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
         let contraction = l.kind == LoopKind::Reduction || k.grid.reduces_a_cluster_share(l);
         // A loop over result tiles (the talk's 2mm: a block of rows times each 64 columns of C,
         // over all of them) copies the operands of its steps ahead alike; its steps run forward.
-        if l.stages < 2 || (l.backward && !contraction) || l.body.iter().any(|s| matches!(s, Stmt::Loop(_))) {
+        // A loop whose body meets the cluster keeps its plain form, where the cluster waits are
+        // placed at the end of each step (`cluster_waits`).
+        let meets = super::cluster_waits::reduces_over_the_cluster(&l.body);
+        if l.stages < 2 || (l.backward && !contraction) || meets || l.body.iter().any(|s| matches!(s, Stmt::Loop(_))) {
             continue;
         }
         let dots: Vec<ValueId> = l
