@@ -110,10 +110,12 @@ pub fn encode_tensor_map(p: &TensorMapParams, dtype: DType) -> Result<[u8; TENSO
     Ok(out)
 }
 
-/// Gives function `f` the attributes its launch needs: dynamic shared memory above the default
-/// 48 KiB, and clusters above the portable size.
+/// Gives function `f` the attributes its launch needs: dynamic shared memory above what a launch
+/// gets unasked (48 KiB less the function's static shared memory: a cluster reduction's slots
+/// are static, 32 KiB for 512 threads), and clusters above the portable size.
 pub fn configure(f: &CudaFunction, shared_bytes: u32, cluster: u32) -> Result<(), DriverError> {
-    if shared_bytes > 48 * 1024 {
+    let static_bytes = f.shared_size_bytes()?.max(0) as u32;
+    if shared_bytes + static_bytes > 48 * 1024 {
         f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes as i32)?;
     }
     if cluster > dt_core::signature::MAX_PORTABLE_CLUSTER {
