@@ -244,3 +244,18 @@ fn loops_across_result_tiles_copy_ahead_unless_they_meet_the_cluster() {
     let text = plan(&read("tests/cluster/meeting_in_result_loop.dt"));
     assert!(text.contains("waits at the end of the loop of y.tensorize(n:64)") && !text.contains("ring"), "{text}");
 }
+
+/// The buffers of a kernel's cluster meetings are static shared memory, which the block's
+/// limit counts with the tiles: a contraction split over a cluster whose 256 x 256 tile the
+/// cluster sums (256 KiB of f32) is refused by the plan, not by the driver at launch.
+#[test]
+fn cluster_meetings_count_against_the_shared_memory_limit() {
+    let src = "Func y; In A, C; Var m, n; RVar k; y[m, n] = rdot(A[m, k], C[k, n], k); y.block(m:256, n:256, k:64); y.cluster(k:2); y.tensorize(m:256, n:256, k:16); y.num_warps(16); y.dtypes(f16); y.compile();\n";
+    let err = plan_text(src).expect_err("the plan refuses it");
+    assert!(err.contains("needs 282880 bytes of shared memory for its tiles and its cluster meetings (at most 232448 on sm_90a)"), "{err}");
+    let fits = src
+        .replace("m:256, n:256, k:64", "m:128, n:256, k:64")
+        .replace("tensorize(m:256", "tensorize(m:128")
+        .replace("num_warps(16)", "num_warps(8)");
+    assert!(plan_text(&fits).is_ok());
+}

@@ -12,7 +12,7 @@
 
 use super::layouts::Plan;
 use super::{PlanError, Target, WarpSpecialized};
-use dt_core::kir::Kernel;
+use dt_core::kir::{Kernel, Op};
 
 /// Shared memory a clustered kernel keeps out of its staged rows' rings, for the slots of its
 /// cluster reductions (static shared memory, which the dynamic limit does not count).
@@ -62,17 +62,37 @@ pub(crate) fn lay_out(
     total += plan.ring_words;
     let bytes = (total * 4) as u32 + if k.wgmma { ATOM_WORDS as u32 * 4 } else { 0 };
     let limit = plan.target.shared_bytes_per_block;
+    // The buffers of the cluster meetings are static shared memory, which a block's limit counts
+    // with the dynamic part.
+    let with_meetings = bytes + cluster_meeting_bytes(k);
     match ws {
-        Some((_, t)) if bytes > t.shared_bytes_per_block => Err(PlanError(format!(
-            "kernel `{}` needs {bytes} bytes of shared memory for its ring and tiles (at most {} on {}); lower num_stages",
+        Some((_, t)) if with_meetings > t.shared_bytes_per_block => Err(PlanError(format!(
+            "kernel `{}` needs {with_meetings} bytes of shared memory for its ring and tiles (at most {} on {}); lower num_stages",
             k.name, t.shared_bytes_per_block, t.name
         ))),
-        None if bytes > limit => Err(PlanError(format!(
-            "kernel `{}` needs {bytes} bytes of shared memory for its tiles (at most {limit} on {}); use smaller tiles",
-            k.name, plan.target.name
+        None if with_meetings > limit => Err(PlanError(format!(
+            "kernel `{}` needs {with_meetings} bytes of shared memory for its tiles{} (at most {limit} on {}); use smaller tiles",
+            k.name,
+            if with_meetings > bytes { " and its cluster meetings" } else { "" },
+            plan.target.name
         ))),
         _ => Ok(SharedLayout { slot_offsets, dot_rings, staged_rings: total, bytes }),
     }
+}
+
+/// Bytes of the static shared memory of kernel `k`'s cluster meetings (`emit::gpu_cluster`): a
+/// buffer of the met tile per `ClusterReduce`, of three per `ClusterPaired`.
+pub(crate) fn cluster_meeting_bytes(k: &Kernel) -> u32 {
+    let bytes: usize = k
+        .lets()
+        .iter()
+        .map(|(v, op)| match op {
+            Op::ClusterReduce { .. } => 4 * k.value(*v).shape.elements(),
+            Op::ClusterPaired { .. } => 12 * k.value(*v).shape.elements(),
+            _ => 0,
+        })
+        .sum();
+    bytes.min(u32::MAX as usize) as u32
 }
 
 /// Whether a staged loop's ring, ending `end_words` words from the start of shared memory, fits
