@@ -7,11 +7,14 @@
 //! plain loads and waited for them (three round trips to memory per step of attention, nothing
 //! in flight while the dots worked), and copied the queries again.
 //!
-//! It applies on CUDA (`cp.async`; `mma.sync` and f32 `Fma` dots) to a reduction loop with
-//! `num_stages` of 2 or more and no nested loop, whose every load is made by a staged dot of the
-//! loop, each such dot copying both its operands or reading `a` from fragments
-//! ([`MmaDot::a_in_fragments`]). A loop around a single dot that is all it does is the plain
-//! pipeline's (`layouts::pipeline`).
+//! It applies on CUDA (`cp.async`; `mma.sync` and f32 `Fma` dots) to a loop with `num_stages`
+//! of 2 or more and no nested loop, a reduction loop or a forward loop over a result dimension
+//! (the talk's 2mm steps over the columns of `C`), whose body meets no cluster and whose every
+//! load is made by a staged dot of the loop, each such dot copying its `b`. Its `a` is copied
+//! too, read from fragments ([`MmaDot::a_in_fragments`]), or computed: one computed before the
+//! loop is held in a buffer of the rings, stored from registers once; one computed in the loop
+//! is stored into its slot at every step ([`MmaDot::a_in_slot_each_step`]). A loop around a
+//! single dot that is all it does is the plain pipeline's (`layouts::pipeline`).
 //! The operands' lines are padded where the rings fit so, else swizzled ([`MmaDot::swizzle`]):
 //! S is lowered until the rings fit the shared memory of the kernel's target less the slots'
 //! reserve ([`ring_bytes`]); a loop whose rings do not fit with two
