@@ -37,9 +37,10 @@ pub(crate) const SLOTS_RESERVE: usize = 2 * 1024;
 
 /// Most shared memory (bytes) the rings of kernel `k` may take on `target`: what it gives a
 /// block less the slots' reserve ([`RING_SLOTS_RESERVE`], or [`SLOTS_RESERVE`] in a `wgmma()`
-/// kernel).
+/// kernel) and the static buffers of its cluster meetings.
 fn ring_bytes(k: &Kernel, target: &crate::plan::Target) -> usize {
-    target.shared_bytes_per_block as usize - if k.wgmma { SLOTS_RESERVE } else { RING_SLOTS_RESERVE }
+    let reserve = if k.wgmma { SLOTS_RESERVE } else { RING_SLOTS_RESERVE };
+    (target.shared_bytes_per_block as usize).saturating_sub(reserve + super::shared::cluster_meeting_bytes(k) as usize)
 }
 
 /// Gives the dots of every loop that qualifies (see the module docs) their rings, laid out one

@@ -96,9 +96,10 @@ pub(crate) fn cluster_meeting_bytes(k: &Kernel) -> u32 {
 }
 
 /// Whether a staged loop's ring, ending `end_words` words from the start of shared memory, fits
-/// kernel `k` on `target` (less [`CLUSTER_SLOTS_RESERVE`] in a clustered kernel).
+/// kernel `k` on `target` (less the static buffers of its cluster meetings, at least
+/// [`CLUSTER_SLOTS_RESERVE`] in a clustered kernel).
 pub(crate) fn staged_ring_fits(k: &Kernel, target: &Target, end_words: usize) -> bool {
-    let reserve = if k.grid.cluster.is_some() { CLUSTER_SLOTS_RESERVE } else { 0 };
+    let reserve = if k.grid.cluster.is_some() { CLUSTER_SLOTS_RESERVE.max(cluster_meeting_bytes(k)) } else { 0 };
     end_words * 4 <= (target.shared_bytes_per_block - reserve) as usize
 }
 
