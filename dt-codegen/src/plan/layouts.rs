@@ -655,10 +655,7 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
             }
             if stageable(dtype, *a, &def) && stageable(dtype, *b, &def) {
                 // `Fma` in pairs of columns where the tile has too few fragments of four.
-                let narrow = match isa {
-                    MatrixIsa::Fma { .. } => Some(MatrixIsa::Fma { cols: 2 }),
-                    _ => None,
-                };
+                let narrow = isa.is_fma().then_some(MatrixIsa::Fma { cols: 2 });
                 let found = geometry(k, isa, warps, *id, *a, *b, *dim, whole_rows)
                     .or_else(|| narrow.and_then(|isa| geometry(k, isa, warps, *id, *a, *b, *dim, whole_rows)));
                 if let Some(d) = found {
