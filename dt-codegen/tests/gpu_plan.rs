@@ -214,7 +214,7 @@ fn stages_the_plan_lowers_are_shown() {
     let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/specs/talk_2mm.dt")).expect("spec");
     let plan = |src: &str| {
         let p = dt_core::compile_spec(src).expect("checks");
-        let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+        let k = dt_core::lower::lower(&p, p.kernel_by_name("_2mm").expect("the listing's kernel")).expect("lowers");
         dt_codegen::plan::print_cuda(&k).expect("plans")
     };
     let text = plan(&src);
@@ -230,9 +230,10 @@ fn stages_the_plan_lowers_are_shown() {
 #[test]
 fn loops_across_result_tiles_copy_ahead_unless_they_meet_the_cluster() {
     let read = |rel: &str| std::fs::read_to_string(format!("{}/{rel}", env!("CARGO_MANIFEST_DIR"))).expect("spec");
+    // The kernel the listing names (a spec's last: classes for whole tiles come before it).
     let plan = |src: &str| {
         let p = dt_core::compile_spec(src).expect("checks");
-        let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+        let k = dt_core::lower::lower(&p, *p.kernels.last().expect("a kernel")).expect("lowers");
         dt_codegen::plan::print_cuda(&k).expect("plans")
     };
     let text = plan(&read("tests/specs/talk_2mm_f16.dt"));

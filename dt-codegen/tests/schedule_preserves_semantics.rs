@@ -92,13 +92,14 @@ fn check_case(suite: &Suite, index: usize, size_seed: u64) -> Result<(), TestCas
     let d = &suite.drawn[index];
     let p = &d.program;
     let mut rng = Rng::new(size_seed);
-    let mut sizes = draw_sizes(p, &mut rng);
-    // Within the bounds the kernels were compiled for (a file's own schedule may have some).
-    for (dim, bound) in d.kernels.iter().flat_map(|k| k.bounds.iter()) {
-        sizes[dim.index()] = sizes[dim.index()].min(*bound as usize);
-    }
+    let drawn = draw_sizes(p, &mut rng);
     for (ki, &k) in p.kernels.iter().enumerate() {
         let kir = &d.kernels[ki];
+        // Within the bounds the kernel was compiled for (a file's own schedule may have some).
+        let mut sizes = drawn.clone();
+        for (dim, bound) in &kir.bounds {
+            sizes[dim.index()] = sizes[dim.index()].min(*bound as usize);
+        }
         let args = random_args(p, k, &sizes, d.dtype, &mut rng);
         let want = dt_core::eval::evaluate(p, k, &args, d.dtype).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let bound = dt_core::tensor::bind(p, k, &args).map_err(|e| TestCaseError::fail(e.to_string()))?;

@@ -16,11 +16,15 @@ use crate::span::{Ident, Span};
 use std::collections::HashSet;
 
 /// One statement of the expanded file and how its text is written.
+#[derive(Clone)]
 pub struct Expanded {
     pub item: Item,
     pub text: Text,
+    /// For a statement of a class that `crate::whole_classes` added: that class's kernel.
+    pub class: Option<String>,
 }
 
+#[derive(Clone)]
 pub enum Text {
     /// The source at `span`, the identifiers at `renames` replaced by their new names.
     Source { span: Span, renames: Vec<(Span, String)> },
@@ -52,14 +56,16 @@ pub fn expand(file: &File, diags: &mut Vec<Diagnostic>) -> Vec<Expanded> {
     for item in &file.items {
         match item {
             Item::Block { name, items, span } => expand_block(name, items, *span, (&defs, &top), &mut taken, &mut out, diags),
-            other => out.push(Expanded { item: other.clone(), text: Text::Source { span: item_span(other), renames: Vec::new() } }),
+            other => {
+                out.push(Expanded { item: other.clone(), text: Text::Source { span: item_span(other), renames: Vec::new() }, class: None })
+            }
         }
     }
     out
 }
 
-/// The spec `src` with its schedule blocks expanded, as text: each statement on a line of its
-/// own.
+/// The spec `src` with its schedule blocks expanded and the classes of its whole tiles added
+/// (`crate::whole_classes`), as text: each statement on a line of its own.
 pub fn flat_text(src: &str) -> Result<String, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     let file = crate::parser::parse(src, &mut diags);
@@ -67,6 +73,7 @@ pub fn flat_text(src: &str) -> Result<String, Vec<Diagnostic>> {
     if !diags.is_empty() {
         return Err(diags);
     }
+    let (expanded, _) = crate::whole_classes::with_classes(expanded, &mut Vec::new());
     Ok(expanded.iter().map(|e| text_of(src, e) + "\n").collect())
 }
 
@@ -192,21 +199,7 @@ fn expand_block(
         );
         return;
     }
-    // The compiled Func and every Func it reads, in the order of their definitions.
-    let mut closure: Vec<&str> = vec![root.name.as_str()];
-    let mut next = 0;
-    while next < closure.len() {
-        if let Some((_, Item::Def { body, .. })) = defs.iter().find(|(f, _)| f.name == closure[next]) {
-            let mut reads = Vec::new();
-            accesses(body, &mut reads);
-            for r in reads {
-                if defs.iter().any(|(f, _)| f.name == r.name) && !closure.contains(&r.name.as_str()) {
-                    closure.push(&r.name);
-                }
-            }
-        }
-        next += 1;
-    }
+    let closure = closure(&root.name, defs);
     let copied = |n: &str| closure.contains(&n).then(|| format!("{n}_{suffix}"));
     for f in &closure {
         let new = format!("{f}_{suffix}");
@@ -222,14 +215,18 @@ fn expand_block(
     let names: Vec<Ident> = in_order.iter().filter_map(|(f, _)| copied(&f.name)).map(|n| Ident { name: n, span: name.span }).collect();
     taken.extend(names.iter().map(|n| n.name.clone()));
     let decl = format!("Func {};", names.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", "));
-    out.push(Expanded { item: Item::Decl { kind: DeclKind::Func, names, span: header }, text: Text::Added(decl) });
+    out.push(Expanded { item: Item::Decl { kind: DeclKind::Func, names, span: header }, text: Text::Added(decl), class: None });
     for (func, item) in in_order {
         let Item::Def { dims, body, span, .. } = item else { continue };
         let new = format!("{}_{suffix}", func.name);
         let mut renames = vec![(func.span, new.clone())];
         let body = renamed_expr(body, &copied, &mut renames);
         let func = Ident { name: new, span: func.span };
-        out.push(Expanded { item: Item::Def { func, dims: dims.clone(), body, span: *span }, text: Text::Source { span: *span, renames } });
+        out.push(Expanded {
+            item: Item::Def { func, dims: dims.clone(), body, span: *span },
+            text: Text::Source { span: *span, renames },
+            class: None,
+        });
     }
     // A Func the kernel reads that the block does not schedule is scheduled as outside the
     // blocks (placed alike in every class).
@@ -249,22 +246,50 @@ fn expand_block(
             continue;
         };
         let mut renames = vec![(func.span, new.clone())];
-        let args = args
-            .iter()
-            .map(|a| match a {
-                SchedArg::Name(id) => match copied(&id.name) {
-                    Some(n) => {
-                        renames.push((id.span, n.clone()));
-                        SchedArg::Name(Ident { name: n, span: id.span })
-                    }
-                    None => a.clone(),
-                },
-                other => other.clone(),
-            })
-            .collect();
+        let args = renamed_args(args, &copied, &mut renames);
         let item = Item::Sched { func: Ident { name: new, span: func.span }, prim: prim.clone(), args, span: *span };
-        out.push(Expanded { item, text: Text::Source { span: *span, renames } });
+        out.push(Expanded { item, text: Text::Source { span: *span, renames }, class: None });
     }
+}
+
+/// Schedule arguments with the names of copied Funcs (`fuse_at(softmax, x)`) naming their
+/// copies (each replacement in `renames`).
+pub(crate) fn renamed_args(
+    args: &[SchedArg],
+    copied: &impl Fn(&str) -> Option<String>,
+    renames: &mut Vec<(Span, String)>,
+) -> Vec<SchedArg> {
+    args.iter()
+        .map(|a| match a {
+            SchedArg::Name(id) => match copied(&id.name) {
+                Some(n) => {
+                    renames.push((id.span, n.clone()));
+                    SchedArg::Name(Ident { name: n, span: id.span })
+                }
+                None => a.clone(),
+            },
+            other => other.clone(),
+        })
+        .collect()
+}
+
+/// The Func `root` and every Func it reads, transitively (`defs`: the definitions by name).
+pub(crate) fn closure<'a>(root: &'a str, defs: &[(&'a Ident, &'a Item)]) -> Vec<&'a str> {
+    let mut closure: Vec<&str> = vec![root];
+    let mut next = 0;
+    while next < closure.len() {
+        if let Some((_, Item::Def { body, .. })) = defs.iter().find(|(f, _)| f.name == closure[next]) {
+            let mut reads = Vec::new();
+            accesses(body, &mut reads);
+            for r in reads {
+                if defs.iter().any(|(f, _)| f.name == r.name) && !closure.contains(&r.name.as_str()) {
+                    closure.push(&r.name);
+                }
+            }
+        }
+        next += 1;
+    }
+    closure
 }
 
 /// The Func or input reads (`name[...]`) in `e`.
@@ -285,7 +310,7 @@ fn accesses<'a>(e: &'a Expr, out: &mut Vec<&'a Ident>) {
 }
 
 /// `e` with the reads of copied Funcs reading their copies (each replacement in `renames`).
-fn renamed_expr(e: &Expr, copied: &impl Fn(&str) -> Option<String>, renames: &mut Vec<(Span, String)>) -> Expr {
+pub(crate) fn renamed_expr(e: &Expr, copied: &impl Fn(&str) -> Option<String>, renames: &mut Vec<(Span, String)>) -> Expr {
     let kind = match &e.kind {
         ExprKind::Access { name, index } => {
             let index = index.iter().map(|i| renamed_expr(i, copied, renames)).collect();

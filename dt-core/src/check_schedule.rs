@@ -617,8 +617,12 @@ impl<'a, 'd> Checker<'a, 'd> {
                     }
                     // A whole tile of a dimension neither blocked nor bounded: the default bound.
                     (None, 0) if self.complete && self.bound_of(f, *d).is_none() => {
-                        let kernel = self.kernel_of(f);
-                        self.prog.funcs[kernel.index()].schedule.bounds.push((*d, DEFAULT_WHOLE_BOUND));
+                        let kid = self.kernel_of(f);
+                        let kernel = &mut self.prog.funcs[kid.index()].schedule;
+                        kernel.bounds.push((*d, DEFAULT_WHOLE_BOUND));
+                        if !kernel.default_bounds.contains(d) {
+                            kernel.default_bounds.push(*d);
+                        }
                     }
                     _ => {}
                 }

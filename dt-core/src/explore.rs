@@ -7,6 +7,7 @@
 
 use crate::algo::{DimId, FuncId, Program};
 use crate::ast::{Item, SchedArg};
+use crate::blocks::Expanded;
 use crate::check::expanded_reads;
 use crate::diag::Diagnostic;
 use crate::schedule::MapEntry;
@@ -63,41 +64,41 @@ impl Default for Options {
     }
 }
 
-/// The spec without its schedule statements (declarations and definitions, one per line).
+/// The spec without its schedule statements (declarations and definitions, one per line), and
+/// without the classes of whole tiles (a schedule drawn for it has its own).
 pub fn algorithm_text(src: &str) -> Result<String, Vec<Diagnostic>> {
-    items_text(src, |_| false)
+    items_text(src, |e| e.class.is_none() && !matches!(e.item, Item::Sched { .. }))
 }
 
-/// The declarations and definitions of spec `src`, and the schedule statements `keep` accepts,
-/// one per line, in their order.
-/// Schedule blocks are expanded first (`crate::blocks`): the result names each class's copies.
-fn items_text(src: &str, keep: impl Fn(&Item) -> bool) -> Result<String, Vec<Diagnostic>> {
+/// The statements of spec `src` that `keep` accepts, one per line, in their order.
+/// Schedule blocks are expanded first (`crate::blocks`) and the classes of whole tiles added
+/// (`crate::whole_classes`): the result names each class's copies.
+fn items_text(src: &str, keep: impl Fn(&Expanded) -> bool) -> Result<String, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     let file = crate::parser::parse(src, &mut diags);
     let expanded = crate::blocks::expand(&file, &mut diags);
     if !diags.is_empty() {
         return Err(diags);
     }
+    let (expanded, _) = crate::whole_classes::with_classes(expanded, &mut Vec::new());
     let mut out = String::new();
-    for e in &expanded {
-        if matches!(e.item, Item::Sched { .. }) && !keep(&e.item) {
-            continue;
-        }
+    for e in expanded.iter().filter(|e| keep(e)) {
         out += &crate::blocks::text_of(src, e);
         out.push('\n');
     }
     Ok(out)
 }
 
-/// The spec `src` reduced to kernel `kernel`: its algorithm (every declaration and definition)
-/// with the schedule statements of `kernel` and of the Funcs placed in it (`g.fuse_at(kernel,
-/// ..)`), the other kernels' statements left out, so that their Funcs are plain definitions.
+/// The spec `src` reduced to kernel `kernel`: its algorithm (every declaration and definition,
+/// those of the classes of whole tiles only where `kernel` is one) with the schedule statements
+/// of `kernel` and of the Funcs placed in it (`g.fuse_at(kernel, ..)`), the other kernels'
+/// statements left out, so that their Funcs are plain definitions.
 pub fn kernel_spec(src: &str, kernel: &str) -> Result<String, Vec<Diagnostic>> {
-    items_text(src, |item| match item {
+    items_text(src, |e| match &e.item {
         Item::Sched { func, prim, args, .. } => {
             func.name == kernel || (prim.name == "fuse_at" && matches!(args.first(), Some(SchedArg::Name(c)) if c.name == kernel))
         }
-        _ => false,
+        _ => e.class.as_ref().is_none_or(|c| c == kernel),
     })
 }
 
@@ -400,9 +401,18 @@ pub fn random_args(p: &Program, k: FuncId, sizes: &[usize], dtype: DType, rng: &
 /// element types stay as in `p`. Draws until every tile fits `opts.max_tile_elements`, falling
 /// back to tiles of one element.
 pub fn random_spec(algorithm: &str, p: &Program, rng: &mut Rng, opts: &Options) -> String {
+    // The kernels the algorithm defines: not the classes `p` has for whole tiles
+    // (`crate::whole_classes`), which `algorithm_text` leaves out (a drawn schedule bounds its
+    // whole tiles).
+    let defined: Vec<String> = crate::parser::parse(algorithm, &mut Vec::new())
+        .items
+        .into_iter()
+        .filter_map(|i| if let Item::Def { func, .. } = i { Some(func.name) } else { None })
+        .collect();
+    let kernels: Vec<FuncId> = p.kernels.iter().copied().filter(|k| defined.contains(&p.func(*k).name)).collect();
     for _ in 0..64 {
         let mut text = algorithm.to_string();
-        for &k in &p.kernels {
+        for &k in &kernels {
             text += &draw(p, k, rng, opts);
         }
         if fits(&text, opts) {
@@ -410,7 +420,7 @@ pub fn random_spec(algorithm: &str, p: &Program, rng: &mut Rng, opts: &Options) 
         }
     }
     let mut text = algorithm.to_string();
-    for &k in &p.kernels {
+    for &k in &kernels {
         text += &draw_minimal(p, k, rng);
     }
     text

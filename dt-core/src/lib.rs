@@ -23,6 +23,7 @@ pub mod select;
 pub mod signature;
 pub mod span;
 pub mod tensor;
+pub mod whole_classes;
 
 pub use diag::{Diagnostic, SourceFile};
 pub use dtype::DType;
@@ -31,8 +32,8 @@ pub use dtype::DType;
 pub fn compile_spec(src: &str) -> Result<algo::Program, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     let file = parser::parse(src, &mut diags);
-    let file = ast::File { items: blocks::expand(&file, &mut diags).into_iter().map(|e| e.item).collect() };
-    let program = check::check(&file, &mut diags);
+    let items = blocks::expand(&file, &mut diags);
+    let (_, program) = whole_classes::with_classes(items, &mut diags);
     match program {
         Some(p) if diags.is_empty() => Ok(p),
         _ => {

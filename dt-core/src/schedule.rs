@@ -90,6 +90,9 @@ pub struct Schedule {
     /// `bound(y:4096)`: the largest size a dimension may have at run time, which gives `y:0`
     /// tiles on dimensions that are not blocked an extent.
     pub bounds: Vec<(DimId, u64)>,
+    /// The dimensions in `bounds` at the default for a whole tile (`check::DEFAULT_WHOLE_BOUND`),
+    /// given no `bound`: `crate::whole_classes` adds smaller classes for them.
+    pub default_bounds: Vec<DimId>,
     /// `specialize(y:16384)`: also build the kernel for these sizes and contiguous tensors, which
     /// it then knows as constants; the library runs it where a launch has them.
     pub specialize: Vec<(DimId, u64)>,
@@ -117,6 +120,7 @@ impl Default for Schedule {
             kernel: false,
             dtypes: vec![DType::F32],
             bounds: Vec::new(),
+            default_bounds: Vec::new(),
             specialize: Vec::new(),
         }
     }

@@ -17,7 +17,7 @@ fn dim(k: &Kernel, name: &str) -> dt_core::algo::DimId {
 #[test]
 fn the_talks_two_matmuls_compute_mm_once_per_block_of_m() {
     let p = dt_core::compile_spec(TALK_2MM).expect("the talk's listing checks");
-    let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+    let k = dt_core::lower::lower(&p, p.kernel_by_name("_2mm").expect("the listing's kernel")).expect("lowers");
     let text = dt_core::kir::print(&k);
     let (l, n) = (dim(&k, "l"), dim(&k, "n"));
     // `l:0` on a dimension neither blocked nor bounded: the default bound.
@@ -35,6 +35,32 @@ fn the_talks_two_matmuls_compute_mm_once_per_block_of_m() {
     let Stmt::Loop(n_loop) = &m_loop.body[n_at] else { unreachable!() };
     assert!(all_loops(&n_loop.body).iter().all(|x| x.dim != dim(&k, "k")), "mm is not computed again inside n:\n{text}");
     assert!(all_loops(&k.body).iter().all(|x| !(x.dim == l && x.kind == LoopKind::Reduction)), "l is one tile:\n{text}");
+}
+
+/// `l:0` on a dimension neither blocked nor bounded: the listing's kernel takes the default
+/// bound, after classes bounded to 32 and 64 (`dt_core::whole_classes`), in the order a launch
+/// tries them, so that a launch with `l` = 32 computes no masked quarter.
+#[test]
+fn whole_tiles_of_unbounded_dimensions_get_smaller_classes_first() {
+    let p = dt_core::compile_spec(TALK_2MM).expect("the talk's listing checks");
+    let classes: Vec<(String, Vec<u64>)> = p
+        .kernels
+        .iter()
+        .map(|k| {
+            let kernel = dt_core::lower::lower(&p, *k).expect("lowers");
+            (kernel.name.clone(), kernel.bounds.iter().map(|(_, n)| *n).collect())
+        })
+        .collect();
+    let want = [("_2mm_32l", 32), ("_2mm_64l", 64), ("_2mm", dt_core::check::DEFAULT_WHOLE_BOUND)];
+    assert_eq!(classes, want.map(|(n, b)| (n.to_string(), vec![b])).to_vec());
+    assert!(dt_core::select::is_variant_of("_2mm_32l", "_2mm"));
+    // A bound written in the spec, or a blocked dimension, takes no classes.
+    let bounded = TALK_2MM.replace("_2mm.num_warps(4);", "_2mm.num_warps(4);\n_2mm.bound(l:256);");
+    assert_eq!(dt_core::compile_spec(&bounded).expect("checks").kernels.len(), 1);
+    // The spec written out holds the classes, and checks to the same kernels.
+    let flat = dt_core::blocks::flat_text(TALK_2MM).expect("writes out");
+    assert!(flat.contains("_2mm_32l.bound(l:32);\n_2mm_32l.compile_to_kernel();"), "{flat}");
+    assert_eq!(dt_core::compile_spec(&flat).expect("checks").kernels.len(), 3, "{flat}");
 }
 
 #[test]
@@ -59,17 +85,21 @@ fn interpreter_matches_evaluator(p: &dt_core::algo::Program, k: &Kernel, args: &
 }
 
 /// Sizes that are multiples of no tile, l from 1 to the default bound: the interpreter, running
-/// the lowered kernel, agrees with the evaluator.
+/// each class of the lowered kernel that admits `l`, agrees with the evaluator.
 #[test]
 fn compute_at_preserves_semantics() {
     let p = dt_core::compile_spec(TALK_2MM).expect("checks");
-    let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
-    for (m, n, kk, l) in [(1, 1, 1, 1), (17, 65, 45, 33), (16, 64, 32, 32), (40, 130, 33, 128), (33, 7, 70, 100)] {
-        let args = Args::default()
-            .input("A", Tensor::new(vec![m, kk], values(m * kk, 1)))
-            .input("B", Tensor::new(vec![kk, l], values(kk * l, 2)))
-            .input("C", Tensor::new(vec![l, n], values(l * n, 3)));
-        interpreter_matches_evaluator(&p, &k, &args, &format!("{m}x{n}x{kk}x{l}"));
+    for k in p.kernels.iter().map(|k| dt_core::lower::lower(&p, *k).expect("lowers")) {
+        for (m, n, kk, l) in [(1, 1, 1, 1), (17, 65, 45, 33), (16, 64, 32, 32), (40, 130, 33, 128), (33, 7, 70, 100), (9, 20, 5, 64)] {
+            if k.bounds.iter().any(|(_, b)| (l as u64) > *b) {
+                continue;
+            }
+            let args = Args::default()
+                .input("A", Tensor::new(vec![m, kk], values(m * kk, 1)))
+                .input("B", Tensor::new(vec![kk, l], values(kk * l, 2)))
+                .input("C", Tensor::new(vec![l, n], values(l * n, 3)));
+            interpreter_matches_evaluator(&p, &k, &args, &format!("{} at {m}x{n}x{kk}x{l}", k.name));
+        }
     }
 }
 
@@ -81,7 +111,7 @@ const TALK_ATTENTION: &str = include_str!("../../dt-codegen/tests/specs/talk_att
 #[test]
 fn the_talks_attention_chains_its_placements() {
     let p = dt_core::compile_spec(TALK_ATTENTION).expect("the talk's listing checks");
-    let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+    let k = dt_core::lower::lower(&p, p.kernel_by_name("attention").expect("the listing's kernel")).expect("lowers");
     let text = dt_core::kir::print(&k);
     let (l, n, kd) = (dim(&k, "l"), dim(&k, "n"), dim(&k, "k"));
     let loops = all_loops(&k.body);

@@ -161,7 +161,9 @@ fn kernel_diagnostics(p: &Program, kernels: &[FuncId]) -> Vec<dt_core::Diagnosti
         let f = p.func(fid);
         let family = dt_core::select::family_of(&f.name);
         let later = |g: &FuncId| dt_core::select::is_variant_of(&p.func(*g).name, family) && !p.func(*g).schedule.requires_aligned;
-        if f.schedule.requires_aligned && !kernels[i + 1..].iter().any(later) {
+        // The classes added for whole tiles share their kernel's `compile()`: it warns once.
+        let same_compile = |g: &FuncId| p.func(*g).schedule.compile_span == f.schedule.compile_span;
+        if f.schedule.requires_aligned && !kernels[i + 1..].iter().any(later) && !kernels[i + 1..].iter().any(same_compile) {
             out.push(
                 dt_core::Diagnostic::warning(
                     f.schedule.compile_span.unwrap_or(f.span),

@@ -209,7 +209,7 @@ pub fn lower_all(p: &Program) -> Result<Vec<Kernel>, LowerError> {
 }
 
 /// Bounds from the kernel's schedule and those of the Funcs fused into it.
-fn bounds(p: &Program, k: FuncId) -> Vec<(crate::algo::DimId, u64)> {
+pub(crate) fn bounds(p: &Program, k: FuncId) -> Vec<(crate::algo::DimId, u64)> {
     let mut out: Vec<(crate::algo::DimId, u64)> = Vec::new();
     // A cluster holds a whole row: its N blocks of the clustered dimension.
     let kf = p.func(k);
