@@ -102,7 +102,7 @@ if triton is not None:
             )
         return cfgs
 
-    @triton.autotune(configs=_mm_configs(), key=["M", "N", "K", "LEAKY"])
+    @triton.autotune(configs=_mm_configs(), key=["M", "N", "K", "LEAKY", "PRECISION"])
     @triton.jit
     def _matmul_kernel(
         a_ptr, b_ptr, c_ptr,
@@ -112,6 +112,7 @@ if triton is not None:
         stride_cm, stride_cn,
         LEAKY: tl.constexpr,
         SLOPE: tl.constexpr,
+        PRECISION: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
@@ -139,7 +140,7 @@ if triton is not None:
             k_left = K - k * BLOCK_K
             a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
             b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-            acc = tl.dot(a, b, acc)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
 
@@ -225,6 +226,9 @@ def triton_matmul(a, b, leaky=False):
         a, b, c, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         LEAKY=1 if leaky else 0, SLOPE=LEAKY_SLOPE,
+        # f32 products in f32, as DT and cuBLAS (TF32 off) compute them: tl.dot's default rounds
+        # f32 inputs to TF32 (10-bit mantissa).
+        PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
     )
     return c
 

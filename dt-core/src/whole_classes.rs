@@ -180,6 +180,11 @@ fn class(
     for e in scheds {
         let Item::Sched { func, prim, args, span } = &e.item else { continue };
         let Some(new) = copied(&func.name) else { continue };
+        // A size specialized above the class's bound is never launched there.
+        let above = |a: &SchedArg| matches!(a, SchedArg::Extent(d, v, _) if bounds.iter().any(|(x, n)| d.name == *x && *v > *n as f64));
+        if prim.name == "specialize" && args.iter().any(above) {
+            continue;
+        }
         let mut renames = vec![(func.span, new.clone())];
         let args = renamed_args(args, copied, &mut renames);
         let item = Item::Sched { func: Ident { name: new, span: func.span }, prim: prim.clone(), args, span: *span };
