@@ -113,6 +113,21 @@ fn dtc_check_refuses_a_kernel_its_target_cannot_build() {
     assert_eq!((code, emitted.trim_end()), (Some(1), err.trim_end()));
 }
 
+/// A kernel whose classes for whole tiles (`k:0` unbounded: `mm_32k`, `mm_64k`) fail as it does
+/// is reported once, under its own name, not once per class.
+#[test]
+fn dtc_check_reports_an_error_shared_by_whole_tile_classes_once() {
+    let spec = "Func mm;\nIn A, B;\nVar x, y;\nRVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\n\
+        mm.block(x:128, y:256);\nmm.tensorize(x:128, y:256, k:0);\nmm.num_warps(8);\nmm.num_stages(16);\n\
+        mm.warp_specialize();\nmm.dtypes(f16);\nmm.compile();\n";
+    let path = scratch("class_errors").join("whole_k.dt");
+    std::fs::write(&path, spec).unwrap();
+    let (code, err) = stderr_of(&["check", path.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(err.matches("error:").count(), 1, "{err}");
+    assert!(err.contains("error: kernel `mm` is scheduled with warp_specialize()"), "{err}");
+}
+
 #[test]
 fn dtc_check_reports_a_located_error_and_exits_1() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("dtc_cli_{}", std::process::id()));

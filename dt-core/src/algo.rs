@@ -297,6 +297,9 @@ pub struct Func {
     pub dims: Vec<DimId>,
     pub body: Expr,
     pub schedule: Schedule,
+    /// For a kernel that `crate::whole_classes` added (a size class for whole tiles): the
+    /// kernel it is a copy of.
+    pub class_of: Option<FuncId>,
 }
 
 #[derive(Clone, Debug, Default)]

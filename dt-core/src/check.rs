@@ -164,6 +164,7 @@ impl<'a, 'd> Checker<'a, 'd> {
                             dims: vec![],
                             body: Expr::Const(0.0),
                             schedule: Schedule::default(),
+                            class_of: None,
                         });
                         self.defs.push(None);
                         self.broken.push(false);

@@ -401,15 +401,9 @@ pub fn random_args(p: &Program, k: FuncId, sizes: &[usize], dtype: DType, rng: &
 /// element types stay as in `p`. Draws until every tile fits `opts.max_tile_elements`, falling
 /// back to tiles of one element.
 pub fn random_spec(algorithm: &str, p: &Program, rng: &mut Rng, opts: &Options) -> String {
-    // The kernels the algorithm defines: not the classes `p` has for whole tiles
-    // (`crate::whole_classes`), which `algorithm_text` leaves out (a drawn schedule bounds its
-    // whole tiles).
-    let defined: Vec<String> = crate::parser::parse(algorithm, &mut Vec::new())
-        .items
-        .into_iter()
-        .filter_map(|i| if let Item::Def { func, .. } = i { Some(func.name) } else { None })
-        .collect();
-    let kernels: Vec<FuncId> = p.kernels.iter().copied().filter(|k| defined.contains(&p.func(*k).name)).collect();
+    // Not the classes `p` has for whole tiles (`crate::whole_classes`), which `algorithm_text`
+    // leaves out (a drawn schedule bounds its whole tiles).
+    let kernels: Vec<FuncId> = p.kernels.iter().copied().filter(|k| p.func(*k).class_of.is_none()).collect();
     for _ in 0..64 {
         let mut text = algorithm.to_string();
         for &k in &kernels {

@@ -35,19 +35,29 @@ pub fn with_classes(items: Vec<Expanded>, diags: &mut Vec<Diagnostic>) -> (Vec<E
     let checked = crate::check::check(&file(&items), diags);
     let Some(p) = checked.as_ref().filter(|_| diags.is_empty()) else { return (items, checked) };
     let mut with = items.clone();
-    if !add(&mut with, p) {
+    let classes = add(&mut with, p);
+    if classes.is_empty() {
         return (items, checked);
     }
     let mut again = Vec::new();
     match crate::check::check(&file(&with), &mut again) {
-        Some(q) if again.is_empty() => (with, Some(q)),
+        Some(mut q) if again.is_empty() => {
+            for (class, origin) in classes {
+                if let (Some(c), Some(o)) = (q.kernel_by_name(&class), q.kernel_by_name(&origin)) {
+                    q.funcs[c.index()].class_of = Some(o);
+                }
+            }
+            (with, Some(q))
+        }
         _ => (items, checked),
     }
 }
 
 /// Adds to `items`, which check to `p`, the classes of every kernel of `p` with whole tiles of
-/// unbounded dimensions, each group before its kernel's `compile`; whether it added any.
-fn add(items: &mut Vec<Expanded>, p: &Program) -> bool {
+/// unbounded dimensions, each group before its kernel's `compile`; the name of each class's
+/// kernel with that of the kernel it copies (a class written out already counts too: a spec
+/// from [`crate::blocks::flat_text`] has them).
+fn add(items: &mut Vec<Expanded>, p: &Program) -> Vec<(String, String)> {
     let mut taken: HashSet<String> = HashSet::new();
     for e in items.iter() {
         match &e.item {
@@ -57,6 +67,7 @@ fn add(items: &mut Vec<Expanded>, p: &Program) -> bool {
         }
     }
     let mut groups: Vec<(usize, Vec<Expanded>)> = Vec::new();
+    let mut classes = Vec::new();
     for k in &p.kernels {
         let root = &p.func(*k).name;
         let compile = |e: &Expanded| {
@@ -64,23 +75,28 @@ fn add(items: &mut Vec<Expanded>, p: &Program) -> bool {
                 if func.name == *root && (prim.name == "compile" || prim.name == "compile_to_kernel"))
         };
         let Some(at) = items.iter().position(compile) else { continue };
-        let group = classes_of(items, p, *k, &mut taken);
+        let group = classes_of(items, p, *k, &mut taken, &mut classes);
         if !group.is_empty() {
             groups.push((at, group));
         }
     }
-    let added = !groups.is_empty();
     for (at, group) in groups.into_iter().rev() {
         items.splice(at..at, group);
     }
-    added
+    classes
 }
 
 /// The added classes of kernel `k` of `p` (written as `items`), in the order a launch tries
-/// them, their names added to `taken`; none where it has no whole tile of an unbounded
-/// dimension. For each dimension whose bound the checker set to the default, a class per bound
+/// them, their names added to `taken` and each class's kernel, with `k`'s name, to `classes`
+/// (one written out already too); none where it has no whole tile of an unbounded dimension. For each dimension whose bound the checker set to the default, a class per bound
 /// of [`WHOLE_TILE_CLASSES`] below the bound the kernel has there (a producer's may be lower).
-fn classes_of(items: &[Expanded], p: &Program, k: FuncId, taken: &mut HashSet<String>) -> Vec<Expanded> {
+fn classes_of(
+    items: &[Expanded],
+    p: &Program,
+    k: FuncId,
+    taken: &mut HashSet<String>,
+    classes: &mut Vec<(String, String)>,
+) -> Vec<Expanded> {
     let kdims = p.kernel_dims(k);
     let bounds = crate::lower::bounds(p, k);
     let dims: Vec<(&str, Vec<Option<u64>>)> = p
@@ -130,6 +146,7 @@ fn classes_of(items: &[Expanded], p: &Program, k: FuncId, taken: &mut HashSet<St
             let copied = |n: &str| closure.contains(&n).then(|| format!("{n}_{suffix}"));
             let kernel = format!("{root}_{suffix}");
             if has_class(items, &kernel, &class_bounds) {
+                classes.push((kernel, root.to_string()));
                 break;
             }
             let names: Vec<String> = closure.iter().filter_map(|f| copied(f)).collect();
@@ -137,6 +154,7 @@ fn classes_of(items: &[Expanded], p: &Program, k: FuncId, taken: &mut HashSet<St
                 continue;
             }
             taken.extend(names.iter().cloned());
+            classes.push((kernel, root.to_string()));
             out.extend(class(items, (&defs, &scheds), &copied, root, (&class_bounds, at)));
             break;
         }
@@ -242,5 +260,13 @@ mod tests {
         assert!(names.iter().all(|n| crate::select::is_variant_of(n, "f")));
         let flat = crate::blocks::flat_text(src).unwrap();
         assert_eq!(crate::blocks::flat_text(&flat).unwrap(), flat);
+        // Each class names the kernel it copies, in the spec as written and written out.
+        for p in [p, crate::compile_spec(&flat).unwrap()] {
+            let origin = p.kernel_by_name("f_1k");
+            for k in &p.kernels {
+                let f = p.func(*k);
+                assert_eq!(f.class_of, if f.name == "f_1k" { None } else { origin }, "{}", f.name);
+            }
+        }
     }
 }

@@ -154,48 +154,58 @@ fn lowered(p: &Program, fid: FuncId) -> Result<dt_core::kir::Kernel, dt_core::Di
 /// `compile()`; a warning at its `num_stages` for each request the CUDA plan serves with fewer
 /// stages, because the buffers of more do not fit (the library and the bench run what fits); a
 /// warning at its `compile()` where it `requires(aligned)` and no later size class of its family
-/// takes other tensors.
+/// takes other tensors. The errors of a class added for whole tiles (`dt_core::whole_classes`)
+/// are left out where the kernel it copies has errors: they share its statements, so they would
+/// repeat its errors under other names.
 fn kernel_diagnostics(p: &Program, kernels: &[FuncId]) -> Vec<dt_core::Diagnostic> {
+    let each: Vec<(FuncId, Vec<dt_core::Diagnostic>)> =
+        kernels.iter().enumerate().map(|(i, &fid)| (fid, diagnostics_of(p, kernels, i))).collect();
+    let fails = |f: FuncId| each.iter().any(|(g, d)| *g == f && d.iter().any(|d| d.severity == Severity::Error));
     let mut out = Vec::new();
-    for (i, &fid) in kernels.iter().enumerate() {
-        let f = p.func(fid);
-        let family = dt_core::select::family_of(&f.name);
-        let later = |g: &FuncId| dt_core::select::is_variant_of(&p.func(*g).name, family) && !p.func(*g).schedule.requires_aligned;
-        // The classes added for whole tiles share their kernel's `compile()`: it warns once.
-        let same_compile = |g: &FuncId| p.func(*g).schedule.compile_span == f.schedule.compile_span;
-        if f.schedule.requires_aligned && !kernels[i + 1..].iter().any(later) && !kernels[i + 1..].iter().any(same_compile) {
-            out.push(
-                dt_core::Diagnostic::warning(
-                    f.schedule.compile_span.unwrap_or(f.span),
-                    format!("no size class of `{family}` after `{}` takes tensors that are not in whole 16-byte runs", f.name),
-                )
-                .with_label(
-                    "it requires(aligned): the library, the bench and `dtc run` refuse other tensors; add a class without it after",
-                ),
-            );
+    for (fid, diags) in &each {
+        let origin_fails = p.func(*fid).class_of.is_some_and(fails);
+        out.extend(diags.iter().filter(|d| !(origin_fails && d.severity == Severity::Error)).cloned());
+    }
+    out
+}
+
+/// [`kernel_diagnostics`] of `kernels[i]`.
+fn diagnostics_of(p: &Program, kernels: &[FuncId], i: usize) -> Vec<dt_core::Diagnostic> {
+    let mut out = Vec::new();
+    let fid = kernels[i];
+    let f = p.func(fid);
+    let family = dt_core::select::family_of(&f.name);
+    let later = |g: &FuncId| dt_core::select::is_variant_of(&p.func(*g).name, family) && !p.func(*g).schedule.requires_aligned;
+    // The classes added for whole tiles share their kernel's `compile()`: it warns once.
+    let same_compile = |g: &FuncId| p.func(*g).schedule.compile_span == f.schedule.compile_span;
+    if f.schedule.requires_aligned && !kernels[i + 1..].iter().any(later) && !kernels[i + 1..].iter().any(same_compile) {
+        out.push(
+            dt_core::Diagnostic::warning(
+                f.schedule.compile_span.unwrap_or(f.span),
+                format!("no size class of `{family}` after `{}` takes tensors that are not in whole 16-byte runs", f.name),
+            )
+            .with_label("it requires(aligned): the library, the bench and `dtc run` refuse other tensors; add a class without it after"),
+        );
+    }
+    let k = match lowered(p, fid) {
+        Ok(k) => k,
+        Err(d) => {
+            out.push(d);
+            return out;
         }
-        let k = match lowered(p, fid) {
-            Ok(k) => k,
-            Err(d) => {
-                out.push(d);
-                continue;
-            }
-        };
-        let items: Vec<_> = k.dtypes.iter().map(|d| (&k, *d, dt_codegen::emit::symbol(&k, *d))).collect();
-        if let Err(e) = dt_codegen::emit::gpu::emit_file("", Dialect::Cuda, &items) {
-            let span = f.schedule.compile_span.unwrap_or(f.span);
-            out.push(dt_core::Diagnostic::new(span, e.to_string()).with_label("the CUDA build of this kernel fails"));
-            continue;
-        }
-        for (asked, planned) in dt_codegen::plan::lowered_stages(&k) {
-            let span = f.schedule.num_stages_span.unwrap_or(f.span);
-            out.push(
-                dt_core::Diagnostic::warning(span, format!("`{}` runs num_stages({asked}) with {planned} stages on CUDA", f.name))
-                    .with_label(format!(
-                        "the buffers of more do not fit the shared memory its CUDA target gives a block; ask for {planned}"
-                    )),
-            );
-        }
+    };
+    let items: Vec<_> = k.dtypes.iter().map(|d| (&k, *d, dt_codegen::emit::symbol(&k, *d))).collect();
+    if let Err(e) = dt_codegen::emit::gpu::emit_file("", Dialect::Cuda, &items) {
+        let span = f.schedule.compile_span.unwrap_or(f.span);
+        out.push(dt_core::Diagnostic::new(span, e.to_string()).with_label("the CUDA build of this kernel fails"));
+        return out;
+    }
+    for (asked, planned) in dt_codegen::plan::lowered_stages(&k) {
+        let span = f.schedule.num_stages_span.unwrap_or(f.span);
+        out.push(
+            dt_core::Diagnostic::warning(span, format!("`{}` runs num_stages({asked}) with {planned} stages on CUDA", f.name))
+                .with_label(format!("the buffers of more do not fit the shared memory its CUDA target gives a block; ask for {planned}")),
+        );
     }
     out
 }
