@@ -1912,13 +1912,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                     for (int r = 0; r < 32; r++) {
                         v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 32; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v38[r], v38[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v38[r]);
+                    for (int r = 0; r < 32; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_f16(v38[r + 0 + h], v38[r + 0 + h + 1]), dt_pack2_f16(v38[r + 4 + h], v38[r + 4 + h + 1]), dt_pack2_f16(v38[r + 8 + h], v38[r + 8 + h + 1]), dt_pack2_f16(v38[r + 12 + h], v38[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -3094,13 +3106,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                     for (int r = 0; r < 32; r++) {
                         v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 32; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v38[r], v38[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v38[r]);
+                    for (int r = 0; r < 32; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_bf16(v38[r + 0 + h], v38[r + 0 + h + 1]), dt_pack2_bf16(v38[r + 4 + h], v38[r + 4 + h + 1]), dt_pack2_bf16(v38[r + 8 + h], v38[r + 8 + h + 1]), dt_pack2_bf16(v38[r + 12 + h], v38[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -4778,13 +4802,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                     for (int r = 0; r < 32; r++) {
                         v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 32; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v56[r], v56[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v56[r]);
+                    for (int r = 0; r < 32; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_f16(v56[r + 0 + h], v56[r + 0 + h + 1]), dt_pack2_f16(v56[r + 4 + h], v56[r + 4 + h + 1]), dt_pack2_f16(v56[r + 8 + h], v56[r + 8 + h + 1]), dt_pack2_f16(v56[r + 12 + h], v56[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -6462,13 +6498,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                     for (int r = 0; r < 32; r++) {
                         v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 32; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v56[r], v56[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v56[r]);
+                    for (int r = 0; r < 32; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_bf16(v56[r + 0 + h], v56[r + 0 + h + 1]), dt_pack2_bf16(v56[r + 4 + h], v56[r + 4 + h + 1]), dt_pack2_bf16(v56[r + 8 + h], v56[r + 8 + h + 1]), dt_pack2_bf16(v56[r + 12 + h], v56[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -10002,13 +10050,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                     for (int r = 0; r < 64; r++) {
                         v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v38[r], v38[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v38[r]);
+                    for (int r = 0; r < 64; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_f16(v38[r + 0 + h], v38[r + 0 + h + 1]), dt_pack2_f16(v38[r + 4 + h], v38[r + 4 + h + 1]), dt_pack2_f16(v38[r + 8 + h], v38[r + 8 + h + 1]), dt_pack2_f16(v38[r + 12 + h], v38[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -11178,13 +11238,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                     for (int r = 0; r < 64; r++) {
                         v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v38[r], v38[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v38[r]);
+                    for (int r = 0; r < 64; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_bf16(v38[r + 0 + h], v38[r + 0 + h + 1]), dt_pack2_bf16(v38[r + 4 + h], v38[r + 4 + h + 1]), dt_pack2_bf16(v38[r + 8 + h], v38[r + 8 + h + 1]), dt_pack2_bf16(v38[r + 12 + h], v38[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -16230,13 +16302,25 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
                     for (int r = 0; r < 64; r++) {
                         v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v56[r], v56[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v56[r]);
+                    for (int r = 0; r < 64; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_f16(v56[r + 0 + h], v56[r + 0 + h + 1]), dt_pack2_f16(v56[r + 4 + h], v56[r + 4 + h + 1]), dt_pack2_f16(v56[r + 8 + h], v56[r + 8 + h + 1]), dt_pack2_f16(v56[r + 12 + h], v56[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -17914,13 +17998,25 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
                     for (int r = 0; r < 64; r++) {
                         v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v56[r], v56[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v56[r]);
+                    for (int r = 0; r < 64; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_bf16(v56[r + 0 + h], v56[r + 0 + h + 1]), dt_pack2_bf16(v56[r + 4 + h], v56[r + 4 + h + 1]), dt_pack2_bf16(v56[r + 8 + h], v56[r + 8 + h + 1]), dt_pack2_bf16(v56[r + 12 + h], v56[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -19234,13 +19330,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                     for (int r = 0; r < 64; r++) {
                         v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v38[r], v38[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v38[r]);
+                    for (int r = 0; r < 64; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_f16(v38[r + 0 + h], v38[r + 0 + h + 1]), dt_pack2_f16(v38[r + 4 + h], v38[r + 4 + h + 1]), dt_pack2_f16(v38[r + 8 + h], v38[r + 8 + h + 1]), dt_pack2_f16(v38[r + 12 + h], v38[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 32 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -20554,13 +20662,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                     for (int r = 0; r < 64; r++) {
                         v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v38[r], v38[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v38[r]);
+                    for (int r = 0; r < 64; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_bf16(v38[r + 0 + h], v38[r + 0 + h + 1]), dt_pack2_bf16(v38[r + 4 + h], v38[r + 4 + h + 1]), dt_pack2_bf16(v38[r + 8 + h], v38[r + 8 + h + 1]), dt_pack2_bf16(v38[r + 12 + h], v38[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 32 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -22374,13 +22494,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                     for (int r = 0; r < 64; r++) {
                         v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v56[r], v56[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v56[r]);
+                    for (int r = 0; r < 64; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_f16(v56[r + 0 + h], v56[r + 0 + h + 1]), dt_pack2_f16(v56[r + 4 + h], v56[r + 4 + h + 1]), dt_pack2_f16(v56[r + 8 + h], v56[r + 8 + h + 1]), dt_pack2_f16(v56[r + 12 + h], v56[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 32 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -24194,13 +24326,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                     for (int r = 0; r < 64; r++) {
                         v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 32 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v56[r], v56[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v56[r]);
+                    for (int r = 0; r < 64; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_bf16(v56[r + 0 + h], v56[r + 0 + h + 1]), dt_pack2_bf16(v56[r + 4 + h], v56[r + 4 + h + 1]), dt_pack2_bf16(v56[r + 8 + h], v56[r + 8 + h + 1]), dt_pack2_bf16(v56[r + 12 + h], v56[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 32 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -25526,13 +25670,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                     for (int r = 0; r < 64; r++) {
                         v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v38[r], v38[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v38[r]);
+                    for (int r = 0; r < 64; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_f16(v38[r + 0 + h], v38[r + 0 + h + 1]), dt_pack2_f16(v38[r + 4 + h], v38[r + 4 + h + 1]), dt_pack2_f16(v38[r + 8 + h], v38[r + 8 + h + 1]), dt_pack2_f16(v38[r + 12 + h], v38[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -26858,13 +27014,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                     for (int r = 0; r < 64; r++) {
                         v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v38[r], v38[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v38[r]);
+                    for (int r = 0; r < 64; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_bf16(v38[r + 0 + h], v38[r + 0 + h + 1]), dt_pack2_bf16(v38[r + 4 + h], v38[r + 4 + h + 1]), dt_pack2_bf16(v38[r + 8 + h], v38[r + 8 + h + 1]), dt_pack2_bf16(v38[r + 12 + h], v38[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -28678,13 +28846,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                     for (int r = 0; r < 64; r++) {
                         v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v56[r], v56[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v56[r]);
+                    for (int r = 0; r < 64; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_f16(v56[r + 0 + h], v56[r + 0 + h + 1]), dt_pack2_f16(v56[r + 4 + h], v56[r + 4 + h + 1]), dt_pack2_f16(v56[r + 8 + h], v56[r + 8 + h + 1]), dt_pack2_f16(v56[r + 12 + h], v56[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -30498,13 +30678,25 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                     for (int r = 0; r < 64; r++) {
                         v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v56[r], v56[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v56[r]);
+                    for (int r = 0; r < 64; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_bf16(v56[r + 0 + h], v56[r + 0 + h + 1]), dt_pack2_bf16(v56[r + 4 + h], v56[r + 4 + h + 1]), dt_pack2_bf16(v56[r + 8 + h], v56[r + 8 + h + 1]), dt_pack2_bf16(v56[r + 12 + h], v56[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -31266,13 +31458,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                     for (int r = 0; r < 64; r++) {
                         v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v38[r], v38[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v38[r]);
+                    for (int r = 0; r < 64; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_f16(v38[r + 0 + h], v38[r + 0 + h + 1]), dt_pack2_f16(v38[r + 4 + h], v38[r + 4 + h + 1]), dt_pack2_f16(v38[r + 8 + h], v38[r + 8 + h + 1]), dt_pack2_f16(v38[r + 12 + h], v38[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -32034,13 +32238,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                     for (int r = 0; r < 64; r++) {
                         v38[r] = dt_fast_div(v36[r], v22[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v38[r], v38[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v38[r]);
+                    for (int r = 0; r < 64; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_bf16(v38[r + 0 + h], v38[r + 0 + h + 1]), dt_pack2_bf16(v38[r + 4 + h], v38[r + 4 + h + 1]), dt_pack2_bf16(v38[r + 8 + h], v38[r + 8 + h + 1]), dt_pack2_bf16(v38[r + 12 + h], v38[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -33663,13 +33879,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                     for (int r = 0; r < 64; r++) {
                         v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_f16(v56[r], v56[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_f16(v56[r]);
+                    for (int r = 0; r < 64; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_f16(v56[r + 0 + h], v56[r + 0 + h + 1]), dt_pack2_f16(v56[r + 4 + h], v56[r + 4 + h + 1]), dt_pack2_f16(v56[r + 8 + h], v56[r + 8 + h + 1]), dt_pack2_f16(v56[r + 12 + h], v56[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }
@@ -34493,13 +34721,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                     for (int r = 0; r < 64; r++) {
                         v56[r] = dt_fast_div(v54[r], v34[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                     }
-                    /* the fragments two adjacent columns at a time */
+                    /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
                     #pragma unroll
-                    for (int r = 0; r < 64; r += 2) {
-                        const int lr = (tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1);
-                        const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
-                        if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + (lc + 1)) < (unsigned)s4) *(unsigned*)(out + a) = dt_pack2_bf16(v56[r], v56[r + 1]);
-                        else if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) out[a] = dt_store_bf16(v56[r]);
+                    for (int r = 0; r < 64; r += 16) {
+                        #pragma unroll
+                        for (int h = 0; h < 4; h += 2) {
+                            unsigned p[4] = {dt_pack2_bf16(v56[r + 0 + h], v56[r + 0 + h + 1]), dt_pack2_bf16(v56[r + 4 + h], v56[r + 4 + h + 1]), dt_pack2_bf16(v56[r + 8 + h], v56[r + 8 + h + 1]), dt_pack2_bf16(v56[r + 12 + h], v56[r + 12 + h + 1])};
+                            const int q = tid & 3;
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                              if (q & 2) p[0] = v; else p[2] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                              if (q & 2) p[1] = v; else p[3] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                              if (q & 1) p[0] = v; else p[1] = v; }
+                            { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                              if (q & 1) p[2] = v; else p[3] = v; }
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
+                            if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                        }
                     }
                 }
             }

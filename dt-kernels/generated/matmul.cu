@@ -3494,13 +3494,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16_whole(DT_GRID_CONSTA
             for (int r = 0; r < 128; r++) {
                 v3[r] = acc0[r];
             }
-            /* the fragments two adjacent columns at a time */
+            /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
             #pragma unroll
-            for (int r = 0; r < 128; r += 2) {
-                const int lr = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(unsigned*)(out + a) = dt_pack2_f16(v3[r], v3[r + 1]);
-                else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_f16(v3[r]);
+            for (int r = 0; r < 128; r += 16) {
+                #pragma unroll
+                for (int h = 0; h < 4; h += 2) {
+                    unsigned p[4] = {dt_pack2_f16(v3[r + 0 + h], v3[r + 0 + h + 1]), dt_pack2_f16(v3[r + 4 + h], v3[r + 4 + h + 1]), dt_pack2_f16(v3[r + 8 + h], v3[r + 8 + h + 1]), dt_pack2_f16(v3[r + 12 + h], v3[r + 12 + h + 1])};
+                    const int q = tid & 3;
+                    { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                      if (q & 2) p[0] = v; else p[2] = v; }
+                    { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                      if (q & 2) p[1] = v; else p[3] = v; }
+                    { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                      if (q & 1) p[0] = v; else p[1] = v; }
+                    { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                      if (q & 1) p[2] = v; else p[3] = v; }
+                    const int lr = (tid >> 5) / 2 * 64 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                    const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                }
             }
         }
     }
@@ -3864,13 +3876,25 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
             for (int r = 0; r < 128; r++) {
                 v3[r] = acc0[r];
             }
-            /* the fragments two adjacent columns at a time */
+            /* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */
             #pragma unroll
-            for (int r = 0; r < 128; r += 2) {
-                const int lr = (tid >> 5) / 2 * 64 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, lc = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
-                if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + (lc + 1)) < (unsigned)s1) *(unsigned*)(out + a) = dt_pack2_bf16(v3[r], v3[r + 1]);
-                else if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) out[a] = dt_store_bf16(v3[r]);
+            for (int r = 0; r < 128; r += 16) {
+                #pragma unroll
+                for (int h = 0; h < 4; h += 2) {
+                    unsigned p[4] = {dt_pack2_bf16(v3[r + 0 + h], v3[r + 0 + h + 1]), dt_pack2_bf16(v3[r + 4 + h], v3[r + 4 + h + 1]), dt_pack2_bf16(v3[r + 8 + h], v3[r + 8 + h + 1]), dt_pack2_bf16(v3[r + 12 + h], v3[r + 12 + h + 1])};
+                    const int q = tid & 3;
+                    { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[0] : p[2], 2);
+                      if (q & 2) p[0] = v; else p[2] = v; }
+                    { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 2) ? p[1] : p[3], 2);
+                      if (q & 2) p[1] = v; else p[3] = v; }
+                    { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[0] : p[1], 1);
+                      if (q & 1) p[0] = v; else p[1] = v; }
+                    { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
+                      if (q & 1) p[2] = v; else p[3] = v; }
+                    const int lr = (tid >> 5) / 2 * 64 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                    const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
+                    if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
+                }
             }
         }
     }

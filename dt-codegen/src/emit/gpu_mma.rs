@@ -849,6 +849,9 @@ impl Emitter<'_> {
     /// write where the run lies inside the output (and, in a kernel for any layout, the output
     /// has unit stride along it and the run is aligned), element by element where it does not.
     pub(super) fn store_runs(&mut self, src: &str, t: MmaTile, tile: &Shape) {
+        if t.isa == MatrixIsa::MmaSync && self.dtype != DType::F32 && self.output_in_runs() && t.frags().1.is_multiple_of(4) {
+            return self.store_quad_runs(src, t, tile);
+        }
         let dims = self.k.output.dims.clone();
         let strides = self.output_strides();
         let stride = |a: usize| strides[a].clone();
@@ -918,6 +921,71 @@ impl Emitter<'_> {
                 self.line("}");
             }
         }
+        self.depth -= 1;
+        self.line("}");
+    }
+
+    /// The store of 16-bit `mma.sync` fragments `src` (layout `t`, four or more fragments along
+    /// a warp's row) to output tile `tile` in a kernel whose output is in whole runs, eight
+    /// adjacent columns at a time: for each four fragments of a row, the four lanes of a quad,
+    /// which hold two adjacent columns of each, trade their pairs (a 4 x 4 transpose in two xor
+    /// shuffles) so that each holds the eight columns of one fragment, and write them with one
+    /// 16-byte store. A warp's store then fills whole 32-byte sectors, where pairs wrote 16
+    /// bytes of a row per store: the talk's 2mm at 4096 x 4096 in f16 was bound by the L2's
+    /// requests (75% busy, DRAM 11%, `docs/decisions/0036-classes-for-whole-tiles.md`). In a
+    /// kernel for whole runs a run of eight is inside the output or outside it whole.
+    fn store_quad_runs(&mut self, src: &str, t: MmaTile, tile: &Shape) {
+        let dims = self.k.output.dims.clone();
+        let strides = self.output_strides();
+        let stride = |a: usize| strides[a].clone();
+        let (_, fn_) = t.frags();
+        let (_, warp_col) = t.warp_origin(1);
+        let pack = format!("dt_pack2_{}", self.dtype.name());
+        self.line("/* the fragments eight adjacent columns at a time: each quad's lanes trade their column pairs */");
+        self.line("#pragma unroll");
+        self.line(&format!("for (int r = 0; r < {}; r += 16) {{", self.regs(tile.elements())));
+        self.depth += 1;
+        self.line("#pragma unroll");
+        self.line("for (int h = 0; h < 4; h += 2) {");
+        self.depth += 1;
+        let pairs: Vec<String> = (0..4).map(|j| format!("{pack}({src}[r + {} + h], {src}[r + {} + h + 1])", j * 4, j * 4)).collect();
+        self.line(&format!("unsigned p[4] = {{{}}};", pairs.join(", ")));
+        self.line("const int q = tid & 3;");
+        // Lanes 0, 1 and 2, 3 swap the blocks of two pairs off the diagonal, then each pair of
+        // lanes the pairs off the diagonal of its block: lane q then holds fragment q's pairs.
+        for (mask, bit, slots) in [(2, 2, [0, 1]), (1, 1, [0, 2])] {
+            for u in slots {
+                let (low, high) = (u, u + mask);
+                self.line(&format!("{{ const unsigned v = __shfl_xor_sync(0xffffffffu, (q & {bit}) ? p[{low}] : p[{high}], {mask});"));
+                self.line(&format!("  if (q & {bit}) p[{low}] = v; else p[{high}] = v; }}"));
+            }
+        }
+        let (row, _) = t.row_col("(r + h)");
+        let col = format!("{warp_col} + (r >> 2) % {fn_} * 8 + (tid & 3) * 8");
+        self.line(&format!("const int lr = {row}, lc = {col};"));
+        let lanes = Lanes(
+            tile.0
+                .iter()
+                .map(|(d, _)| {
+                    (
+                        *d,
+                        if *d == t.m {
+                            "lr"
+                        } else if *d == t.n {
+                            "lc"
+                        } else {
+                            "0"
+                        }
+                        .to_string(),
+                    )
+                })
+                .collect(),
+        );
+        let (inside, addr) = self.address(&dims, &lanes, stride);
+        self.line(&format!("const {} a = {addr};", crate::emit::GPU_INDEX));
+        self.line(&format!("if ({inside}) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);"));
+        self.depth -= 1;
+        self.line("}");
         self.depth -= 1;
         self.line("}");
     }
