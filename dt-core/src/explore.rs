@@ -401,8 +401,9 @@ pub fn random_args(p: &Program, k: FuncId, sizes: &[usize], dtype: DType, rng: &
 /// element types stay as in `p`. Draws until every tile fits `opts.max_tile_elements`, falling
 /// back to tiles of one element.
 pub fn random_spec(algorithm: &str, p: &Program, rng: &mut Rng, opts: &Options) -> String {
-    // Not the classes `p` has for whole tiles (`crate::whole_classes`), which `algorithm_text`
-    // leaves out (a drawn schedule bounds its whole tiles).
+    // Not the classes `p` has for whole tiles (`crate::whole_classes`): a drawn schedule bounds
+    // its whole tiles. `algorithm_text` leaves out those the compiler adds; those a spec writes
+    // out stay in the algorithm, as Funcs that no drawn schedule compiles.
     let kernels: Vec<FuncId> = p.kernels.iter().copied().filter(|k| p.func(*k).class_of.is_none()).collect();
     for _ in 0..64 {
         let mut text = algorithm.to_string();

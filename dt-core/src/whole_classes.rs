@@ -5,7 +5,8 @@
 //! also gets classes bounded to [`WHOLE_TILE_CLASSES`] along those dimensions, written before it,
 //! which a launch takes first where they admit its sizes ([`crate::select::choose_class`]):
 //! `_2mm_32l`, `_2mm_64l`, then `_2mm` up to 128. With several such dimensions, every
-//! combination (`f_32x_64y`, ..., `f_32y` with `x` up to 128), the smaller bounds first.
+//! combination (`f_32x_64y`, ..., `f_32y` with `x` up to 128), the smaller bounds first; of more
+//! than [`MAX_CLASSED_DIMENSIONS`], the first that many.
 //!
 //! The dimensions are those the checker gave the default bound (`Schedule::default_bounds`), so
 //! classes are added to a spec that checks, and checked again. A class is a copy of the kernel
@@ -24,6 +25,11 @@ use std::collections::HashSet;
 /// The bounds of the added classes, below the default bound of 128
 /// ([`crate::check::DEFAULT_WHOLE_BOUND`]).
 pub const WHOLE_TILE_CLASSES: [u64; 2] = [32, 64];
+
+/// The most whole dimensions of a kernel that get classes (the first its schedule names):
+/// classes of every combination number 3^d, so a kernel with more keeps the default bound on the
+/// others (9 kernels at most, not 27 or 81).
+pub const MAX_CLASSED_DIMENSIONS: usize = 2;
 
 /// `items` (a spec's statements, schedule blocks expanded) checked, the checker's diagnostics
 /// added to `diags` (those found before, which the checker reads: it reports less after a parse
@@ -88,8 +94,10 @@ fn add(items: &mut Vec<Expanded>, p: &Program) -> Vec<(String, String)> {
 
 /// The added classes of kernel `k` of `p` (written as `items`), in the order a launch tries
 /// them, their names added to `taken` and each class's kernel, with `k`'s name, to `classes`
-/// (one written out already too); none where it has no whole tile of an unbounded dimension. For each dimension whose bound the checker set to the default, a class per bound
-/// of [`WHOLE_TILE_CLASSES`] below the bound the kernel has there (a producer's may be lower).
+/// (one written out already too); none where it has no whole tile of an unbounded dimension.
+/// For each of the first [`MAX_CLASSED_DIMENSIONS`] dimensions whose bound the checker set to
+/// the default, a class per bound of [`WHOLE_TILE_CLASSES`] below the bound the kernel has there
+/// (a producer's may be lower), and every combination of them.
 fn classes_of(
     items: &[Expanded],
     p: &Program,
@@ -99,16 +107,21 @@ fn classes_of(
 ) -> Vec<Expanded> {
     let kdims = p.kernel_dims(k);
     let bounds = crate::lower::bounds(p, k);
-    let dims: Vec<(&str, Vec<Option<u64>>)> = p
+    // Each dimension: its name, its choices (a class bound, or none: the kernel's own) and the
+    // kernel's own bound there.
+    let dims: Vec<(&str, Vec<Option<u64>>, u64)> = p
         .func(k)
         .schedule
         .default_bounds
         .iter()
         .filter(|d| kdims.contains(d))
-        .map(|d| {
+        .enumerate()
+        .map(|(i, d)| {
             let bound = bounds.iter().find(|(x, _)| x == d).map_or(crate::check::DEFAULT_WHOLE_BOUND, |(_, n)| *n);
-            let below = WHOLE_TILE_CLASSES.iter().filter(|n| **n < bound).map(|n| Some(*n));
-            (p.dim_name(*d), below.chain([None]).collect())
+            // Past the first few, only the kernel's own bound (which each class then states).
+            let classed = i < MAX_CLASSED_DIMENSIONS;
+            let below = WHOLE_TILE_CLASSES.iter().filter(|n| classed && **n < bound).map(|n| Some(*n));
+            (p.dim_name(*d), below.chain([None]).collect(), bound)
         })
         .collect();
     let root = p.func(k).name.as_str();
@@ -126,19 +139,19 @@ fn classes_of(
     let mut out = Vec::new();
     // Every combination of a choice per dimension (a bound, or none: the kernel's own), the
     // smaller first; the last, all none, is the kernel itself.
-    let count: usize = dims.iter().map(|(_, c)| c.len()).product();
+    let count: usize = dims.iter().map(|(_, c, _)| c.len()).product();
     for c in 0..count.saturating_sub(1) {
         let mut rest = c;
-        let mut picks: Vec<(&str, Option<u64>)> = Vec::new();
-        for (d, choices) in dims.iter().rev() {
-            picks.push((d, choices[rest % choices.len()]));
+        let mut picks: Vec<(&str, Option<u64>, u64)> = Vec::new();
+        for (d, choices, own) in dims.iter().rev() {
+            picks.push((d, choices[rest % choices.len()], *own));
             rest /= choices.len();
         }
         picks.reverse();
-        let base = picks.iter().filter_map(|(d, n)| Some(format!("{}{d}", (*n)?))).collect::<Vec<_>>().join("_");
+        let base = picks.iter().filter_map(|(d, n, _)| Some(format!("{}{d}", (*n)?))).collect::<Vec<_>>().join("_");
         // A dimension left at the kernel's bound is bounded to it in so many words, so that the
         // class has no whole tile of an unbounded dimension in turn.
-        let class_bounds: Vec<(&str, u64)> = picks.iter().map(|(d, n)| (*d, n.unwrap_or(crate::check::DEFAULT_WHOLE_BOUND))).collect();
+        let class_bounds: Vec<(&str, u64)> = picks.iter().map(|(d, n, own)| (*d, n.unwrap_or(*own))).collect();
         // The class's name: `_2mm_32l`, or where a Func of a copy's name is there already (the
         // copies of another kernel's class that reads the same producer), `_2mm_32l_2`, ...; a
         // class of that name there with these bounds (a spec written out) is not added again.
@@ -268,5 +281,14 @@ mod tests {
                 assert_eq!(f.class_of, if f.name == "f_1k" { None } else { origin }, "{}", f.name);
             }
         }
+        // Three whole dimensions: classes along the first two (9 kernels, not 27), each bounding
+        // the third to the kernel's own bound in so many words.
+        let three = "Func f;\nIn A;\nVar x, y, z;\nf[x, y, z] = A[x, y, z] * 2;\nf.tensorize(x:0, y:0, z:0);\nf.compile();\n";
+        let q = crate::compile_spec(three).unwrap();
+        let names: Vec<&str> = q.kernels.iter().map(|k| q.func(*k).name.as_str()).collect();
+        assert_eq!(names, ["f_32x_32y", "f_32x_64y", "f_32x", "f_64x_32y", "f_64x_64y", "f_64x", "f_32y", "f_64y", "f"]);
+        let flat_three = crate::blocks::flat_text(three).unwrap();
+        assert_eq!(flat_three.matches(".bound(z:128);").count(), 8, "{flat_three}");
+        assert_eq!(crate::blocks::flat_text(&flat_three).unwrap(), flat_three);
     }
 }

@@ -1927,7 +1927,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -3121,7 +3121,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -4817,7 +4817,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -6513,7 +6513,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -10065,7 +10065,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -11253,7 +11253,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -16317,7 +16317,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -18013,7 +18013,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -19345,7 +19345,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 32 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 32 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -20677,7 +20677,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 32 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 32 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -22509,7 +22509,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 32 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 32 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -24341,7 +24341,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 32 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 32 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -25685,7 +25685,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -27029,7 +27029,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -28861,7 +28861,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -30693,7 +30693,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -31473,7 +31473,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -32253,7 +32253,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -33894,7 +33894,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }
@@ -34736,7 +34736,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                               if (q & 1) p[0] = v; else p[1] = v; }
                             { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                               if (q & 1) p[2] = v; else p[3] = v; }
-                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 8;
+                            const int lr = (tid >> 5) / 1 * 16 + ((r + h) >> 2) / 16 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + q * 8;
                             const unsigned a = (unsigned)(o1 + 0) * (unsigned)args.output_strides[0] + (unsigned)(o2 + 0) * (unsigned)args.output_strides[1] + (unsigned)(o3 + lr) * (unsigned)args.output_strides[2] + (unsigned)(o4 + lc) * (unsigned)args.output_strides[3];
                             if ((unsigned)(o3 + lr) < (unsigned)s2 && (unsigned)(o4 + lc) < (unsigned)s4) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                         }

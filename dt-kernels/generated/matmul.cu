@@ -3509,7 +3509,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16_whole(DT_GRID_CONSTA
                       if (q & 1) p[0] = v; else p[1] = v; }
                     { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                       if (q & 1) p[2] = v; else p[3] = v; }
-                    const int lr = (tid >> 5) / 2 * 64 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                    const int lr = (tid >> 5) / 2 * 64 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + q * 8;
                     const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
                     if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                 }
@@ -3891,7 +3891,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
                       if (q & 1) p[0] = v; else p[1] = v; }
                     { const unsigned v = __shfl_xor_sync(0xffffffffu, (q & 1) ? p[2] : p[3], 1);
                       if (q & 1) p[2] = v; else p[3] = v; }
-                    const int lr = (tid >> 5) / 2 * 64 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 8;
+                    const int lr = (tid >> 5) / 2 * 64 + ((r + h) >> 2) / 8 * 16 + ((tid & 31) >> 2) + (((r + h) >> 1) & 1) * 8, lc = (tid >> 5) % 2 * 64 + (r >> 2) % 8 * 8 + q * 8;
                     const unsigned a = (unsigned)(o1 + lr) * (unsigned)args.output_strides[0] + (unsigned)(o2 + lc) * (unsigned)args.output_strides[1];
                     if ((unsigned)(o1 + lr) < (unsigned)s0 && (unsigned)(o2 + lc) < (unsigned)s1) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);
                 }

@@ -177,7 +177,8 @@ fn diagnostics_of(p: &Program, kernels: &[FuncId], i: usize) -> Vec<dt_core::Dia
     let family = dt_core::select::family_of(&f.name);
     let later = |g: &FuncId| dt_core::select::is_variant_of(&p.func(*g).name, family) && !p.func(*g).schedule.requires_aligned;
     // The classes added for whole tiles share their kernel's `compile()`: it warns once.
-    let same_compile = |g: &FuncId| p.func(*g).schedule.compile_span == f.schedule.compile_span;
+    let origin = |g: FuncId| p.func(g).class_of.unwrap_or(g);
+    let same_compile = |g: &FuncId| origin(*g) == origin(fid);
     if f.schedule.requires_aligned && !kernels[i + 1..].iter().any(later) && !kernels[i + 1..].iter().any(same_compile) {
         out.push(
             dt_core::Diagnostic::warning(

@@ -849,7 +849,8 @@ impl Emitter<'_> {
     /// write where the run lies inside the output (and, in a kernel for any layout, the output
     /// has unit stride along it and the run is aligned), element by element where it does not.
     pub(super) fn store_runs(&mut self, src: &str, t: MmaTile, tile: &Shape) {
-        if t.isa == MatrixIsa::MmaSync && self.dtype != DType::F32 && self.output_in_runs() && t.frags().1.is_multiple_of(4) {
+        // Only a kernel for whole runs: a warp-specialized one takes rows of any length.
+        if t.isa == MatrixIsa::MmaSync && self.dtype != DType::F32 && self.whole_runs && t.frags().1.is_multiple_of(4) {
             return self.store_quad_runs(src, t, tile);
         }
         let dims = self.k.output.dims.clone();
@@ -925,8 +926,8 @@ impl Emitter<'_> {
         self.line("}");
     }
 
-    /// The store of 16-bit `mma.sync` fragments `src` (layout `t`, four or more fragments along
-    /// a warp's row) to output tile `tile` in a kernel whose output is in whole runs, eight
+    /// The store of 16-bit `mma.sync` fragments `src` (layout `t`, a multiple of four fragments
+    /// along a warp's row) to output tile `tile` in a kernel whose output is in whole runs, eight
     /// adjacent columns at a time: for each four fragments of a row, the four lanes of a quad,
     /// which hold two adjacent columns of each, trade their pairs (a 4 x 4 transpose in two xor
     /// shuffles) so that each holds the eight columns of one fragment, and write them with one
@@ -951,8 +952,8 @@ impl Emitter<'_> {
         let pairs: Vec<String> = (0..4).map(|j| format!("{pack}({src}[r + {} + h], {src}[r + {} + h + 1])", j * 4, j * 4)).collect();
         self.line(&format!("unsigned p[4] = {{{}}};", pairs.join(", ")));
         self.line("const int q = tid & 3;");
-        // Lanes 0, 1 and 2, 3 swap the blocks of two pairs off the diagonal, then each pair of
-        // lanes the pairs off the diagonal of its block: lane q then holds fragment q's pairs.
+        // Lanes q and q ^ 2 swap the 2 x 2 blocks off the diagonal, then lanes q and q ^ 1 the
+        // pairs off the diagonal of their block: lane q then holds fragment q's pairs.
         for (mask, bit, slots) in [(2, 2, [0, 1]), (1, 1, [0, 2])] {
             for u in slots {
                 let (low, high) = (u, u + mask);
@@ -961,7 +962,7 @@ impl Emitter<'_> {
             }
         }
         let (row, _) = t.row_col("(r + h)");
-        let col = format!("{warp_col} + (r >> 2) % {fn_} * 8 + (tid & 3) * 8");
+        let col = format!("{warp_col} + (r >> 2) % {fn_} * 8 + q * 8");
         self.line(&format!("const int lr = {row}, lc = {col};"));
         let lanes = Lanes(
             tile.0

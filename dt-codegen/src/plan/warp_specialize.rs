@@ -462,7 +462,7 @@ fn split_of(k: &Kernel, l: &Loop) -> Option<(u32, u32)> {
 /// The epilogue's store through shared memory of kernel `k`, whose accumulator tile is `rows`
 /// along `m` by `cols` along `n`, with the staging buffers from `after` (the ring's end), or
 /// `None` where the kernel does not end in one store of that whole tile into an output of axes
-/// `[m, n]` (which then stores from the fragments, two columns at a time).
+/// `[m, n]` (which then stores from the fragments, two columns at a time: rows of any length).
 fn staged_store(k: &Kernel, (m, rows): (DimId, u32), (n, cols): (DimId, u32), map: usize, after: u32) -> Option<StagedStore> {
     let mut stores = Vec::new();
     find_stores(&k.body, &mut stores);
