@@ -873,24 +873,7 @@ impl Emitter<'_> {
         self.line(&format!("for (int r = 0; r < {}; r += {w}) {{", self.regs(tile.elements())));
         self.depth += 1;
         self.line(&format!("const int lr = {row}, lc = {col};"));
-        let lanes = Lanes(
-            tile.0
-                .iter()
-                .map(|(d, _)| {
-                    (
-                        *d,
-                        if *d == t.m {
-                            "lr"
-                        } else if *d == t.n {
-                            "lc"
-                        } else {
-                            "0"
-                        }
-                        .to_string(),
-                    )
-                })
-                .collect(),
-        );
+        let lanes = tile_lanes(t, tile);
         let (_, addr) = self.address(&dims, &lanes, stride);
         let (all, _) = self.address(&dims, &lanes.shifted(t.n, w as usize - 1), stride);
         let contiguous = self.output_in_runs();
@@ -964,24 +947,7 @@ impl Emitter<'_> {
         let (row, _) = t.row_col("(r + h)");
         let col = format!("{warp_col} + (r >> 2) % {fn_} * 8 + q * 8");
         self.line(&format!("const int lr = {row}, lc = {col};"));
-        let lanes = Lanes(
-            tile.0
-                .iter()
-                .map(|(d, _)| {
-                    (
-                        *d,
-                        if *d == t.m {
-                            "lr"
-                        } else if *d == t.n {
-                            "lc"
-                        } else {
-                            "0"
-                        }
-                        .to_string(),
-                    )
-                })
-                .collect(),
-        );
+        let lanes = tile_lanes(t, tile);
         let (inside, addr) = self.address(&dims, &lanes, stride);
         self.line(&format!("const {} a = {addr};", crate::emit::GPU_INDEX));
         self.line(&format!("if ({inside}) *(uint4*)(out + a) = make_uint4(p[0], p[1], p[2], p[3]);"));
@@ -990,6 +956,17 @@ impl Emitter<'_> {
         self.depth -= 1;
         self.line("}");
     }
+}
+
+/// The lanes of a store of `mma` tile `t` to output tile `tile`: its rows at `lr`, its columns
+/// at `lc` (C names the store prints), its other dimensions at 0.
+fn tile_lanes(t: MmaTile, tile: &Shape) -> Lanes {
+    let lane = |d: &DimId| match d {
+        d if *d == t.m => "lr",
+        d if *d == t.n => "lc",
+        _ => "0",
+    };
+    Lanes(tile.0.iter().map(|(d, _)| (*d, lane(d).to_string())).collect())
 }
 
 /// Where one lane's `ldmatrix` addresses of an operand lie in its staged lines: the lane's line
