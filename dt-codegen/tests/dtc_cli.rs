@@ -52,22 +52,24 @@ fn dtc_emit_spec_writes_the_schedule_blocks_out() {
 }
 
 /// A `num_stages` that the plan serves with fewer stages (the talk's 2mm asking for 8; the
-/// buffers of 5 fit sm_80's shared memory) checks, with a warning at the request; the 4 the
-/// listing asks for fit its kernel, with no warning, and its class for `l` up to 64 (a held
-/// operand of 64 columns beside the ring of `C`) runs 2, with one.
+/// buffers of 5 fit sm_80's shared memory along `k`) checks, with a warning at the request that
+/// names the loop and the element types; the 4 the listing asks for fit its kernel's loop over
+/// `k`, with no warning, its class for `l` up to 64 (a held operand of 64 columns beside the
+/// ring of `C`) runs 2 along `n`, and the kernel itself (`l` up to 128) none: one stage.
 #[test]
 fn dtc_check_warns_where_fewer_stages_fit_than_asked() {
     let out = dtc().args(["check", "dt-codegen/tests/specs/talk_2mm.dt"]).output().expect("dtc runs");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && !err.contains("`_2mm` runs"), "{err}");
-    assert!(err.contains("warning: `_2mm_64l` runs num_stages(4) with 2 stages on CUDA"), "{err}");
+    assert!(out.status.success() && !err.contains("loop over `k`"), "{err}");
+    assert!(err.contains("warning: `_2mm_64l` runs num_stages(4) with 2 stages on CUDA in its loop over `n` (f32)"), "{err}");
+    assert!(err.contains("warning: `_2mm` runs num_stages(4) with 1 stage on CUDA in its loop over `n` (f32)"), "{err}");
     let spec = std::fs::read_to_string(workspace().join("dt-codegen/tests/specs/talk_2mm.dt")).unwrap();
     let path = scratch("stages").join("talk_2mm_8.dt");
     std::fs::write(&path, spec.replace("num_stages(4)", "num_stages(8)")).unwrap();
     let out = dtc().args(["check", path.to_str().unwrap()]).output().expect("dtc runs");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("talk_2mm_8.dt:12:1: warning: `_2mm` runs num_stages(8) with 5 stages on CUDA"), "{err}");
+    assert!(err.contains("talk_2mm_8.dt:12:1: warning: `_2mm` runs num_stages(8) with 5 stages on CUDA in its loop over `k`"), "{err}");
     assert!(err.contains(" 12 | _2mm.num_stages(8);") && err.contains("ask for 5"), "{err}");
 }
 

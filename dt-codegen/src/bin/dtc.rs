@@ -201,11 +201,30 @@ fn diagnostics_of(p: &Program, kernels: &[FuncId], i: usize) -> Vec<dt_core::Dia
         out.push(dt_core::Diagnostic::new(span, e.to_string()).with_label("the CUDA build of this kernel fails"));
         return out;
     }
-    for (asked, planned) in dt_codegen::plan::lowered_stages(&k) {
+    // One warning per loop and stages, naming the element types it holds for.
+    let lowered = dt_codegen::plan::lowered_stages(&k);
+    let mut seen = Vec::new();
+    for l in &lowered {
+        if seen.contains(&(l.dim, l.asked, l.planned)) {
+            continue;
+        }
+        seen.push((l.dim, l.asked, l.planned));
+        let types: Vec<&str> =
+            lowered.iter().filter(|m| (m.dim, m.asked, m.planned) == (l.dim, l.asked, l.planned)).map(|m| m.dtype.name()).collect();
         let span = f.schedule.num_stages_span.unwrap_or(f.span);
+        let stages = if l.planned == 1 { "1 stage".to_string() } else { format!("{} stages", l.planned) };
         out.push(
-            dt_core::Diagnostic::warning(span, format!("`{}` runs num_stages({asked}) with {planned} stages on CUDA", f.name))
-                .with_label(format!("the buffers of more do not fit the shared memory its CUDA target gives a block; ask for {planned}")),
+            dt_core::Diagnostic::warning(
+                span,
+                format!(
+                    "`{}` runs num_stages({}) with {stages} on CUDA in its loop over `{}` ({})",
+                    f.name,
+                    l.asked,
+                    k.dim_name(l.dim),
+                    types.join(", ")
+                ),
+            )
+            .with_label(format!("the buffers of more do not fit the shared memory its CUDA target gives a block; ask for {}", l.planned)),
         );
     }
     out

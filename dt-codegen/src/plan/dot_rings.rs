@@ -104,7 +104,10 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
         let slots = dot_slot_words(p, &dots, |d| ringed(d, 0));
         let fits = |stages: u32, swizzle: bool| (p.ring_words + slots + words(stages, swizzle)) * 4 <= ring_bytes(k, &p.target);
         let choice = (2..=l.stages).rev().find_map(|s| [false, true].into_iter().find(|sw| fits(s, *sw)).map(|sw| (s, sw)));
-        let Some((stages, swizzle)) = choice else { continue };
+        let Some((stages, swizzle)) = choice else {
+            p.unfitted_stages.push((l.dim, l.stages));
+            continue;
+        };
         for v in &dots {
             let start = p.ring_words;
             let Some((_, d)) = p.dots.iter_mut().find(|(x, _)| x == v) else { continue };

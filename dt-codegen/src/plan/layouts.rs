@@ -533,6 +533,10 @@ pub(crate) struct Plan {
     /// The GPUs the build runs on ([`crate::plan::Target::older`]), whose shared memory the
     /// pipelines, rings and slots keep within.
     pub target: crate::plan::Target,
+    /// The loops (their dimension and `num_stages`) that would pipeline their dots (alone, or
+    /// through the rings of `super::dot_rings`) but whose buffers of two stages do not fit:
+    /// they run with one.
+    pub unfitted_stages: Vec<(DimId, u32)>,
 }
 
 impl Plan {
@@ -632,6 +636,7 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
         async_copies: dialect == Dialect::Cuda,
         tensor_maps: Vec::new(),
         target: crate::plan::Target::older(k, dialect),
+        unfitted_stages: Vec::new(),
     };
     let mut lets = Vec::new();
     let mut updates = Vec::new();
@@ -855,6 +860,9 @@ fn pipeline(stmts: &[Stmt], p: &mut Plan) {
         let words = d.buffer_words(0) + d.buffer_words(1);
         let fit = (p.target.shared_bytes_per_block as usize / 4 / words) as u32;
         d.stages = l.stages.min(fit).max(1);
+        if d.stages == 1 {
+            p.unfitted_stages.push((l.dim, l.stages));
+        }
     }
 }
 
@@ -1035,26 +1043,38 @@ fn stages_asked(k: &Kernel, dot: ValueId, stages: u32, target: &crate::plan::Tar
 
 /// The `num_stages` of the loop whose body computes `dot`.
 pub(crate) fn asked_stages(stmts: &[Stmt], dot: ValueId) -> Option<u32> {
-    stmts.iter().find_map(|s| match s {
-        Stmt::Loop(l) if l.body.iter().any(|s| matches!(s, Stmt::Let { value, op: Op::Dot { .. } } if *value == dot)) => Some(l.stages),
-        Stmt::Loop(l) => asked_stages(&l.body, dot),
-        _ => None,
-    })
+    stages_loop(stmts, dot).map(|(_, stages)| stages)
 }
 
 /// The pipelines and rings of plan `p` that take fewer stages than their loop's `num_stages`
-/// (the buffers of more do not fit): the stages asked for and those planned, once each.
-pub(crate) fn lowered_stages(k: &Kernel, p: &Plan) -> Vec<(u32, u32)> {
-    let mut out = Vec::new();
-    for (id, d) in &p.dots {
+/// (the buffers of more do not fit), one where not even two fit: each loop, the stages asked
+/// for and those planned, once each.
+pub(crate) fn lowered_stages(k: &Kernel, p: &Plan, dtype: DType) -> Vec<super::LoweredStages> {
+    let mut out: Vec<super::LoweredStages> = Vec::new();
+    let unfitted = p.unfitted_stages.iter().map(|(dim, asked)| super::LoweredStages { dim: *dim, asked: *asked, planned: 1, dtype });
+    let lowered = p.dots.iter().filter_map(|(id, d)| {
         let planned = d.ring.map_or(d.stages, |r| r.stages);
         let pipelined = d.ring.is_some() || d.stages > 1;
-        match asked_stages(&k.body, *id) {
-            Some(asked) if pipelined && asked > planned && !out.contains(&(asked, planned)) => out.push((asked, planned)),
-            _ => {}
+        let (dim, asked) = stages_loop(&k.body, *id)?;
+        (pipelined && asked > planned).then_some(super::LoweredStages { dim, asked, planned, dtype })
+    });
+    for l in unfitted.chain(lowered) {
+        if !out.contains(&l) {
+            out.push(l);
         }
     }
     out
+}
+
+/// The dimension and `num_stages` of the loop whose body computes `dot`.
+fn stages_loop(stmts: &[Stmt], dot: ValueId) -> Option<(DimId, u32)> {
+    stmts.iter().find_map(|s| match s {
+        Stmt::Loop(l) if l.body.iter().any(|s| matches!(s, Stmt::Let { value, op: Op::Dot { .. } } if *value == dot)) => {
+            Some((l.dim, l.stages))
+        }
+        Stmt::Loop(l) => stages_loop(&l.body, dot),
+        _ => None,
+    })
 }
 
 /// The register plan `p` of kernel `k` in its readable form (`dtc emit --target gpu-plan`): the

@@ -66,6 +66,7 @@ pub(crate) mod twins;
 pub mod verify;
 pub mod warp_specialize;
 
+use dt_core::algo::DimId;
 use dt_core::kir::Kernel;
 use dt_core::DType;
 use std::fmt::Write;
@@ -315,10 +316,22 @@ pub fn twins(k: &Kernel, dtype: DType, dialect: crate::emit::gpu::Dialect) -> Re
     Ok(twins::twins(k, dtype, older.mapping, &older.registers))
 }
 
+/// A `num_stages` that a loop runs with fewer stages (see [`lowered_stages`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoweredStages {
+    /// The loop's dimension.
+    pub dim: DimId,
+    pub asked: u32,
+    pub planned: u32,
+    /// The element type whose buffers these are.
+    pub dtype: DType,
+}
+
 /// Each `num_stages` that the CUDA plan of kernel `k` serves with fewer stages, for any of its
-/// element types, because the buffers of more do not fit (what `dtc check` warns of): the stages
-/// asked for and those planned, once each. A warp-specialized kernel is refused instead.
-pub fn lowered_stages(k: &Kernel) -> Vec<(u32, u32)> {
+/// element types, because the buffers of more do not fit (what `dtc check` warns of): the loop,
+/// the stages asked for and those planned, once each per element type. A warp-specialized kernel is refused
+/// instead.
+pub fn lowered_stages(k: &Kernel) -> Vec<LoweredStages> {
     let mut out = Vec::new();
     if cuda_target(k).is_some() {
         return out;
@@ -329,10 +342,15 @@ pub fn lowered_stages(k: &Kernel) -> Vec<(u32, u32)> {
         // A loop whose ring does not fit counts where no loop of the kernel stages its rows:
         // `num_stages` is the kernel's, and a ring elsewhere serves it.
         let staged = older.rows.loops.iter().any(|(_, r)| matches!(r, staged_rows::RowLoads::Staged(_)));
-        let rows = older.rows.unfitted.iter().filter(|_| !staged).map(|(l, planned)| (l.stages, *planned));
-        for pair in layouts::lowered_stages(k, &older.registers).into_iter().chain(rows) {
-            if !out.contains(&pair) {
-                out.push(pair);
+        let rows = older.rows.unfitted.iter().filter(|_| !staged).map(|(l, planned)| LoweredStages {
+            dim: l.dim,
+            asked: l.stages,
+            planned: *planned,
+            dtype: *dtype,
+        });
+        for lowered in layouts::lowered_stages(k, &older.registers, *dtype).into_iter().chain(rows) {
+            if !out.contains(&lowered) {
+                out.push(lowered);
             }
         }
     }

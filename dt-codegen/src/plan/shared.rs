@@ -124,6 +124,7 @@ mod tests {
             async_copies: dialect == Dialect::Cuda,
             tensor_maps: Vec::new(),
             target: Target::older(k, dialect),
+            unfitted_stages: Vec::new(),
         }
     }
 
