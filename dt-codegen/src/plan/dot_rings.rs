@@ -14,7 +14,7 @@
 //! too, read from fragments ([`MmaDot::a_in_fragments`]), or computed: one computed before the
 //! loop is held in a buffer of the rings, stored from registers once; one computed in the loop
 //! is stored into its slot at every step ([`MmaDot::a_in_slot_each_step`]). A loop around a
-//! single dot that is all it does is the plain pipeline's (`layouts::pipeline`).
+//! single dot that is all it does is the plain pipeline's (`pipelines::pipeline`).
 //! The operands' lines are padded where the rings fit so, else swizzled ([`MmaDot::swizzle`]):
 //! S is lowered until the rings fit the shared memory of the kernel's target less the slots'
 //! reserve ([`ring_bytes`]); a loop whose rings do not fit with two

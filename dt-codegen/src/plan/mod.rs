@@ -44,7 +44,7 @@
 //! of copies, barriers and loads within a statement, the element-wise code of each layout. That
 //! path's shared-memory limits are those of the build's target ([`Target::older`]: every GPU on
 //! HIP, sm_80 on CUDA, sm_90a for a kernel only Hopper runs), which `layouts::plan` keeps in the
-//! register plan for the passes after it; a `cp.async` pipeline of one dot (`layouts::pipeline`),
+//! register plan for the passes after it; a `cp.async` pipeline of one dot (`pipelines::pipeline`),
 //! the rings of several (`dot_rings`) and the rings of staged rows take fewer stages than
 //! `num_stages` asks where those do not fit, which the printed plan shows and `dtc check` warns
 //! of ([`lowered_stages`]).
@@ -52,9 +52,11 @@
 pub(crate) mod cluster_waits;
 pub(crate) mod dot_rings;
 pub mod layouts;
+mod layouts_print;
 mod mapping;
 pub(crate) mod output_runs;
 pub(crate) mod partials;
+mod pipelines;
 pub(crate) mod publishing;
 mod replicate;
 mod rows;
@@ -272,7 +274,7 @@ pub fn print_cuda(k: &Kernel) -> Result<String, PlanError> {
                 };
                 let _ = writeln!(out, "plan {} for {} on {on}", k.name, dtype.name());
                 let _ = writeln!(out, "  threads   {}", older.mapping.threads);
-                layouts::print(k, *dtype, &older.registers, &mut out);
+                layouts_print::print(k, *dtype, &older.registers, &mut out);
                 staged_rows::print(k, &older.rows, &mut out);
                 output_runs::print(&older.outputs, &mut out);
                 cluster_waits::print(&older.cluster, &mut out);
@@ -348,7 +350,7 @@ pub fn lowered_stages(k: &Kernel) -> Vec<LoweredStages> {
             planned: *planned,
             dtype: *dtype,
         });
-        for lowered in layouts::lowered_stages(k, &older.registers, *dtype).into_iter().chain(rows) {
+        for lowered in pipelines::lowered_stages(k, &older.registers, *dtype).into_iter().chain(rows) {
             if !out.contains(&lowered) {
                 out.push(lowered);
             }
