@@ -35,7 +35,7 @@ fn manifest_reads_back_as_written() {
                 let launch = read.cuda_launch(&symbol).unwrap_or_else(|| panic!("{label}: no launch for {symbol}"));
                 assert_eq!(launch.threads % 32, 0, "{label}: {symbol} launches whole warps");
                 // The launcher opts a kernel into clusters above the portable size by this row.
-                assert_eq!(launch.cluster, k.grid.cluster.map_or(1, |(_, n)| n), "{label}: cluster of {symbol}");
+                assert_eq!(launch.cluster, k.grid.cluster.or(k.grid.multicast).map_or(1, |(_, n)| n), "{label}: cluster of {symbol}");
                 assert_eq!(read.hip_launch(&symbol).is_some(), !k.cuda_only(), "{label}: HIP launch of {symbol}");
             }
         }

@@ -35,10 +35,12 @@ impl<'a, 'd> Checker<'a, 'd> {
                 continue;
             }
             match prim.name.as_str() {
-                "tensorize" | "map" | "cluster" | "fuse_at" => deferred.push((f, prim, args, *span)),
+                "tensorize" | "map" | "cluster" | "multicast" | "fuse_at" => deferred.push((f, prim, args, *span)),
                 _ => self.primitive(f, prim, args, *span),
             }
         }
+        // `multicast` reads the grid order that `map` sets, wherever it is written.
+        deferred.sort_by_key(|(_, prim, ..)| prim.name == "multicast");
         for (f, prim, args, span) in deferred {
             self.primitive(f, prim, args, span);
         }
@@ -328,6 +330,7 @@ impl<'a, 'd> Checker<'a, 'd> {
             }
             "map" => self.map(f, args, span),
             "cluster" => self.cluster(f, args, span),
+            "multicast" => self.multicast(f, args, span),
             "fuse_at" => self.fuse_at(f, args, span),
             _ => self.err(prim.span, format!("unknown schedule primitive `{}`", prim.name), format!("primitives are: {PRIMITIVES}")),
         }
@@ -460,6 +463,57 @@ impl<'a, 'd> Checker<'a, 'd> {
         self.prog.funcs[f.index()].schedule.cluster = Some((d, n as u32));
     }
 
+    /// `multicast(d:N)`: programs of `N` adjacent blocks of `d` form a cluster (see
+    /// [`crate::schedule::Schedule::multicast`]). Their blocks are adjacent where `d` varies
+    /// fastest with the program id: the last entry of the grid's order is `d`, or a split of `d`
+    /// whose inner factor is a multiple of `N`.
+    fn multicast(&mut self, f: FuncId, args: &[SchedArg], span: Span) {
+        let fname = self.prog.func(f).name.clone();
+        self.sched_spans[f.index()].placement.push(span);
+        if self.sched_spans[f.index()].multicast.replace(span).is_some() {
+            self.err(span, format!("`{fname}` is multicast twice"), "a kernel has one `multicast`");
+            return;
+        }
+        let [SchedArg::Extent(id, v, s)] = args else {
+            self.err(span, "`multicast` takes one `dimension:programs` pair", format!("for example `{fname}.multicast(y:2)`"));
+            return;
+        };
+        let fdims = self.prog.func(f).dims.clone();
+        let Some(d) = self.dim(id, &fdims) else { return };
+        let Some(n) = self.int_arg(*v, *s, "a multicast size") else { return };
+        if !matches!(n, 2 | 4) {
+            self.err(*s, format!("a multicast over {n} programs is not supported"), "use 2 or 4 programs");
+            return;
+        }
+        let sched = &self.prog.func(f).schedule;
+        if sched.block_extent(d).is_none() {
+            let label = format!("multicast groups adjacent blocks: add `{}` to `{fname}.block(...)`", id.name);
+            self.err(id.span, format!("`{}` is not a blocked dimension of `{fname}`", id.name), label);
+            return;
+        }
+        let last = match &sched.map {
+            Some(m) => m.last().cloned(),
+            None => fdims.iter().rev().find(|x| sched.block_extent(**x).is_some()).map(|x| MapEntry::Whole(*x)),
+        };
+        let adjacent = match &last {
+            Some(MapEntry::Whole(x)) => *x == d,
+            Some(MapEntry::Inner { dim, factor, .. }) => *dim == d && u64::from(*factor).is_multiple_of(n),
+            _ => false,
+        };
+        if !adjacent {
+            self.err(
+                id.span,
+                format!("cannot multicast along `{}`: its blocks are not adjacent in program order", id.name),
+                format!(
+                    "the programs of a cluster are consecutive: `{}` (or a split of it by a multiple of {n}) must vary fastest",
+                    id.name
+                ),
+            );
+            return;
+        }
+        self.prog.funcs[f.index()].schedule.multicast = Some((d, n as u32));
+    }
+
     fn fuse_at(&mut self, p: FuncId, args: &[SchedArg], span: Span) {
         let pname = self.prog.func(p).name.clone();
         let [SchedArg::Name(cid), SchedArg::Name(did)] = args else {
@@ -544,6 +598,20 @@ impl<'a, 'd> Checker<'a, 'd> {
             let spans = self.sched_spans[i].clone();
             let sched = self.prog.funcs[i].schedule.clone();
             let name = self.prog.funcs[i].name.clone();
+            if let (Some(_), Some(s)) = (sched.multicast, spans.multicast) {
+                let refusal = if !sched.warp_specialize {
+                    Some(("the programs of a multicast share their producers' copies", format!("add `{name}.warp_specialize()`")))
+                } else if sched.cluster.is_some() {
+                    Some(("a kernel has one cluster, and `cluster` makes another", "leave out `cluster` or `multicast`".to_string()))
+                } else if sched.persistent {
+                    Some(("the programs of a multicast take one block each", "leave out `persistent()`".to_string()))
+                } else {
+                    None
+                };
+                if let Some((msg, label)) = refusal {
+                    self.err(s, format!("`{name}` cannot be multicast: {msg}"), label);
+                }
+            }
             if !sched.kernel && kernels_known {
                 let label = match sched.fuse_at {
                     Some((c, _)) => {

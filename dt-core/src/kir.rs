@@ -345,6 +345,12 @@ pub struct Grid {
     /// run of `N` consecutive programs is one cluster. Programs whose block of `d` starts past
     /// the end still run (with every lane masked), since the cluster's reductions need them.
     pub cluster: Option<(DimId, u32)>,
+    /// `multicast(d:N)`: each run of `N` consecutive programs is one cluster, whose blocks of
+    /// `d` are adjacent (`d`, or a split of it by a multiple of `N`, is the last entry of
+    /// `order`); their producers share the copies of the operand that does not vary along `d`.
+    /// Where `d` is the last entry its blocks are rounded up to a multiple of `N`: a program past
+    /// the end still copies its share for the others and stores nothing.
+    pub multicast: Option<(DimId, u32)>,
     /// Dimensions whose blocks the programs take last first (pass `heaviest_first`), so that the
     /// longest programs start first: block `n - 1 - g` at coordinate `g`. Each has a grid entry of
     /// its own ([`Grid::has_own_entry`]).
@@ -367,7 +373,21 @@ impl Grid {
 
     /// Whether a GPU whose clusters hold up to `max_cluster` programs (0: none) runs this grid.
     pub fn runs_with_clusters_of(&self, max_cluster: u32) -> bool {
-        self.cluster.is_none_or(|(_, n)| n <= max_cluster)
+        self.cluster_programs() <= max_cluster.max(1)
+    }
+
+    /// Programs per thread-block cluster, by `cluster` or `multicast` (1: not clustered).
+    pub fn cluster_programs(&self) -> u32 {
+        self.cluster.or(self.multicast).map_or(1, |(_, n)| n)
+    }
+
+    /// The blocks of the order entry `d` (its count of blocks `blocks`), rounded up to whole
+    /// clusters where `d` is multicast.
+    fn rounded_to_clusters(&self, d: DimId, blocks: usize) -> usize {
+        match self.multicast {
+            Some((m, n)) if m == d => blocks.next_multiple_of(n as usize),
+            _ => blocks,
+        }
     }
 
     /// Whether loop `l` reduces over this program's block of the clustered dimension (the
@@ -394,7 +414,7 @@ impl Grid {
         self.order
             .iter()
             .map(|e| match e {
-                MapEntry::Whole(d) => self.cluster_size(*d).map_or_else(|| nblocks(*d), |n| n as usize),
+                MapEntry::Whole(d) => self.cluster_size(*d).map_or_else(|| self.rounded_to_clusters(*d, nblocks(*d)), |n| n as usize),
                 MapEntry::Outer { dim, factor } => nblocks(*dim).div_ceil(*factor as usize),
                 MapEntry::Inner { factor, .. } => *factor as usize,
             })
@@ -608,6 +628,9 @@ pub fn print(k: &Kernel) -> String {
     let _ = writeln!(out, "  grid   [{}]{}", order.join(", "), comment(&k.grid.origin));
     if let Some((d, n)) = k.grid.cluster {
         let _ = writeln!(out, "  cluster {n} programs along {}{}", k.dim_name(d), comment(&format!("cluster({}:{n})", k.dim_name(d))));
+    }
+    if let Some((d, n)) = k.grid.multicast {
+        let _ = writeln!(out, "  multicast {n} programs along {}{}", k.dim_name(d), comment(&format!("multicast({}:{n})", k.dim_name(d))));
     }
     let producer = if k.warp_specialize { " + a producer warpgroup of 128" } else { "" };
     let _ = writeln!(out, "  block  {} threads{producer}{}", 32 * k.num_warps, comment(&format!("num_warps({})", k.num_warps)));

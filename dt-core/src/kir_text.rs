@@ -60,7 +60,14 @@ fn empty_kernel() -> Kernel {
             bounds: Vec::new(),
             specialize: Vec::new(),
             dtypes: Vec::new(),
-            grid: Grid { blocked: Vec::new(), order: Vec::new(), cluster: None, descending: Vec::new(), origin: String::new() },
+            grid: Grid {
+                blocked: Vec::new(),
+                order: Vec::new(),
+                cluster: None,
+                multicast: None,
+                descending: Vec::new(),
+                origin: String::new(),
+            },
             warp_specialize: false,
             wgmma: false,
             persistent: false,
@@ -269,6 +276,10 @@ impl Reader<'_> {
                 "cluster" => {
                     let (n, d) = rest.split_once(" programs along ").ok_or("a cluster is `N programs along dim`")?;
                     self.k.grid.cluster = Some((self.dim(d)?, number(n)?));
+                }
+                "multicast" => {
+                    let (n, d) = rest.split_once(" programs along ").ok_or("a multicast is `N programs along dim`")?;
+                    self.k.grid.multicast = Some((self.dim(d)?, number(n)?));
                 }
                 "block" => {
                     let (threads, _) = rest.split_once(" threads").ok_or("a block is `N threads`")?;

@@ -53,6 +53,11 @@ pub struct Schedule {
     /// `cluster(y:8)`: the blocks of `y` go to programs of one thread-block cluster, this many
     /// of them, which combine their reductions over `y` (CUDA, sm_90 and later).
     pub cluster: Option<(DimId, u32)>,
+    /// `multicast(y:2)`: programs of this many adjacent blocks of `y` form a thread-block
+    /// cluster whose producers share the copies of the operand that does not vary along `y`,
+    /// each copying a slice of it into every program of the cluster (warp-specialized kernels,
+    /// CUDA sm_90a).
+    pub multicast: Option<(DimId, u32)>,
     /// `fuse_at(c, d)`: computed inside consumer `c` at its loop over `d`.
     pub fuse_at: Option<(FuncId, DimId)>,
     pub num_warps: u32,
@@ -105,6 +110,7 @@ impl Default for Schedule {
             tensorize: Vec::new(),
             map: None,
             cluster: None,
+            multicast: None,
             fuse_at: None,
             num_warps: 4,
             num_stages: 1,

@@ -595,6 +595,59 @@ DT_FN void dt_tma_load_5d(unsigned dst, const dt_tensor_map* map, unsigned bar, 
     __trap();
 #endif
 }
+/* Multicast bulk tensor copies (multicast(d:N)): the box lands at `dst` in each program of the
+ * cluster whose bit is set in `mask`, completing its bytes on the barrier at `bar` there (the
+ * same offsets in every program's shared memory). */
+DT_FN void dt_tma_load_2d_multicast(unsigned dst, const dt_tensor_map* map, unsigned bar, unsigned short mask, int c0, int c1) {
+#if DT_SM90A
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5}], [%2], %3;" ::"r"(dst),
+        "l"(map), "r"(bar), "h"(mask), "r"(c0), "r"(c1)
+        : "memory");
+#else
+    (void)dst, (void)map, (void)bar, (void)mask, (void)c0, (void)c1;
+    __trap();
+#endif
+}
+DT_FN void dt_tma_load_3d_multicast(unsigned dst, const dt_tensor_map* map, unsigned bar, unsigned short mask, int c0, int c1, int c2) {
+#if DT_SM90A
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;" ::"r"(dst),
+        "l"(map), "r"(bar), "h"(mask), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+#else
+    (void)dst, (void)map, (void)bar, (void)mask, (void)c0, (void)c1, (void)c2;
+    __trap();
+#endif
+}
+/* This program's rank in its cluster. */
+DT_FN unsigned dt_cluster_rank() {
+#if DT_SM90A
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    return rank;
+#else
+    __trap();
+    return 0;
+#endif
+}
+/* Arrives on the barrier at `bar` (an offset in shared memory) in each of the first `programs`
+ * programs of the cluster: a multicast's consumers free a stage in every program whose producer
+ * copies into theirs, once their wgmma reads of it are done (waited for). A release at cluster
+ * scope would put a fence of the whole GPU (MEMBAR.ALL.GPU) before each arrival and made the
+ * multicast matmuls 2-3x slower; the stage's reads need no such fence. */
+DT_FN void dt_mbar_arrive_cluster(unsigned bar, unsigned programs) {
+#if DT_SM90A
+    for (unsigned r = 0; r < programs; r++) {
+        unsigned remote;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(r));
+        asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+    }
+#else
+    (void)bar, (void)programs;
+    __trap();
+#endif
+}
 /* A bulk tensor store (TMA): the box at `src` in shared memory (laid out as the map's swizzle
  * says) to the tensor of `map` at coordinates (c0 innermost, c1), leaving out what lies outside
  * the tensor. It joins this thread's open bulk group, which dt_bulk_commit closes;

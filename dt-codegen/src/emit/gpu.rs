@@ -214,7 +214,7 @@ fn print_kernel<'k>(
             shared_bytes,
             // Its `__cluster_dims__` (DT_CLUSTER) fixes the cluster; the row tells the launcher
             // the size, which must opt in above the portable 8.
-            cluster: k.grid.cluster.map_or(1, |(_, n)| n),
+            cluster: k.grid.cluster_programs(),
             layouts,
             tensor_maps: w.tensor_maps(),
             persistent: w.persistent,
@@ -286,7 +286,7 @@ fn print_kernel<'k>(
             symbol: symbol.to_string(),
             threads,
             shared_bytes,
-            cluster: k.grid.cluster.map_or(1, |(_, n)| n),
+            cluster: k.grid.cluster_programs(),
             layouts,
             tensor_maps,
             persistent: false,

@@ -30,6 +30,19 @@ const STORE_COUNTER: &str = "dt_stored";
 const BY_MAP: &str = "dt_by_map";
 const BY_MAPS: &str = "dt_by_maps";
 
+/// Set in a multicast's program past the end (see `program_loop`).
+const IDLE: &str = "dt_idle";
+
+/// The statement by which a consumer warpgroup frees the stage whose `empty` barrier is at
+/// `bar`: in its own program, or in every program of a multicast's cluster, whose producers
+/// all copy into it.
+fn free_stage(w: &WarpSpecialized, bar: &str) -> String {
+    match w.operands.iter().find_map(|o| o.multicast) {
+        Some(m) => format!("dt_mbar_arrive_cluster({bar}, {});", m.programs),
+        None => format!("dt_mbar_arrive({bar});"),
+    }
+}
+
 /// The barrier of `threads` consumer threads (a named barrier the producer never reaches).
 pub(super) fn consumer_sync(threads: u32) -> String {
     format!("dt_consumer_sync<{threads}>();")
@@ -79,7 +92,10 @@ impl Emitter<'_> {
         let consumers = r.producer_thread();
         let args = abi::GpuArgs::of(k).c_type();
         let maps = w.tensor_maps().len();
-        let cluster = k.grid.cluster.map_or(String::new(), |(_, n)| format!(" DT_CLUSTER({n})"));
+        let cluster = match k.grid.cluster_programs() {
+            1 => String::new(),
+            n => format!(" DT_CLUSTER({n})"),
+        };
         let _ = writeln!(
             self.out,
             "extern \"C\" __global__ void __launch_bounds__({}, 1){cluster} {symbol}(DT_GRID_CONSTANT const dt_tma_args_t<{maps}, {args}> targs) {{",
@@ -106,7 +122,11 @@ impl Emitter<'_> {
         self.line("dt_mbar_fence_init();");
         self.depth -= 1;
         self.line("}");
-        self.line("__syncthreads();");
+        if k.grid.multicast.is_some() {
+            self.line("dt_cluster_sync(); /* every program's barriers are ready before the others' copies and arrivals reach them */");
+        } else {
+            self.line("__syncthreads();");
+        }
         self.line(&format!("const long long programs = {};", program_count(k)));
         self.line(&format!(
             "/* warp_specialize(): threads {consumers}.. copy (one thread, or all where no tensor map describes an input), threads 0..{consumers} compute */"
@@ -149,12 +169,19 @@ impl Emitter<'_> {
         if w.store.is_some() {
             self.line(&format!("unsigned {STORE_COUNTER} = 0;"));
         }
-        self.program_loop(w, |e| e.stmts(&k.body))?;
+        self.program_loop(w, true, |e| {
+            e.idle_consumers(w);
+            e.stmts(&k.body)
+        })?;
         if w.store.is_some() {
             self.line("if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */");
         }
         self.depth -= 1;
         self.line("}");
+        if k.grid.multicast.is_some() {
+            self.line("__syncwarp();");
+            self.line("dt_cluster_sync(); /* no program ends while another may still copy into it or arrive on its barriers */");
+        }
         self.out += "#endif\n";
         self.out += "}\n";
         self.drop_unused_pointers();
@@ -171,12 +198,28 @@ impl Emitter<'_> {
 
     /// The loop over this program's blocks: one (a launch of one program per block) or, for a
     /// persistent launch, every `gridDim.x`-th; `body` prints one block's work.
-    fn program_loop(&mut self, w: &WarpSpecialized, body: impl FnOnce(&mut Self) -> Result<(), EmitError>) -> Result<(), EmitError> {
+    /// `consumers`: the loop of the consumers, which skip a multicast's blocks past the end
+    /// (after freeing their stages, `idle_consumers`); its producer copies them all the same.
+    fn program_loop(
+        &mut self,
+        w: &WarpSpecialized,
+        consumers: bool,
+        body: impl FnOnce(&mut Self) -> Result<(), EmitError>,
+    ) -> Result<(), EmitError> {
         let how = if w.persistent { "persistent(): this program's blocks, in map order" } else { "this program's block" };
         self.line(&format!("/* {how} */"));
         self.line("for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {");
         self.depth += 1;
-        for l in program_coords(self.k, "continue;", GPU_INDEX, None) {
+        // A multicast's program past the end still copies its slices for the others.
+        let skip = match (self.k.grid.multicast.is_some(), consumers) {
+            (false, _) => "continue;".to_string(),
+            (true, false) => "{} /* still copies its slices for the cluster */".to_string(),
+            (true, true) => {
+                self.line(&format!("bool {IDLE} = false; /* past the end: frees its stages, computes nothing */"));
+                format!("{IDLE} = true;")
+            }
+        };
+        for l in program_coords(self.k, &skip, GPU_INDEX, None) {
             self.line(&l);
         }
         body(self)?;
@@ -196,7 +239,7 @@ impl Emitter<'_> {
         let first = w.roles.producer_thread();
         self.line(&format!("unsigned {STEP_COUNTER} = 0;"));
         let (lo, hi) = self.contraction_range(w);
-        let _ = self.program_loop(w, |e| {
+        let _ = self.program_loop(w, false, |e| {
             e.line(&format!("for (long long o = {lo}; o < {hi}; o += {}, {STEP_COUNTER}++) {{", w.step));
             e.depth += 1;
             e.line(&format!("const unsigned st = {STEP_COUNTER} % {s}u, phase = ({STEP_COUNTER} / {s}u) & 1u;"));
@@ -290,15 +333,37 @@ impl Emitter<'_> {
                 }
             })
             .collect();
-        let call = format!(
-            "dt_tma_load_{}d(stage + {}{}, &targs.maps[{}], dt_ring + {} + 8 * st, {});",
-            op.axes.len(),
-            op.offset,
-            if op.copies > 1 { format!(" + c * {}", op.copy_bytes) } else { String::new() },
-            op.map,
-            w.full.offset,
-            coords.join(", ")
-        );
+        let copy = if op.copies > 1 { format!(" + c * {}", op.copy_bytes) } else { String::new() };
+        let call = match op.multicast {
+            None => format!(
+                "dt_tma_load_{}d(stage + {}{copy}, &targs.maps[{}], dt_ring + {} + 8 * st, {});",
+                op.axes.len(),
+                op.offset,
+                op.map,
+                w.full.offset,
+                coords.join(", ")
+            ),
+            Some(m) => {
+                // This program's slice: its lines of the box, from line `rank * extent`.
+                self.line(&format!("/* this program's {} lines of each, into all {} programs of the cluster */", m.extent, m.programs));
+                let sliced = op.axes.len() - 1 - m.axis;
+                let coords: Vec<String> = coords
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| if i == sliced { format!("{c} + (int)dt_cluster_rank() * {}", m.extent) } else { c.clone() })
+                    .collect();
+                format!(
+                    "dt_tma_load_{}d_multicast(stage + {}{copy} + dt_cluster_rank() * {}, &targs.maps[{}], dt_ring + {} + 8 * st, {}, {});",
+                    op.axes.len(),
+                    op.offset,
+                    m.bytes,
+                    op.map,
+                    w.full.offset,
+                    (1u32 << m.programs) - 1,
+                    coords.join(", ")
+                )
+            }
+        };
         if op.copies > 1 {
             self.line("#pragma unroll");
             self.line(&format!("for (int c = 0; c < {}; c++) {call}", op.copies));
@@ -359,6 +424,27 @@ impl Emitter<'_> {
         }
     }
 
+    /// A multicast's consumers past the end (see `program_loop`): for each step of the loop, they
+    /// wait for the stage and free it in every program of the cluster, as computing it would,
+    /// so that the others' producers may fill it again; then they skip the block.
+    fn idle_consumers(&mut self, w: &WarpSpecialized) {
+        if self.k.grid.multicast.is_none() {
+            return;
+        }
+        let (s, full, empty) = (w.stages, w.full.offset, w.empty.offset);
+        let (lo, hi) = self.contraction_range(w);
+        self.line(&format!("if ({IDLE}) {{"));
+        self.depth += 1;
+        self.line(&format!("for (long long o = {lo}; o < {hi}; o += {}, {STEP_COUNTER}++) {{", w.step));
+        self.line(&format!("    const unsigned st = {STEP_COUNTER} % {s}u, phase = ({STEP_COUNTER} / {s}u) & 1u;"));
+        self.line(&format!("    dt_mbar_wait(dt_ring + {full} + 8 * st, phase);"));
+        self.line(&format!("    if ((tid & 127) == 0) {}", free_stage(w, &format!("dt_ring + {empty} + 8 * st"))));
+        self.line("}");
+        self.line("continue;");
+        self.depth -= 1;
+        self.line("}");
+    }
+
     /// The consumers' `rdot` loop: for each step, waits for its stage, issues the warpgroup's
     /// `wgmma` on it, and frees the stage of the step before once that step's products are done
     /// (one group of products stays in flight); after the loop, waits for all and frees the
@@ -401,17 +487,12 @@ impl Emitter<'_> {
         ));
         self.line("dt_wgmma_commit();");
         self.line("dt_wgmma_wait<1>();");
-        self.line(&format!(
-            "if ({o} > {lo} && (tid & 127) == 0) dt_mbar_arrive(dt_ring + {empty} + 8 * (({STEP_COUNTER} + {}u) % {s}u)); /* the step before is done */",
-            s - 1
-        ));
+        let free = free_stage(w, &format!("dt_ring + {empty} + 8 * (({STEP_COUNTER} + {}u) % {s}u)", s - 1));
+        self.line(&format!("if ({o} > {lo} && (tid & 127) == 0) {free} /* the step before is done */"));
         self.depth -= 1;
         self.line("}");
         self.line("dt_wgmma_wait<0>();");
-        self.line(&format!(
-            "if ({hi} > {lo} && (tid & 127) == 0) dt_mbar_arrive(dt_ring + {empty} + 8 * (({STEP_COUNTER} + {}u) % {s}u));",
-            s - 1
-        ));
+        self.line(&format!("if ({hi} > {lo} && (tid & 127) == 0) {free}"));
         let regs = self.regs(self.k.var(w.acc).elements());
         self.line("#pragma unroll");
         self.line(&format!("for (int r = 0; r < {regs}; r++) dt_reg_fence({acc}[r]);"));

@@ -100,7 +100,7 @@ pub fn program_coords(k: &Kernel, skip: &str, index: &str, past_grid: Option<&st
         .order
         .iter()
         .map(|m| match m {
-            MapEntry::Whole(d) => k.grid.cluster_size(*d).map_or_else(|| nblocks(*d), |n| n.to_string()),
+            MapEntry::Whole(d) => k.grid.cluster_size(*d).map_or_else(|| multicast_blocks(k, *d, nblocks(*d)), |n| n.to_string()),
             MapEntry::Outer { dim, factor } => format!("dt_cdiv({}, {factor})", nblocks(*dim)),
             MapEntry::Inner { factor, .. } => factor.to_string(),
         })
@@ -139,6 +139,15 @@ pub fn program_coords(k: &Kernel, skip: &str, index: &str, past_grid: Option<&st
     out
 }
 
+/// The blocks `blocks` (a C expression) of order entry `d`, rounded up to whole clusters where
+/// `d` is multicast (see [`dt_core::kir::Grid::multicast`]).
+fn multicast_blocks(k: &Kernel, d: dt_core::algo::DimId, blocks: String) -> String {
+    match k.grid.multicast {
+        Some((m, n)) if m == d => format!("dt_cdiv({blocks}, {n}) * {n}"),
+        _ => blocks,
+    }
+}
+
 /// The number of programs, as a C expression over the size variables `s<slot>`.
 pub fn program_count(k: &Kernel) -> String {
     use dt_core::schedule::MapEntry;
@@ -148,7 +157,9 @@ pub fn program_count(k: &Kernel) -> String {
         .order
         .iter()
         .map(|m| match m {
-            MapEntry::Whole(d) => format!("({})", k.grid.cluster_size(*d).map_or_else(|| nblocks(*d), |n| n.to_string())),
+            MapEntry::Whole(d) => {
+                format!("({})", k.grid.cluster_size(*d).map_or_else(|| multicast_blocks(k, *d, nblocks(*d)), |n| n.to_string()))
+            }
             MapEntry::Outer { dim, factor } => format!("(dt_cdiv({}, {factor}))", nblocks(*dim)),
             MapEntry::Inner { factor, .. } => format!("({factor})"),
         })

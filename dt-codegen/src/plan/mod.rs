@@ -433,10 +433,22 @@ pub fn print(k: &Kernel, p: &GpuPlan) -> String {
             o.offset
         );
         let _ = writeln!(out, "            {}", o.desc.describe());
+        if let Some(m) = o.multicast {
+            let _ = writeln!(
+                out,
+                "            multicast: each of the cluster's {} programs copies {} lines along {} ({} bytes) of each box into all of them",
+                m.programs,
+                m.extent,
+                dim(o.axes[m.axis]),
+                m.bytes
+            );
+        }
     }
+    let per =
+        if w.operands.iter().any(|o| o.multicast.is_some()) { "per consumer warpgroup of the cluster" } else { "per consumer warpgroup" };
     let _ = writeln!(
         out,
-        "  barriers  full[{}] at {}: {} arrival + {} bytes; empty[{}] at {}: {} arrivals (one per consumer warpgroup)",
+        "  barriers  full[{}] at {}: {} arrival + {} bytes; empty[{}] at {}: {} arrivals (one {per})",
         w.stages, w.full.offset, w.full.arrivals, w.full.tx_bytes, w.stages, w.empty.offset, w.empty.arrivals
     );
     let _ = writeln!(

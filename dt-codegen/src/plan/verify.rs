@@ -33,8 +33,18 @@ fn warp_specialized(k: &Kernel, p: &GpuPlan, w: &WarpSpecialized) -> Result<(), 
         if inner * 2 != ROW_BYTES || o.boxes.iter().any(|b| *b == 0 || *b > 256) {
             return Err(format!("the box of input {}'s copies is not 128-byte rows of at most 256", o.input));
         }
-        if o.boxes.iter().product::<u32>() * 2 != o.copy_bytes {
+        // A multicast operand's box is one program's slice; the cluster's slices make a copy.
+        let slices = o.multicast.map_or(1, |m| m.programs);
+        if o.boxes.iter().product::<u32>() * 2 * slices != o.copy_bytes {
             return Err(format!("the copies of input {} do not move their box's bytes", o.input));
+        }
+        if let Some(m) = o.multicast {
+            if o.boxes.get(m.axis) != Some(&m.extent) || m.bytes != m.extent * ROW_BYTES || !m.bytes.is_multiple_of(1024) {
+                return Err(format!("the multicast slices of input {} are not whole groups of 8 lines of its box", o.input));
+            }
+            if k.grid.multicast.is_none_or(|(d, n)| n != m.programs || o.axes.contains(&d)) {
+                return Err(format!("input {} is sliced for a multicast it is not shared by", o.input));
+            }
         }
         let expected_copies = match o.major {
             Major::K => 1,
@@ -61,8 +71,10 @@ fn warp_specialized(k: &Kernel, p: &GpuPlan, w: &WarpSpecialized) -> Result<(), 
         ));
     }
     // Barriers: a full stage is the producer's one arrival and both tiles' bytes; an empty one,
-    // an arrival per consumer warpgroup.
-    if w.full.arrivals != 1 || w.full.tx_bytes != w.stage_bytes || w.empty.arrivals != w.roles.consumers || w.empty.tx_bytes != 0 {
+    // an arrival per consumer warpgroup (of every program of a multicast's cluster).
+    let programs = k.grid.multicast.map_or(1, |(_, n)| n);
+    if w.full.arrivals != 1 || w.full.tx_bytes != w.stage_bytes || w.empty.arrivals != w.roles.consumers * programs || w.empty.tx_bytes != 0
+    {
         return Err("the barriers' counts do not match the producer's copies and the consumers' releases".into());
     }
     // Roles: a warpgroup of 64 rows per consumer; registers within the multiprocessor.

@@ -127,6 +127,22 @@ pub struct StagedOperand {
     /// Where the operand's tile starts in a stage.
     pub offset: u32,
     pub desc: Descriptor,
+    /// Where the kernel is multicast along a dimension this operand does not vary along: how
+    /// each program of the cluster copies its slice of every box into all of them.
+    pub multicast: Option<Multicast>,
+}
+
+/// The slices of a multicast operand (see [`StagedOperand::multicast`]): each of `programs`
+/// programs copies `1 / programs` of every box, cut along the box's outer axis `axis` (the
+/// rows of a K-major operand, `k` of an MN-major one) into `extent` lines of `bytes`, program
+/// `r`'s at line `r * extent`, into the same place of every program's stage. A slice is whole
+/// groups of 8 lines (1024 bytes), so the 128-byte swizzle lays it out as the whole box would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Multicast {
+    pub programs: u32,
+    pub axis: usize,
+    pub extent: u32,
+    pub bytes: u32,
 }
 
 impl StagedOperand {
@@ -379,6 +395,13 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
         offset += op.bytes();
         operands.push(op);
     }
+    if let Some((d, programs)) = k.grid.multicast {
+        let varies = |o: &StagedOperand| o.axes.contains(&d);
+        let [shared] = operands.iter().enumerate().filter(|(_, o)| !varies(o)).map(|(i, _)| i).collect::<Vec<_>>()[..] else {
+            return Err(fail(format!("one of its operands must not vary along the multicast `{}`, which it shares", k.dim_name(d))));
+        };
+        operands[shared] = multicast_operand(k, operands[shared].clone(), l.dim, (d, programs)).map_err(&fail)?;
+    }
     let stage_bytes = offset;
     let stages = l.stages;
     if stages < 2 {
@@ -386,7 +409,9 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
     }
     let ring = stages * stage_bytes;
     let full = BarrierRing { offset: ring, arrivals: 1, tx_bytes: stage_bytes };
-    let empty = BarrierRing { offset: ring + 8 * stages, arrivals: consumers, tx_bytes: 0 };
+    // Each consumer warpgroup frees a stage in every program of its cluster where the producers
+    // copy into all of them.
+    let empty = BarrierRing { offset: ring + 8 * stages, arrivals: consumers * k.grid.multicast.map_or(1, |(_, n)| n), tx_bytes: 0 };
     // The ring starts 1024-aligned (the swizzle's period) wherever the dynamic shared memory
     // starts: up to 1024 bytes of padding ahead of it.
     let ring_bytes = 1024 + ring + 16 * stages;
@@ -407,7 +432,7 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
             k.dim_name(l.dim)
         )));
     }
-    if let (Some((d, n)), true) = (k.grid.cluster, k.persistent) {
+    if let (Some((d, n)), true) = (k.grid.cluster.or(k.grid.multicast), k.persistent) {
         return Err(fail(format!(
             "it is persistent (as many programs as multiprocessors, each taking blocks in turn), which need not fill whole clusters of {n} along `{}`: leave out persistent() or the cluster",
             k.dim_name(d)
@@ -558,7 +583,45 @@ fn stage_operand(
             )
         }
     };
-    Ok(StagedOperand { value, input, axes, rows_dim, rows, copied_rows: copied, major, map, boxes, copies, copy_bytes, offset, desc })
+    Ok(StagedOperand {
+        value,
+        input,
+        axes,
+        rows_dim,
+        rows,
+        copied_rows: copied,
+        major,
+        map,
+        boxes,
+        copies,
+        copy_bytes,
+        offset,
+        desc,
+        multicast: None,
+    })
+}
+
+/// Operand `op` shared by the `programs` programs of a multicast along `d` (which it does not
+/// vary along): its boxes cut into slices (see [`Multicast`]), or why they cannot be.
+fn multicast_operand(k: &Kernel, mut op: StagedOperand, kdim: DimId, (d, programs): (DimId, u32)) -> Result<StagedOperand, String> {
+    let name = &k.inputs[op.input].name;
+    if op.axes.len() > 3 {
+        return Err(format!("input `{name}` has {} axes; a multicast copy takes 3 at most", op.axes.len()));
+    }
+    let outer = if op.major == Major::K { op.rows_dim } else { kdim };
+    let axis = op.axes.iter().position(|x| *x == outer).expect("an operand spans its rows and k");
+    let lines = op.boxes[axis];
+    let extent = lines / programs;
+    if !lines.is_multiple_of(programs) || !extent.is_multiple_of(8) {
+        return Err(format!(
+            "input `{name}`'s boxes of {lines} lines along `{}` do not cut into {programs} slices of whole groups of 8 lines for the multicast along `{}`",
+            k.dim_name(outer),
+            k.dim_name(d)
+        ));
+    }
+    op.boxes[axis] = extent;
+    op.multicast = Some(Multicast { programs, axis, extent, bytes: extent * ROW_BYTES });
+    Ok(op)
 }
 
 /// The rows of the first operand's tile (K-major, at the start of its stage) that a stage
@@ -668,5 +731,28 @@ mod tests {
         let persistent = "mm.block(x:64, y:128); mm.tensorize(x:64, y:128, k:64); mm.cluster(y:8); mm.persistent();\n";
         let e = planned("", "", persistent).expect_err("persistent clusters");
         assert!(e.to_string().contains("need not fill whole clusters of 8 along `y`"), "{e}");
+    }
+
+    /// A multicast shares the operand that does not vary along its dimension: that operand's
+    /// box is cut into one slice per program of the cluster, along its outer axis (A's rows,
+    /// MN-major B's lines of `k`), each whole groups of 8 lines; every consumer warpgroup of the
+    /// cluster frees each stage; slices of fewer than 8 lines are refused, saying why.
+    #[test]
+    fn multicast_slices_the_operand_its_dimension_does_not_vary() {
+        let along_y = planned("", "", "mm.block(x:64, y:128); mm.tensorize(x:64, y:128, k:64); mm.multicast(y:2);\n").expect("plans");
+        let [a, b] = &along_y.operands;
+        assert_eq!(a.multicast, Some(Multicast { programs: 2, axis: 0, extent: 32, bytes: 4096 }));
+        assert_eq!((a.boxes.clone(), a.copy_bytes, b.multicast), (vec![32, 64], 8192, None));
+        assert_eq!(along_y.empty.arrivals, 2);
+        let along_x =
+            planned("", "", "mm.block(x:64, y:128); mm.tensorize(x:64, y:128, k:64); mm.map(x:x1/4, y, x1); mm.multicast(x:4);\n")
+                .expect("plans");
+        let [a, b] = &along_x.operands;
+        assert_eq!(b.multicast, Some(Multicast { programs: 4, axis: 0, extent: 16, bytes: 2048 }));
+        assert_eq!((b.boxes.clone(), b.copies, a.multicast), (vec![16, 64], 2, None));
+        assert_eq!(along_x.empty.arrivals, 4);
+        let thin = "mm.bound(x:16); mm.block(x:64, y:64); mm.tensorize(x:64, y:64, k:64); mm.multicast(y:4);\n";
+        let e = planned("", "", thin).expect_err("slices of 4 lines");
+        assert!(e.to_string().contains("do not cut into 4 slices of whole groups of 8 lines"), "{e}");
     }
 }

@@ -38,5 +38,5 @@ pub fn build_grid(p: &Program, k: FuncId) -> Grid {
             .collect();
         origin += &format!(" map({})", entries.join(", "));
     }
-    Grid { blocked, order, cluster: s.cluster, descending: Vec::new(), origin }
+    Grid { blocked, order, cluster: s.cluster, multicast: s.multicast, descending: Vec::new(), origin }
 }
