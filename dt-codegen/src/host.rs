@@ -44,13 +44,19 @@ pub fn private_dir(prefix: &str) -> Result<tempfile::TempDir, HostError> {
 /// Writes `bytes` to `path` whole or not at all: into a new file beside it, then renamed over it,
 /// so that a failed write (a full disk) leaves the file that was there as it was. As a plain
 /// write would: through a symbolic link to the file it names, keeping the permissions of the file
-/// replaced, and giving a new one those of the process's umask.
+/// replaced, and giving a new one those of the process's umask. A path that names a device, a
+/// pipe or a socket is written into as it is.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
     use std::io::Write;
     let err = |e: std::io::Error| format!("{}: {e}", path.display());
     let target = if path.is_symlink() { std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()) } else { path.to_path_buf() };
     let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let replaced = std::fs::metadata(&target).ok().map(|m| m.permissions());
+    let existing = std::fs::metadata(&target).ok();
+    // A device, pipe or socket (`/dev/stdout`, a FIFO) is written into, not replaced by a file.
+    if existing.as_ref().is_some_and(|m| !m.is_file() && !m.is_dir()) {
+        return std::fs::OpenOptions::new().write(true).open(&target).and_then(|mut f| f.write_all(bytes)).map_err(err);
+    }
+    let replaced = existing.map(|m| m.permissions());
     let mut builder = tempfile::Builder::new();
     // Created as `open` creates a file, 0666 less the umask (a temporary file's own is 0600).
     #[cfg(unix)]

@@ -11,7 +11,7 @@ use std::path::Path;
 /// Reads an f32 or f16 array; returns its values widened to f32 and its element type.
 pub fn read(path: &Path) -> Result<(Tensor, DType), String> {
     let mut file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if let Some(shape) = header_shape(&mut file) {
+    if let Some(shape) = header_shape(&mut file, path)? {
         check_count(path, &shape)?;
     }
     file.seek(SeekFrom::Start(0)).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -47,25 +47,35 @@ fn check_count(path: &Path, shape: &[u64]) -> Result<(), String> {
 }
 
 /// The `'shape'` tuple of a `.npy` header, read before npyz parses it: npyz multiplies the
-/// extents unchecked, which panics where overflow checks are on. `None` where the header is not
-/// one this reads (npyz then reports what is wrong with it).
-fn header_shape(file: &mut File) -> Option<Vec<u64>> {
+/// extents unchecked, which panics where overflow checks are on, and allocates the header's
+/// stated length before reading it, so a header longer than the file is refused here.
+/// `Ok(None)` where the header is not one this reads (npyz then reports what is wrong with it).
+fn header_shape(file: &mut File, path: &Path) -> Result<Option<Vec<u64>>, String> {
     let mut start = [0u8; 12];
-    file.read_exact(&mut start).ok()?;
-    if &start[..6] != b"\x93NUMPY" {
-        return None;
+    if file.read_exact(&mut start).is_err() || &start[..6] != b"\x93NUMPY" {
+        return Ok(None);
     }
     // Version 1 has a 2-byte header length, versions 2 and 3 a 4-byte one.
     let (len, skip) = match start[6] {
-        1 => (u16::from_le_bytes([start[8], start[9]]) as usize, 10),
-        _ => (u32::from_le_bytes([start[8], start[9], start[10], start[11]]) as usize, 12),
+        1 => (u16::from_le_bytes([start[8], start[9]]) as u64, 10),
+        _ => (u32::from_le_bytes([start[8], start[9], start[10], start[11]]) as u64, 12),
     };
-    let mut header = vec![0u8; len.min(1 << 20)];
-    file.seek(SeekFrom::Start(skip)).ok()?;
-    file.read_exact(&mut header).ok()?;
-    let text = std::str::from_utf8(&header).ok()?;
-    let tuple = text.split_once("'shape'")?.1.split_once('(')?.1.split_once(')')?.0;
-    tuple.split(',').map(str::trim).filter(|n| !n.is_empty()).map(|n| n.trim_end_matches('L').parse().ok()).collect()
+    let size = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?.len();
+    if skip + len > size {
+        return Err(format!(
+            "{}: not a .npy file: its header says {len} bytes, and the file ends {} bytes after its start",
+            path.display(),
+            size.saturating_sub(skip)
+        ));
+    }
+    let mut header = vec![0u8; len.min(1 << 20) as usize];
+    let read = file.seek(SeekFrom::Start(skip)).and_then(|_| file.read_exact(&mut header));
+    let Some(text) = read.ok().and_then(|_| std::str::from_utf8(&header).ok()) else { return Ok(None) };
+    let shape = || -> Option<Vec<u64>> {
+        let tuple = text.split_once("'shape'")?.1.split_once('(')?.1.split_once(')')?.0;
+        tuple.split(',').map(str::trim).filter(|n| !n.is_empty()).map(|n| n.trim_end_matches('L').parse().ok()).collect()
+    };
+    Ok(shape())
 }
 
 /// Writes a tensor as `.npy` of the given element type (bf16 as f32), whole or not at all

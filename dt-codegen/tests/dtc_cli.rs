@@ -435,3 +435,62 @@ fn dtc_reports_unreadable_specs_and_unwritable_outputs() {
     let (code, err) = stderr_of(&["emit", "--target", "kir", "dt-kernels/specs/softmax.dt", "-o", missing.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{err}");
 }
+
+/// What a fuzzer of `dtc eval` and `dtc run` found, each now a clear error or a plain write: a
+/// `.npy` whose header claims 4 GiB in a 20-byte file (npyz would allocate it before reading),
+/// an intermediate Func that the evaluator would compute whole at more than 2^31 elements (each
+/// size within the limit), and an output that names a pipe or a device, which is written into
+/// rather than replaced by a file.
+#[test]
+fn dtc_refuses_oversized_headers_and_intermediates_and_writes_into_devices() {
+    let dir = scratch("fuzzed");
+    let spec = dir.join("mm.dt");
+    std::fs::write(&spec, "Func out; In A, B; Var x, y; RVar k;\nout[x, y] = rdot(A[x, k], B[k, y], k);\nout.compile();\n").unwrap();
+    let header = dir.join("header.npy");
+    let mut bytes = b"\x93NUMPY\x02\x00".to_vec();
+    bytes.extend(u32::MAX.to_le_bytes());
+    bytes.extend(b"{}\n");
+    std::fs::write(&header, bytes).unwrap();
+    let b = dir.join("b.npy");
+    npy(&b, &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    let out = dir.join("o.npy");
+    let (spec_s, out_s) = (spec.to_str().unwrap(), out.to_str().unwrap());
+    let (a_arg, b_arg) = (format!("A={}", header.display()), format!("B={}", b.display()));
+    let (code, err) = stderr_of(&["eval", spec_s, "--input", &a_arg, "--input", &b_arg, "--output", out_s]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("its header says 4294967295 bytes") && !err.contains("panicked"), "{err}");
+
+    let chain = dir.join("chain.dt");
+    std::fs::write(
+        &chain,
+        "Func t, out; Var x; RVar k, j;\nt[x, k, j] = len(x);\nout[x] = rsum(rsum(t[x, k, j], k), j);\nout.compile();\n",
+    )
+    .unwrap();
+    for x in ["4", "1"] {
+        let args = ["eval", chain.to_str().unwrap(), "--size", &format!("x={x}"), "--size", "k=2147483648", "--size", "j=2147483648"];
+        let (code, err) = stderr_of(&[&args[..], &["--output", out_s]].concat());
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains("`t`, which the evaluator computes whole for `out`, would have more than 2^31") && !err.contains("panicked"),
+            "{err}"
+        );
+    }
+
+    // A FIFO read back by a thread while dtc writes the result into it.
+    let fifo = dir.join("out.fifo");
+    let _ = std::fs::remove_file(&fifo);
+    if Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success()) {
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read(&fifo).expect("the FIFO reads"))
+        };
+        let a = dir.join("a.npy");
+        npy(&a, &[2, 2], &[1.0, 0.0, 0.0, 1.0]);
+        let a_arg = format!("A={}", a.display());
+        let (code, err) = stderr_of(&["eval", spec_s, "--input", &a_arg, "--input", &b_arg, "--output", fifo.to_str().unwrap()]);
+        assert_eq!(code, Some(0), "{err}");
+        let written = reader.join().expect("reader");
+        assert!(written.starts_with(b"\x93NUMPY"), "the result went into the FIFO");
+        assert!(std::fs::metadata(&fifo).is_ok_and(|m| !m.is_file()), "the FIFO is still a FIFO");
+    }
+}

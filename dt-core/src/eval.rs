@@ -13,6 +13,7 @@ use crate::tensor::{bind, strides, ArgError, Args, Bound, Tensor};
 /// Evaluates kernel `k` on `args`, for element type `dtype`.
 pub fn evaluate(p: &Program, k: FuncId, args: &Args, dtype: DType) -> Result<Tensor, ArgError> {
     let bound = bind(p, k, args)?;
+    check_reads(p, k, &bound)?;
     let mut ev = Evaluator { p, bound: &bound, dtype, memo: Vec::new(), input_of: input_slots(p, k), scalar_of: scalar_slots(p, k) };
     let f = p.func(k);
     let mut out = Tensor::zeros(bound.out_shape.clone());
@@ -24,6 +25,25 @@ pub fn evaluate(p: &Program, k: FuncId, args: &Args, dtype: DType) -> Result<Ten
         out.data[flat] = dtype.round(ev.eval(&f.body, &mut env));
     }
     Ok(out)
+}
+
+/// Refuses sizes under which a Func the kernel reads would hold more than 2^31 elements: the
+/// evaluator computes each whole, at every point of the labels it is read under.
+fn check_reads(p: &Program, k: FuncId, bound: &Bound) -> Result<(), ArgError> {
+    for f in std::iter::once(k).chain(p.producers(k)) {
+        for (g, labels) in p.func(f).body.reads() {
+            let count = labels.iter().try_fold(1usize, |n, d| n.checked_mul(bound.size(*d)));
+            if count.is_none_or(|c| c > crate::tensor::MAX_ELEMENTS) {
+                let sizes: Vec<usize> = labels.iter().map(|d| bound.size(*d)).collect();
+                return Err(ArgError(format!(
+                    "`{}`, which the evaluator computes whole for `{}`, would have more than 2^31 elements ({sizes:?})",
+                    p.func(g).name,
+                    p.func(k).name
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// For each input of the program, its position among the kernel's bound inputs.
@@ -128,5 +148,26 @@ impl Evaluator<'_> {
             t.data[flat] = self.eval(&body, &mut env);
         }
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An intermediate Func of more than 2^31 elements (each size within the limit, their product
+    /// past it, or past `usize`) is an error that names it, not a panic or an allocation abort.
+    #[test]
+    fn an_intermediate_past_the_element_limit_is_an_error() {
+        let src = "Func t, out; Var x; RVar k, j;\nt[x, k, j] = len(x);\nout[x] = rsum(rsum(t[x, k, j], k), j);\nout.compile();";
+        let p = crate::compile_spec(src).expect("spec checks");
+        let k = p.kernel_by_name("out").expect("kernel");
+        for (x, n) in [(4, 1usize << 31), (1, 1 << 31), (1, 1 << 16)] {
+            let args = Args::default().size("x", x).size("k", n).size("j", n);
+            let e = evaluate(&p, k, &args, DType::F32).expect_err("past the limit");
+            assert!(e.0.contains("`t`, which the evaluator computes whole for `out`, would have more than 2^31"), "{e:?}");
+        }
+        let small = Args::default().size("x", 2).size("k", 3).size("j", 4);
+        assert_eq!(evaluate(&p, k, &small, DType::F32).expect("evaluates").data, vec![24.0, 24.0]);
     }
 }
