@@ -165,10 +165,13 @@ fn nearby_once(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Di
             v * 2.0
         }
     };
+    let is_kernel_statement = |item: &Item, names: &[&str]| matches!(item, Item::Sched { func, prim, .. } if func.name == kernel && names.contains(&prim.name.as_str()));
+    // A multicast keeps its programs and the grid order that makes their blocks adjacent, and
+    // is never persistent.
+    let multicast = file.items.iter().any(|i| is_kernel_statement(i, &["multicast"]));
     // A warp-specialized kernel whose contraction no cluster splits is sometimes drawn with
     // `persistent()` flipped: left out where the spec has it, added before `compile()` where not.
-    let flip_persistent = ws.is_some() && cluster.is_none() && rng.chance(15);
-    let is_kernel_statement = |item: &Item, names: &[&str]| matches!(item, Item::Sched { func, prim, .. } if func.name == kernel && names.contains(&prim.name.as_str()));
+    let flip_persistent = ws.is_some() && cluster.is_none() && !multicast && rng.chance(15);
     let persistent = file.items.iter().any(|i| is_kernel_statement(i, &["persistent"]));
     // A tile as wide as its block follows the block; a narrower one stays within it.
     let mut blocks: Vec<(String, f64, f64)> = Vec::new();
@@ -184,6 +187,7 @@ fn nearby_once(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Di
             Item::Decl { span, .. } | Item::Def { span, .. } | Item::Sched { span, .. } | Item::Block { span, .. } => span,
         };
         match item {
+            _ if multicast && is_kernel_statement(item, &["multicast", "map"]) => out += &spec[span.start as usize..span.end as usize],
             // A warp-specialized kernel's tile and warps follow its block, drawn or not.
             Item::Sched { func, prim, args, .. }
                 if numbers(item) > 0
@@ -755,6 +759,20 @@ mod tests {
                 assert!(crate::compile_spec(d).is_ok(), "{d}");
                 assert!(d.matches("persistent").count() <= 1 && d.trim_end().ends_with("mm.compile();"), "{d}");
             }
+        }
+    }
+
+    /// Near a multicast kernel, every draw keeps its programs and the grid order that makes
+    /// their blocks adjacent, and none makes it persistent: every draw checks.
+    #[test]
+    fn nearby_multicast_keeps_its_programs_and_order() {
+        let spec = "Func mm; In A, B; Var x, y; RVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\nmm.block(x:64, y:128);\nmm.tensorize(x:64, y:128, k:64);\nmm.map(x:x1/4, y, x1);\nmm.multicast(x:4);\nmm.num_warps(4);\nmm.num_stages(4);\nmm.warp_specialize();\nmm.dtypes(f16);\nmm.compile();\n";
+        let own = kernel_spec(spec, "mm").unwrap();
+        let mut rng = Rng::new(13);
+        for _ in 0..60 {
+            let d = nearby_spec(&own, "mm", &mut rng).unwrap();
+            assert!(crate::compile_spec(&d).is_ok(), "{d}");
+            assert!(d.contains("mm.multicast(x:4);") && d.contains("mm.map(x:x1/4, y, x1);") && !d.contains("persistent"), "{d}");
         }
     }
 

@@ -123,6 +123,7 @@ impl Emitter<'_> {
         self.depth -= 1;
         self.line("}");
         if k.grid.multicast.is_some() {
+            self.line("__syncwarp();");
             self.line("dt_cluster_sync(); /* every program's barriers are ready before the others' copies and arrivals reach them */");
         } else {
             self.line("__syncthreads();");

@@ -397,8 +397,13 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
     }
     if let Some((d, programs)) = k.grid.multicast {
         let varies = |o: &StagedOperand| o.axes.contains(&d);
-        let [shared] = operands.iter().enumerate().filter(|(_, o)| !varies(o)).map(|(i, _)| i).collect::<Vec<_>>()[..] else {
-            return Err(fail(format!("one of its operands must not vary along the multicast `{}`, which it shares", k.dim_name(d))));
+        let shared: Vec<usize> = operands.iter().enumerate().filter(|(_, o)| !varies(o)).map(|(i, _)| i).collect();
+        let [shared] = shared[..] else {
+            let why = if shared.is_empty() { "both of its operands vary" } else { "neither of its operands varies" };
+            return Err(fail(format!(
+                "{why} along the multicast `{}`: the programs of a multicast share the operand that does not, and differ in the other",
+                k.dim_name(d)
+            )));
         };
         operands[shared] = multicast_operand(k, operands[shared].clone(), l.dim, (d, programs)).map_err(&fail)?;
     }

@@ -9,8 +9,12 @@
 //!   and a dot's two operands agree on that dimension's extent.
 //! - A dimension whose blocks the grid takes last first ([`crate::kir::Grid::descending`]) has
 //!   a grid entry of its own (`n - 1 - g` is a block only there) and is not clustered.
+//! - A multicast ([`crate::kir::Grid::multicast`]) is not clustered by `cluster` too, and its
+//!   dimension varies fastest: the last grid entry is that dimension, or a split of it by a
+//!   multiple of its programs, so that a cluster's programs hold adjacent blocks.
 
 use crate::kir::{Kernel, Op, Shape, Stmt, ValueId, VarId};
+use crate::schedule::MapEntry;
 use std::collections::HashSet;
 
 /// Checks kernel `k`; the first broken rule, in words, where one is.
@@ -18,6 +22,19 @@ pub fn verify(k: &Kernel) -> Result<(), String> {
     for d in &k.grid.descending {
         if !k.grid.has_own_entry(*d) {
             return Err(format!("the grid takes the blocks of {} last first, which need a grid entry of their own", k.dim_name(*d)));
+        }
+    }
+    if let Some((d, n)) = k.grid.multicast {
+        let adjacent = match k.grid.order.last() {
+            Some(MapEntry::Whole(x)) => *x == d,
+            Some(MapEntry::Inner { dim, factor, .. }) => *dim == d && factor.is_multiple_of(n),
+            _ => false,
+        };
+        if k.grid.cluster.is_some() || !adjacent {
+            return Err(format!(
+                "the multicast along {} is clustered twice or its blocks are not adjacent in program order",
+                k.dim_name(d)
+            ));
         }
     }
     let mut scope = Scope { values: HashSet::new(), vars: HashSet::new(), defined: HashSet::new() };
@@ -196,6 +213,24 @@ mod tests {
     #[test]
     fn a_lowered_kernel_verifies() {
         verify(&kernel()).unwrap();
+    }
+
+    /// A multicast over blocks that are not adjacent in program order (its dimension not the
+    /// grid's last entry), or next to a `cluster`, is caught; the checked schedule verifies.
+    #[test]
+    fn a_multicast_over_blocks_that_are_not_adjacent_is_caught() {
+        let p = crate::compile_spec(
+            "Func mm; In A, B; Var x, y; RVar k; mm[x, y] = rdot(A[x, k], B[k, y], k); mm.block(x:128, y:64); mm.tensorize(x:128, y:64, k:64); mm.multicast(y:2); mm.num_warps(8); mm.num_stages(4); mm.warp_specialize(); mm.dtypes(f16); mm.compile();",
+        )
+        .expect("checks");
+        let mut k = crate::lower::lower(&p, p.kernels[0]).expect("lowers");
+        verify(&k).unwrap();
+        let (x, y) = (k.grid.blocked[0].0, k.grid.blocked[1].0);
+        k.grid.multicast = Some((x, 2));
+        assert!(verify(&k).unwrap_err().contains("not adjacent in program order"));
+        k.grid.multicast = Some((y, 2));
+        k.grid.cluster = Some((y, 2));
+        assert!(verify(&k).unwrap_err().contains("clustered twice"));
     }
 
     #[test]
