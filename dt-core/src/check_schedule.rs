@@ -495,12 +495,7 @@ impl<'a, 'd> Checker<'a, 'd> {
             Some(m) => m.last().cloned(),
             None => fdims.iter().rev().find(|x| sched.block_extent(**x).is_some()).map(|x| MapEntry::Whole(*x)),
         };
-        let adjacent = match &last {
-            Some(MapEntry::Whole(x)) => *x == d,
-            Some(MapEntry::Inner { dim, factor, .. }) => *dim == d && u64::from(*factor).is_multiple_of(n),
-            _ => false,
-        };
-        if !adjacent {
+        if !last.is_some_and(|e| e.runs_adjacent_blocks(d, n as u32)) {
             self.err(
                 id.span,
                 format!("cannot multicast along `{}`: its blocks are not adjacent in program order", id.name),

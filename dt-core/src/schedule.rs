@@ -17,6 +17,19 @@ pub enum MapEntry {
     Inner { dim: DimId, factor: u32, name: String },
 }
 
+impl MapEntry {
+    /// Whether, as the last entry of a grid's order (the one that varies fastest with the
+    /// program id), this entry puts `n` adjacent blocks of `d` in each run of `n` consecutive
+    /// programs: `d` itself, or the inner part of a split of `d` by a multiple of `n`.
+    pub fn runs_adjacent_blocks(&self, d: DimId, n: u32) -> bool {
+        match self {
+            MapEntry::Whole(x) => *x == d,
+            MapEntry::Inner { dim, factor, .. } => *dim == d && factor.is_multiple_of(n),
+            MapEntry::Outer { .. } => false,
+        }
+    }
+}
+
 /// The target a kernel is built for only (`requires(...)`): a guard of its size class beside
 /// `bound` (sizes) and `dtypes` (element types).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -236,14 +236,11 @@ impl Emitter<'_> {
     /// inputs no map describes themselves and arriving once their writes are done (see the
     /// plan's docs). Two loops, so that the copies by threads take no registers from the other.
     fn producer(&mut self, w: &WarpSpecialized, by_maps: bool) {
-        let (s, full, empty) = (w.stages, w.full.offset, w.empty.offset);
+        let (full, empty) = (w.full.offset, w.empty.offset);
         let first = w.roles.producer_thread();
         self.line(&format!("unsigned {STEP_COUNTER} = 0;"));
-        let (lo, hi) = self.contraction_range(w);
         let _ = self.program_loop(w, false, |e| {
-            e.line(&format!("for (long long o = {lo}; o < {hi}; o += {}, {STEP_COUNTER}++) {{", w.step));
-            e.depth += 1;
-            e.line(&format!("const unsigned st = {STEP_COUNTER} % {s}u, phase = ({STEP_COUNTER} / {s}u) & 1u;"));
+            e.ring_steps(w, "o");
             e.line(&format!("dt_mbar_wait(dt_ring + {empty} + 8 * st, phase ^ 1u); /* the consumers are done with stage st */"));
             if by_maps {
                 e.line(&format!("dt_mbar_expect_tx(dt_ring + {full} + 8 * st, {});", w.stage_bytes));
@@ -425,6 +422,17 @@ impl Emitter<'_> {
         }
     }
 
+    /// Opens the loop over the steps of this program's part of the contraction (one step per
+    /// stage of the ring, counted over all its blocks), `var` the step's offset, with `st` and
+    /// `phase`, the step's stage and the parity its barriers complete; the caller closes it.
+    fn ring_steps(&mut self, w: &WarpSpecialized, var: &str) {
+        let (lo, hi) = self.contraction_range(w);
+        let s = w.stages;
+        self.line(&format!("for (long long {var} = {lo}; {var} < {hi}; {var} += {}, {STEP_COUNTER}++) {{", w.step));
+        self.depth += 1;
+        self.line(&format!("const unsigned st = {STEP_COUNTER} % {s}u, phase = ({STEP_COUNTER} / {s}u) & 1u;"));
+    }
+
     /// A multicast's consumers past the end (see `program_loop`): for each step of the loop, they
     /// wait for the stage and free it in every program of the cluster, as computing it would,
     /// so that the others' producers may fill it again; then they skip the block.
@@ -432,14 +440,13 @@ impl Emitter<'_> {
         if self.k.grid.multicast.is_none() {
             return;
         }
-        let (s, full, empty) = (w.stages, w.full.offset, w.empty.offset);
-        let (lo, hi) = self.contraction_range(w);
+        let (full, empty) = (w.full.offset, w.empty.offset);
         self.line(&format!("if ({IDLE}) {{"));
         self.depth += 1;
-        self.line(&format!("for (long long o = {lo}; o < {hi}; o += {}, {STEP_COUNTER}++) {{", w.step));
-        self.line(&format!("    const unsigned st = {STEP_COUNTER} % {s}u, phase = ({STEP_COUNTER} / {s}u) & 1u;"));
-        self.line(&format!("    dt_mbar_wait(dt_ring + {full} + 8 * st, phase);"));
-        self.line(&format!("    if ((tid & 127) == 0) {}", free_stage(w, &format!("dt_ring + {empty} + 8 * st"))));
+        self.ring_steps(w, "o");
+        self.line(&format!("dt_mbar_wait(dt_ring + {full} + 8 * st, phase);"));
+        self.line(&format!("if ((tid & 127) == 0) {}", free_stage(w, &format!("dt_ring + {empty} + 8 * st"))));
+        self.depth -= 1;
         self.line("}");
         self.line("continue;");
         self.depth -= 1;
@@ -463,9 +470,7 @@ impl Emitter<'_> {
             w.wgmma_n, w.wgmma_per_stage
         ));
         let (lo, hi) = self.contraction_range(w);
-        self.line(&format!("for (long long {o} = {lo}; {o} < {hi}; {o} += {}, {STEP_COUNTER}++) {{", l.step));
-        self.depth += 1;
-        self.line(&format!("const unsigned st = {STEP_COUNTER} % {s}u, phase = ({STEP_COUNTER} / {s}u) & 1u;"));
+        self.ring_steps(w, &o);
         self.line(&format!("dt_mbar_wait(dt_ring + {full} + 8 * st, phase); /* stage st has landed */"));
         // This warpgroup's 64 rows of A; all of B.
         self.line(&format!("const unsigned fa = dt_ring + st * {} + {} + (tid >> 7) * {};", w.stage_bytes, a.offset, a.desc.slice_step));

@@ -93,18 +93,7 @@ pub fn check_not_hopper_only(k: &Kernel, target: &str) -> Result<(), EmitError> 
 /// a program past the last: what is left of `pid` after the divisions is then not 0.
 pub fn program_coords(k: &Kernel, skip: &str, index: &str, past_grid: Option<&str>) -> Vec<String> {
     use dt_core::schedule::MapEntry;
-    let size = |d: dt_core::algo::DimId| format!("s{}", k.dim_slot(d));
-    let nblocks = |d| format!("dt_cdiv({}, {})", size(d), k.grid.block_extent(d).unwrap_or(1));
-    let counts: Vec<String> = k
-        .grid
-        .order
-        .iter()
-        .map(|m| match m {
-            MapEntry::Whole(d) => k.grid.cluster_size(*d).map_or_else(|| multicast_blocks(k, *d, nblocks(*d)), |n| n.to_string()),
-            MapEntry::Outer { dim, factor } => format!("dt_cdiv({}, {factor})", nblocks(*dim)),
-            MapEntry::Inner { factor, .. } => factor.to_string(),
-        })
-        .collect();
+    let counts = order_counts(k);
     // A grid of one program (nothing blocked) divides nothing; what is left of `pid` then
     // matters only where a grid may have more blocks than programs.
     if counts.is_empty() && past_grid.is_none() {
@@ -134,36 +123,41 @@ pub fn program_coords(k: &Kernel, skip: &str, index: &str, past_grid: Option<&st
             // Every program of a cluster takes part in its reductions, past the end or not.
             continue;
         }
-        out.push(format!("if (b{slot} >= {}) {skip} /* past the end of a short group */", nblocks(*d)));
+        out.push(format!("if (b{slot} >= {}) {skip} /* past the end of a short group */", block_count(k, *d)));
     }
     out
 }
 
-/// The blocks `blocks` (a C expression) of order entry `d`, rounded up to whole clusters where
-/// `d` is multicast (see [`dt_core::kir::Grid::multicast`]).
-fn multicast_blocks(k: &Kernel, d: dt_core::algo::DimId, blocks: String) -> String {
-    match k.grid.multicast {
-        Some((m, n)) if m == d => format!("dt_cdiv({blocks}, {n}) * {n}"),
-        _ => blocks,
-    }
+/// The blocks of blocked dimension `d`, as a C expression over its size variable `s<slot>`.
+fn block_count(k: &Kernel, d: dt_core::algo::DimId) -> String {
+    format!("dt_cdiv(s{}, {})", k.dim_slot(d), k.grid.block_extent(d).unwrap_or(1))
+}
+
+/// The programs along each entry of the grid's order, as C expressions ([`Grid::counts`] in C):
+/// a clustered dimension's programs, a multicast dimension's blocks rounded up to whole
+/// clusters (see [`dt_core::kir::Grid::multicast`]), the groups of a split, its factor.
+///
+/// [`Grid::counts`]: dt_core::kir::Grid::counts
+fn order_counts(k: &Kernel) -> Vec<String> {
+    use dt_core::schedule::MapEntry;
+    k.grid
+        .order
+        .iter()
+        .map(|m| match m {
+            MapEntry::Whole(d) => match (k.grid.cluster_size(*d), k.grid.multicast) {
+                (Some(n), _) => n.to_string(),
+                (None, Some((m, n))) if m == *d => format!("dt_cdiv({}, {n}) * {n}", block_count(k, *d)),
+                (None, _) => block_count(k, *d),
+            },
+            MapEntry::Outer { dim, factor } => format!("dt_cdiv({}, {factor})", block_count(k, *dim)),
+            MapEntry::Inner { factor, .. } => factor.to_string(),
+        })
+        .collect()
 }
 
 /// The number of programs, as a C expression over the size variables `s<slot>`.
 pub fn program_count(k: &Kernel) -> String {
-    use dt_core::schedule::MapEntry;
-    let nblocks = |d: dt_core::algo::DimId| format!("dt_cdiv(s{}, {})", k.dim_slot(d), k.grid.block_extent(d).unwrap_or(1));
-    let counts: Vec<String> = k
-        .grid
-        .order
-        .iter()
-        .map(|m| match m {
-            MapEntry::Whole(d) => {
-                format!("({})", k.grid.cluster_size(*d).map_or_else(|| multicast_blocks(k, *d, nblocks(*d)), |n| n.to_string()))
-            }
-            MapEntry::Outer { dim, factor } => format!("(dt_cdiv({}, {factor}))", nblocks(*dim)),
-            MapEntry::Inner { factor, .. } => format!("({factor})"),
-        })
-        .collect();
+    let counts: Vec<String> = order_counts(k).iter().map(|c| format!("({c})")).collect();
     if counts.is_empty() {
         "1".into()
     } else {

@@ -14,7 +14,6 @@
 //!   multiple of its programs, so that a cluster's programs hold adjacent blocks.
 
 use crate::kir::{Kernel, Op, Shape, Stmt, ValueId, VarId};
-use crate::schedule::MapEntry;
 use std::collections::HashSet;
 
 /// Checks kernel `k`; the first broken rule, in words, where one is.
@@ -25,12 +24,7 @@ pub fn verify(k: &Kernel) -> Result<(), String> {
         }
     }
     if let Some((d, n)) = k.grid.multicast {
-        let adjacent = match k.grid.order.last() {
-            Some(MapEntry::Whole(x)) => *x == d,
-            Some(MapEntry::Inner { dim, factor, .. }) => *dim == d && factor.is_multiple_of(n),
-            _ => false,
-        };
-        if k.grid.cluster.is_some() || !adjacent {
+        if k.grid.cluster.is_some() || !k.grid.order.last().is_some_and(|e| e.runs_adjacent_blocks(d, n)) {
             return Err(format!(
                 "the multicast along {} is clustered twice or its blocks are not adjacent in program order",
                 k.dim_name(d)
