@@ -211,8 +211,9 @@ fn nearby_once(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Di
                         }
                         // A warp-specialized kernel's warps follow its rows; its stages stay 2 or more.
                         SchedArg::Number(_, _) if prim.name == "num_warps" && ws.is_some() => {
-                            let rows = ws.as_ref().and_then(|w| blocks.iter().find(|(b, ..)| *b == w.rows)).map_or(64.0, |b| b.2);
-                            format!("{}", rows / 16.0)
+                            let w = ws.as_ref().expect("matched");
+                            let drawn = |dim: &str| blocks.iter().find(|(b, ..)| *b == dim).map_or(64.0, |b| b.2);
+                            format!("{}", w.consumer_rows(drawn(&w.rows), drawn(&w.cols)) / 16.0)
                         }
                         SchedArg::Number(v, _) if prim.name == "num_stages" && ws.is_some() => {
                             let moved = step(*v, rng);
@@ -222,7 +223,10 @@ fn nearby_once(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Di
                         SchedArg::Extent(d, v, _) if prim.name == "block" => {
                             let new = match &ws {
                                 Some(w) if d.name == w.rows => w.rows_of(step(*v, rng)),
-                                Some(w) if d.name == w.cols => w.cols_of(step(*v, rng)),
+                                Some(w) if d.name == w.cols => {
+                                    let rows = blocks.iter().find(|(b, ..)| *b == w.rows).map(|b| b.2);
+                                    w.cols_of(step(*v, rng), rows)
+                                }
                                 Some(_) => *v,
                                 None => step(*v, rng),
                             };
@@ -301,8 +305,8 @@ impl Cluster {
 
 /// The coupled numbers of a kernel scheduled with `warp_specialize()` (docs/language.md): its
 /// tile is its block, whose rows are 64 per consumer warpgroup of 4 warps (`num_warps` is the
-/// rows over 16) and whose columns a multiple of 64 up to 256, and its step along the
-/// contraction is 64. [`nearby_spec`] draws the rows, the columns, the stages
+/// rows over 16) and whose columns a multiple of 64 up to 256, or, swapped, 16 or 32 rows and
+/// 64 per warpgroup of columns; its step along the contraction is 64. [`nearby_spec`] draws the rows, the columns, the stages
 /// ([`Self::stages`]) and the map, and sets the rest from them.
 struct WarpSpecialized {
     /// The names of the output's row and column dimensions.
@@ -354,18 +358,31 @@ impl WarpSpecialized {
         if grown > 1.0 { (near / grown).floor() } else { near }.clamp(2.0, 16.0)
     }
 
-    /// The rows a block may have nearest `v`: one consumer warpgroup's 64 or two's 128.
+    /// The rows a block may have nearest `v`: one consumer warpgroup's 64 or two's 128, or 16
+    /// or 32, which the plan runs swapped (the columns are then the warpgroups' rows).
     fn rows_of(&self, v: f64) -> f64 {
-        if v < 96.0 {
-            64.0
-        } else {
-            128.0
-        }
+        [16.0, 32.0, 64.0, 128.0]
+            .into_iter()
+            .min_by(|a: &f64, b: &f64| (a.ln() - v.ln()).abs().total_cmp(&(b.ln() - v.ln()).abs()))
+            .expect("four")
     }
 
-    /// The columns a block may have nearest `v`: a multiple of 64 from 64 to 256.
-    fn cols_of(&self, v: f64) -> f64 {
-        ((v / 64.0).round() * 64.0).clamp(64.0, 256.0)
+    /// The columns a block may have nearest `v`: a multiple of 64 from 64 to 256, or, where the
+    /// block's `rows` (drawn before them) are fewer than 64, 64 or 128 (a swapped tile's
+    /// consumer rows).
+    fn cols_of(&self, v: f64, rows: Option<f64>) -> f64 {
+        let most = if rows.is_some_and(|r| r < 64.0) { 128.0 } else { 256.0 };
+        ((v / 64.0).round() * 64.0).clamp(64.0, most)
+    }
+
+    /// The rows the consumer warpgroups compute for a block of `rows` by `cols`: the columns of a
+    /// swapped tile (fewer than 64 rows), else the rows.
+    fn consumer_rows(&self, rows: f64, cols: f64) -> f64 {
+        if rows < 64.0 {
+            cols.min(128.0)
+        } else {
+            rows
+        }
     }
 }
 
@@ -736,10 +753,38 @@ mod tests {
             let (block, tile, warps, stages) = (line("block"), line("tensorize"), line("num_warps"), line("num_stages"));
             assert!(crate::compile_spec(&d).is_ok(), "{d}");
             assert_eq!(tile, [block[0], block[1], 64], "{d}");
-            assert!([64, 128].contains(&block[0]) && block[1] % 64 == 0 && (64..=256).contains(&block[1]), "{d}");
-            assert_eq!(warps, [block[0] / 16], "{d}");
+            assert!([16, 32, 64, 128].contains(&block[0]) && block[1] % 64 == 0 && (64..=256).contains(&block[1]), "{d}");
+            // Fewer than 64 rows: a swapped tile, whose columns are the warpgroups' rows.
+            let consumer_rows = if block[0] < 64 { block[1] } else { block[0] };
+            assert!(consumer_rows <= 128 || block[0] >= 64, "{d}");
+            assert_eq!(warps, [consumer_rows / 16], "{d}");
             assert!(stages[0] >= 2, "{d}");
         }
+    }
+
+    /// Near a swapped warp-specialized tile (16 rows, 64 columns over one warpgroup), the rows
+    /// stay 16 or 32 or grow to 64, the columns of a swapped tile stay 64 or 128, and the warps
+    /// follow the warpgroups' rows; every draw checks.
+    #[test]
+    fn nearby_swapped_tiles_keep_their_columns_the_warpgroups_rows() {
+        let src = "Func mm; In A, B; Var x, y; RVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\nmm.bound(x:16);\nmm.block(x:16, y:64);\nmm.tensorize(x:16, y:64, k:64);\nmm.num_warps(4);\nmm.num_stages(16);\nmm.warp_specialize();\nmm.dtypes(f16);\nmm.compile();\n";
+        let own = kernel_spec(src, "mm").unwrap();
+        let mut rng = Rng::new(21);
+        let numbers = |line: &str| -> Vec<u32> { line.split(|c: char| !c.is_ascii_digit()).filter_map(|t| t.parse().ok()).collect() };
+        let mut swapped = 0;
+        for _ in 0..40 {
+            let d = nearby_spec(&own, "mm", &mut rng).unwrap();
+            let line = |prim: &str| d.lines().find(|l| l.starts_with(&format!("mm.{prim}("))).map(numbers).expect(prim);
+            let (block, warps) = (line("block"), line("num_warps"));
+            assert!(crate::compile_spec(&d).is_ok(), "{d}");
+            if block[0] < 64 {
+                swapped += 1;
+                assert!([16, 32].contains(&block[0]) && [64, 128].contains(&block[1]) && warps == [block[1] / 16], "{d}");
+            } else {
+                assert_eq!(warps, [block[0] / 16], "{d}");
+            }
+        }
+        assert!(swapped > 0, "no draw kept a swapped tile");
     }
 
     /// Near a warp-specialized kernel, some draws leave out its `persistent()` and the others

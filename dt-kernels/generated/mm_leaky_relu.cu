@@ -797,13 +797,13 @@ struct dt_args_t {
     float scalars[C];
 };
 
-#ifndef DT_WGMMA_M64N64K16_F16
-#define DT_WGMMA_M64N64K16_F16
+#ifndef DT_WGMMA_M64N16K16_F16
+#define DT_WGMMA_M64N16K16_F16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n16k16_f16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %10, %11; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -811,8 +811,8 @@ DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long 
 #endif
 }
 #endif
-/* kernel out_90a_m16_split for f16: grid block(x:64, y:64, k:2048); 256 threads, warp-specialized for sm_90a */
-extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m16_split_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
+/* kernel out_90a_m16_split for f16: grid block(x:16, y:64, k:2048); 256 threads, warp-specialized for sm_90a */
+extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m16_split_f16(DT_GRID_CONSTANT const dt_tma_args_t<2, dt_args_t<2, 2, 3, 1>> targs) {
 #if defined(__CUDA_ARCH__) && !DT_SM90A
     __trap(); /* built for sm_90a, where the library runs it */
 #else
@@ -824,6 +824,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
     const long long s2 = args.sizes[2]; /* size of k */
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* out_90a_m16_split */
     /* 16 stages of 10240 bytes from dt_ring (1024-aligned), then barriers full[16] at +163840 and empty[16] at +163968 */
     const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
     if (tid == 0) {
@@ -834,7 +835,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (dt_cdiv(s0, 16)) * (dt_cdiv(s1, 64)) * (2);
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -853,10 +854,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                     const long long g2 = rest % n2; rest /= n2;
                     const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
                     const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
                     const long long g0 = rest % n0; rest /= n0;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                    if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
                     if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
@@ -865,10 +866,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                         dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
                         dt_mbar_expect_tx(dt_ring + 163840 + 8 * st, 10240);
                         const unsigned stage = dt_ring + st * 10240;
-                        /* A[x, k]: 1 copy of box [x:16, k:64] */
-                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
                         /* B[k, y]: 1 copy of box [k:64, y:64] */
-                        dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        /* A[x, k]: 1 copy of box [x:16, k:64] */
+                        dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 16)));
                     }
                 }
             }
@@ -882,10 +883,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                 const long long g2 = rest % n2; rest /= n2;
                 const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
                 const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
                 const long long g0 = rest % n0; rest /= n0;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
                 if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
@@ -893,27 +894,27 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                     const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                     dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
                     const unsigned stage = dt_ring + st * 10240;
-                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 163840 + 8 * st, (dt_by_map0 ? 2048u : 0u) + (dt_by_map1 ? 8192u : 0u));
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 163840 + 8 * st, (dt_by_map0 ? 8192u : 0u) + (dt_by_map1 ? 2048u : 0u));
                     if (dt_by_map0) {
                         if (tid == 128) {
-                            /* A[x, k]: 1 copy of box [x:16, k:64] */
-                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
-                        }
-                    } else {
-                        /* A: the same boxes, copied by the warpgroup's threads */
-                        dt_copy_box_by_threads<16>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
-                    }
-                    if (dt_by_map1) {
-                        if (tid == 128) {
                             /* B[k, y]: 1 copy of box [k:64, y:64] */
-                            dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
                         }
                     } else {
                         /* B: the same boxes, copied by the warpgroup's threads */
                         #pragma unroll 1
                         for (int c = 0; c < 1; c++) {
-                            dt_copy_box_by_threads<64>(stage + 2048 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
+                            dt_copy_box_by_threads<64>(stage + 0 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
                         }
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:16, k:64] */
+                            dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 16)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<16>(stage + 8192, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 16)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 16)), s2 - o, tid - 128);
                     }
                     dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
                     dt_warpgroup_sync(3);
@@ -928,7 +929,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
     } else {
         dt_setmaxnreg_inc<248>();
         unsigned dt_step = 0;
-        unsigned dt_stored = 0;
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
@@ -937,10 +937,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
             const long long g2 = rest % n2; rest /= n2;
             const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
             const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+            const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
             const long long g0 = rest % n0; rest /= n0;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+            if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
             if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
@@ -956,26 +956,26 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                 (void)r; (void)e;
                 v9[r] = 1e-2f;
             }
-            /* block(x:64) out_90a_m16_split.tensorize(x:64) */
-            for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
+            /* block(x:16) out_90a_m16_split.tensorize(x:16) */
+            for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
                 /* block(y:64) out_90a_m16_split.tensorize(y:64) */
                 for (long long o2 = b1 * 64; o2 < dt_min_ll(b1 * 64 + 64, s1); o2 += 64) {
                     /* rdot accumulator */
-                    float acc0[32];
+                    float acc0[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         acc0[r] = 0e0f;
                     }
                     /* rdot out_90a_m16_split.tensorize(k:64) num_stages(16) */
-                    /* warp_specialize(): the operands arrive in stages by TMA; m64n64k16 wgmma, 4 per stage, one group in flight */
+                    /* warp_specialize(): the operands arrive in stages by TMA; m64n16k16 wgmma, 4 per stage, one group in flight */
                     for (long long o5 = (b2 * 2048); o5 < dt_min_ll((b2 * 2048) + 2048, s2); o5 += 64, dt_step++) {
                         const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                         dt_mbar_wait(dt_ring + 163840 + 8 * st, phase); /* stage st has landed */
                         const unsigned fa = dt_ring + st * 10240 + 0 + (tid >> 7) * 8192;
-                        const unsigned fb = dt_ring + st * 10240 + 2048;
+                        const unsigned fb = dt_ring + st * 10240 + 8192;
                         dt_wgmma_fence();
                         #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_f16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n16k16_f16<1, 0>(acc0, dt_wgmma_desc(fa + kk * 2048, 8192, 1024), dt_wgmma_desc(fb + kk * 32, 16, 1024));
                         dt_wgmma_commit();
                         dt_wgmma_wait<1>();
                         if (o5 > (b2 * 2048) && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 163968 + 8 * ((dt_step + 15u) % 16u)); /* the step before is done */
@@ -983,29 +983,29 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                     dt_wgmma_wait<0>();
                     if (dt_min_ll((b2 * 2048) + 2048, s2) > (b2 * 2048) && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 163968 + 8 * ((dt_step + 15u) % 16u));
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) dt_reg_fence(acc0[r]);
-                    float v3[32];
+                    for (int r = 0; r < 8; r++) dt_reg_fence(acc0[r]);
+                    float v3[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v3[r] = acc0[r];
                     }
-                    float v4[32];
+                    float v4[8];
                     /* rsum over the 2 programs of the cluster along k */
-                    __shared__ __align__(16) float cl8[4096];
+                    __shared__ __align__(16) float cl8[1024];
                     #pragma unroll
-                    for (int r = 0; r < 32; r += 2) {
-                        const int l9 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, l10 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        const int e = l9 * 64 + l10;
-                        if ((unsigned)(o1 + l9) < (unsigned)s0) *(float2*)&cl8[e] = make_float2(v3[r + 0], v3[r + 1]);
+                    for (int r = 0; r < 8; r += 2) {
+                        const int l9 = (tid >> 5) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, l10 = (tid >> 5) % 1 * 16 + (r >> 2) % 2 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l9 * 16 + l10;
+                        if ((unsigned)(o2 + l9) < (unsigned)s1) *(float2*)&cl8[e] = make_float2(v3[r + 0], v3[r + 1]);
                     }
                     dt_cluster_sync();
                     #pragma unroll
-                    for (int r = 0; r < 32; r += 2) {
-                        const int l9 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, l10 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        const int e = l9 * 64 + l10;
+                    for (int r = 0; r < 8; r += 2) {
+                        const int l9 = (tid >> 5) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, l10 = (tid >> 5) % 1 * 16 + (r >> 2) % 2 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l9 * 16 + l10;
                         v4[r + 0] = v3[r + 0];
                         v4[r + 1] = v3[r + 1];
-                        if ((unsigned)(o1 + l9) < (unsigned)s0) {
+                        if ((unsigned)(o2 + l9) < (unsigned)s1) {
                             float2 a = make_float2(0e0f, 0e0f);
                             for (unsigned q = 0; q < 2u; q++) {
                                 const float2 p = dt_cluster_load2(&cl8[e], q);
@@ -1017,53 +1017,42 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                         }
                     }
                     dt_cluster_arrive();
-                    float v7[32];
+                    float v7[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v7[r] = ((v4[r]) > (v6[0]) ? 1.0f : 0.0f);
                     }
-                    float v11[32];
+                    float v11[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v11[r] = (v9[0] * v4[r]);
                     }
-                    float v12[32];
+                    float v12[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v12[r] = v7[r] != 0.0f ? v4[r] : v11[r];
                     }
-                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
                     #pragma unroll
-                    for (int c = 0; c < 1; c++, dt_stored++) {
-                        const unsigned buf = dt_ring + 164864 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
-                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
-                        dt_warpgroup_sync(2 + (tid >> 7));
-                        #pragma unroll
-                        for (int j = 0; j < 32; j += 2) {
-                            const int r = c * 32 + j;
-                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
-                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_f16(v12[r], v12[r + 1]));
-                        }
-                        dt_fence_proxy_async();
-                        dt_warpgroup_sync(2 + (tid >> 7));
-                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 64) + c * 64), (int)((b0 * 64) + (tid >> 7) * 64)); dt_bulk_commit(); }
+                    for (int r = 0; r < 8; r++) {
+                        const int l17 = (tid >> 5) % 1 * 16 + (r >> 2) % 2 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int l18 = (tid >> 5) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + l18) < (unsigned)s1) out[(unsigned)(o1 + l17) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l18) * (unsigned)args.output_strides[1]] = dt_store_f16(v12[r]);
                     }
                     dt_cluster_wait();
                 }
             }
         }
-        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
     }
 #endif
 }
 
-#ifndef DT_WGMMA_M64N64K16_BF16
-#define DT_WGMMA_M64N64K16_BF16
+#ifndef DT_WGMMA_M64N16K16_BF16
+#define DT_WGMMA_M64N16K16_BF16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n16k16_bf16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %10, %11; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -1071,8 +1060,8 @@ DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long
 #endif
 }
 #endif
-/* kernel out_90a_m16_split for bf16: grid block(x:64, y:64, k:2048); 256 threads, warp-specialized for sm_90a */
-extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m16_split_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
+/* kernel out_90a_m16_split for bf16: grid block(x:16, y:64, k:2048); 256 threads, warp-specialized for sm_90a */
+extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m16_split_bf16(DT_GRID_CONSTANT const dt_tma_args_t<2, dt_args_t<2, 2, 3, 1>> targs) {
 #if defined(__CUDA_ARCH__) && !DT_SM90A
     __trap(); /* built for sm_90a, where the library runs it */
 #else
@@ -1084,6 +1073,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
     const long long s2 = args.sizes[2]; /* size of k */
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* out_90a_m16_split */
     /* 16 stages of 10240 bytes from dt_ring (1024-aligned), then barriers full[16] at +163840 and empty[16] at +163968 */
     const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
     if (tid == 0) {
@@ -1094,7 +1084,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (dt_cdiv(s0, 16)) * (dt_cdiv(s1, 64)) * (2);
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -1113,10 +1103,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                     const long long g2 = rest % n2; rest /= n2;
                     const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
                     const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
                     const long long g0 = rest % n0; rest /= n0;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                    if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
                     if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
@@ -1125,10 +1115,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                         dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
                         dt_mbar_expect_tx(dt_ring + 163840 + 8 * st, 10240);
                         const unsigned stage = dt_ring + st * 10240;
-                        /* A[x, k]: 1 copy of box [x:16, k:64] */
-                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
                         /* B[k, y]: 1 copy of box [k:64, y:64] */
-                        dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        /* A[x, k]: 1 copy of box [x:16, k:64] */
+                        dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 16)));
                     }
                 }
             }
@@ -1142,10 +1132,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                 const long long g2 = rest % n2; rest /= n2;
                 const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
                 const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
                 const long long g0 = rest % n0; rest /= n0;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
                 if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
@@ -1153,27 +1143,27 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                     const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                     dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
                     const unsigned stage = dt_ring + st * 10240;
-                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 163840 + 8 * st, (dt_by_map0 ? 2048u : 0u) + (dt_by_map1 ? 8192u : 0u));
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 163840 + 8 * st, (dt_by_map0 ? 8192u : 0u) + (dt_by_map1 ? 2048u : 0u));
                     if (dt_by_map0) {
                         if (tid == 128) {
-                            /* A[x, k]: 1 copy of box [x:16, k:64] */
-                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
-                        }
-                    } else {
-                        /* A: the same boxes, copied by the warpgroup's threads */
-                        dt_copy_box_by_threads<16>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
-                    }
-                    if (dt_by_map1) {
-                        if (tid == 128) {
                             /* B[k, y]: 1 copy of box [k:64, y:64] */
-                            dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
                         }
                     } else {
                         /* B: the same boxes, copied by the warpgroup's threads */
                         #pragma unroll 1
                         for (int c = 0; c < 1; c++) {
-                            dt_copy_box_by_threads<64>(stage + 2048 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
+                            dt_copy_box_by_threads<64>(stage + 0 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
                         }
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:16, k:64] */
+                            dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 16)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<16>(stage + 8192, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 16)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 16)), s2 - o, tid - 128);
                     }
                     dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
                     dt_warpgroup_sync(3);
@@ -1188,7 +1178,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
     } else {
         dt_setmaxnreg_inc<248>();
         unsigned dt_step = 0;
-        unsigned dt_stored = 0;
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
@@ -1197,10 +1186,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
             const long long g2 = rest % n2; rest /= n2;
             const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
             const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+            const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
             const long long g0 = rest % n0; rest /= n0;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+            if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
             if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
@@ -1216,26 +1205,26 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                 (void)r; (void)e;
                 v9[r] = 1e-2f;
             }
-            /* block(x:64) out_90a_m16_split.tensorize(x:64) */
-            for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
+            /* block(x:16) out_90a_m16_split.tensorize(x:16) */
+            for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
                 /* block(y:64) out_90a_m16_split.tensorize(y:64) */
                 for (long long o2 = b1 * 64; o2 < dt_min_ll(b1 * 64 + 64, s1); o2 += 64) {
                     /* rdot accumulator */
-                    float acc0[32];
+                    float acc0[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         acc0[r] = 0e0f;
                     }
                     /* rdot out_90a_m16_split.tensorize(k:64) num_stages(16) */
-                    /* warp_specialize(): the operands arrive in stages by TMA; m64n64k16 wgmma, 4 per stage, one group in flight */
+                    /* warp_specialize(): the operands arrive in stages by TMA; m64n16k16 wgmma, 4 per stage, one group in flight */
                     for (long long o5 = (b2 * 2048); o5 < dt_min_ll((b2 * 2048) + 2048, s2); o5 += 64, dt_step++) {
                         const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                         dt_mbar_wait(dt_ring + 163840 + 8 * st, phase); /* stage st has landed */
                         const unsigned fa = dt_ring + st * 10240 + 0 + (tid >> 7) * 8192;
-                        const unsigned fb = dt_ring + st * 10240 + 2048;
+                        const unsigned fb = dt_ring + st * 10240 + 8192;
                         dt_wgmma_fence();
                         #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_bf16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n16k16_bf16<1, 0>(acc0, dt_wgmma_desc(fa + kk * 2048, 8192, 1024), dt_wgmma_desc(fb + kk * 32, 16, 1024));
                         dt_wgmma_commit();
                         dt_wgmma_wait<1>();
                         if (o5 > (b2 * 2048) && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 163968 + 8 * ((dt_step + 15u) % 16u)); /* the step before is done */
@@ -1243,29 +1232,29 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                     dt_wgmma_wait<0>();
                     if (dt_min_ll((b2 * 2048) + 2048, s2) > (b2 * 2048) && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 163968 + 8 * ((dt_step + 15u) % 16u));
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) dt_reg_fence(acc0[r]);
-                    float v3[32];
+                    for (int r = 0; r < 8; r++) dt_reg_fence(acc0[r]);
+                    float v3[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v3[r] = acc0[r];
                     }
-                    float v4[32];
+                    float v4[8];
                     /* rsum over the 2 programs of the cluster along k */
-                    __shared__ __align__(16) float cl8[4096];
+                    __shared__ __align__(16) float cl8[1024];
                     #pragma unroll
-                    for (int r = 0; r < 32; r += 2) {
-                        const int l9 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, l10 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        const int e = l9 * 64 + l10;
-                        if ((unsigned)(o1 + l9) < (unsigned)s0) *(float2*)&cl8[e] = make_float2(v3[r + 0], v3[r + 1]);
+                    for (int r = 0; r < 8; r += 2) {
+                        const int l9 = (tid >> 5) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, l10 = (tid >> 5) % 1 * 16 + (r >> 2) % 2 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l9 * 16 + l10;
+                        if ((unsigned)(o2 + l9) < (unsigned)s1) *(float2*)&cl8[e] = make_float2(v3[r + 0], v3[r + 1]);
                     }
                     dt_cluster_sync();
                     #pragma unroll
-                    for (int r = 0; r < 32; r += 2) {
-                        const int l9 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, l10 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
-                        const int e = l9 * 64 + l10;
+                    for (int r = 0; r < 8; r += 2) {
+                        const int l9 = (tid >> 5) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, l10 = (tid >> 5) % 1 * 16 + (r >> 2) % 2 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l9 * 16 + l10;
                         v4[r + 0] = v3[r + 0];
                         v4[r + 1] = v3[r + 1];
-                        if ((unsigned)(o1 + l9) < (unsigned)s0) {
+                        if ((unsigned)(o2 + l9) < (unsigned)s1) {
                             float2 a = make_float2(0e0f, 0e0f);
                             for (unsigned q = 0; q < 2u; q++) {
                                 const float2 p = dt_cluster_load2(&cl8[e], q);
@@ -1277,53 +1266,42 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                         }
                     }
                     dt_cluster_arrive();
-                    float v7[32];
+                    float v7[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v7[r] = ((v4[r]) > (v6[0]) ? 1.0f : 0.0f);
                     }
-                    float v11[32];
+                    float v11[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v11[r] = (v9[0] * v4[r]);
                     }
-                    float v12[32];
+                    float v12[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v12[r] = v7[r] != 0.0f ? v4[r] : v11[r];
                     }
-                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
                     #pragma unroll
-                    for (int c = 0; c < 1; c++, dt_stored++) {
-                        const unsigned buf = dt_ring + 164864 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
-                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
-                        dt_warpgroup_sync(2 + (tid >> 7));
-                        #pragma unroll
-                        for (int j = 0; j < 32; j += 2) {
-                            const int r = c * 32 + j;
-                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
-                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_bf16(v12[r], v12[r + 1]));
-                        }
-                        dt_fence_proxy_async();
-                        dt_warpgroup_sync(2 + (tid >> 7));
-                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 64) + c * 64), (int)((b0 * 64) + (tid >> 7) * 64)); dt_bulk_commit(); }
+                    for (int r = 0; r < 8; r++) {
+                        const int l17 = (tid >> 5) % 1 * 16 + (r >> 2) % 2 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int l18 = (tid >> 5) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        if ((unsigned)(o1 + l17) < (unsigned)s0 && (unsigned)(o2 + l18) < (unsigned)s1) out[(unsigned)(o1 + l17) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l18) * (unsigned)args.output_strides[1]] = dt_store_bf16(v12[r]);
                     }
                     dt_cluster_wait();
                 }
             }
         }
-        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
     }
 #endif
 }
 
-#ifndef DT_WGMMA_M64N64K16_F16
-#define DT_WGMMA_M64N64K16_F16
+#ifndef DT_WGMMA_M64N16K16_F16
+#define DT_WGMMA_M64N16K16_F16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n16k16_f16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %10, %11; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -1331,8 +1309,8 @@ DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long 
 #endif
 }
 #endif
-/* kernel out_90a_m16 for f16: grid block(x:64, y:64); 256 threads, warp-specialized for sm_90a */
-extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
+/* kernel out_90a_m16 for f16: grid block(x:16, y:64); 256 threads, warp-specialized for sm_90a */
+extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_CONSTANT const dt_tma_args_t<2, dt_args_t<2, 2, 3, 1>> targs) {
 #if defined(__CUDA_ARCH__) && !DT_SM90A
     __trap(); /* built for sm_90a, where the library runs it */
 #else
@@ -1344,6 +1322,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
     const long long s2 = args.sizes[2]; /* size of k */
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
+    dt_f16* __restrict__ out = (dt_f16*)args.output; /* out_90a_m16 */
     /* 16 stages of 10240 bytes from dt_ring (1024-aligned), then barriers full[16] at +163840 and empty[16] at +163968 */
     const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
     if (tid == 0) {
@@ -1354,7 +1333,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64));
+    const long long programs = (dt_cdiv(s0, 16)) * (dt_cdiv(s1, 64));
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -1371,10 +1350,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
                     (void)rest;
                     const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
                     const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
                     const long long g0 = rest % n0; rest /= n0;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                    if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
                     if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
@@ -1382,10 +1361,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
                         dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
                         dt_mbar_expect_tx(dt_ring + 163840 + 8 * st, 10240);
                         const unsigned stage = dt_ring + st * 10240;
-                        /* A[x, k]: 1 copy of box [x:16, k:64] */
-                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
                         /* B[k, y]: 1 copy of box [k:64, y:64] */
-                        dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        /* A[x, k]: 1 copy of box [x:16, k:64] */
+                        dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 16)));
                     }
                 }
             }
@@ -1397,37 +1376,37 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
                 (void)rest;
                 const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
                 const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
                 const long long g0 = rest % n0; rest /= n0;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
                 if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                     dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
                     const unsigned stage = dt_ring + st * 10240;
-                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 163840 + 8 * st, (dt_by_map0 ? 2048u : 0u) + (dt_by_map1 ? 8192u : 0u));
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 163840 + 8 * st, (dt_by_map0 ? 8192u : 0u) + (dt_by_map1 ? 2048u : 0u));
                     if (dt_by_map0) {
                         if (tid == 128) {
-                            /* A[x, k]: 1 copy of box [x:16, k:64] */
-                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
-                        }
-                    } else {
-                        /* A: the same boxes, copied by the warpgroup's threads */
-                        dt_copy_box_by_threads<16>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
-                    }
-                    if (dt_by_map1) {
-                        if (tid == 128) {
                             /* B[k, y]: 1 copy of box [k:64, y:64] */
-                            dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
                         }
                     } else {
                         /* B: the same boxes, copied by the warpgroup's threads */
                         #pragma unroll 1
                         for (int c = 0; c < 1; c++) {
-                            dt_copy_box_by_threads<64>(stage + 2048 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
+                            dt_copy_box_by_threads<64>(stage + 0 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
                         }
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:16, k:64] */
+                            dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 16)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<16>(stage + 8192, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 16)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 16)), s2 - o, tid - 128);
                     }
                     dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
                     dt_warpgroup_sync(3);
@@ -1438,17 +1417,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
     } else {
         dt_setmaxnreg_inc<248>();
         unsigned dt_step = 0;
-        unsigned dt_stored = 0;
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
             (void)rest;
             const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
             const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+            const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
             const long long g0 = rest % n0; rest /= n0;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+            if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
             if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             float v5[1];
@@ -1463,26 +1441,26 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
                 (void)r; (void)e;
                 v8[r] = 1e-2f;
             }
-            /* block(x:64) out_90a_m16.tensorize(x:64) */
-            for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
+            /* block(x:16) out_90a_m16.tensorize(x:16) */
+            for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
                 /* block(y:64) out_90a_m16.tensorize(y:64) */
                 for (long long o2 = b1 * 64; o2 < dt_min_ll(b1 * 64 + 64, s1); o2 += 64) {
                     /* rdot accumulator */
-                    float acc0[32];
+                    float acc0[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         acc0[r] = 0e0f;
                     }
                     /* rdot out_90a_m16.tensorize(k:64) num_stages(16) */
-                    /* warp_specialize(): the operands arrive in stages by TMA; m64n64k16 wgmma, 4 per stage, one group in flight */
+                    /* warp_specialize(): the operands arrive in stages by TMA; m64n16k16 wgmma, 4 per stage, one group in flight */
                     for (long long o5 = 0; o5 < s2; o5 += 64, dt_step++) {
                         const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                         dt_mbar_wait(dt_ring + 163840 + 8 * st, phase); /* stage st has landed */
                         const unsigned fa = dt_ring + st * 10240 + 0 + (tid >> 7) * 8192;
-                        const unsigned fb = dt_ring + st * 10240 + 2048;
+                        const unsigned fb = dt_ring + st * 10240 + 8192;
                         dt_wgmma_fence();
                         #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_f16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n16k16_f16<1, 0>(acc0, dt_wgmma_desc(fa + kk * 2048, 8192, 1024), dt_wgmma_desc(fb + kk * 32, 16, 1024));
                         dt_wgmma_commit();
                         dt_wgmma_wait<1>();
                         if (o5 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 163968 + 8 * ((dt_step + 15u) % 16u)); /* the step before is done */
@@ -1490,58 +1468,47 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
                     dt_wgmma_wait<0>();
                     if (s2 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 163968 + 8 * ((dt_step + 15u) % 16u));
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) dt_reg_fence(acc0[r]);
-                    float v3[32];
+                    for (int r = 0; r < 8; r++) dt_reg_fence(acc0[r]);
+                    float v3[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v3[r] = acc0[r];
                     }
-                    float v6[32];
+                    float v6[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
                     }
-                    float v10[32];
+                    float v10[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v10[r] = (v8[0] * v3[r]);
                     }
-                    float v11[32];
+                    float v11[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
                     }
-                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
                     #pragma unroll
-                    for (int c = 0; c < 1; c++, dt_stored++) {
-                        const unsigned buf = dt_ring + 164864 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
-                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
-                        dt_warpgroup_sync(2 + (tid >> 7));
-                        #pragma unroll
-                        for (int j = 0; j < 32; j += 2) {
-                            const int r = c * 32 + j;
-                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
-                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_f16(v11[r], v11[r + 1]));
-                        }
-                        dt_fence_proxy_async();
-                        dt_warpgroup_sync(2 + (tid >> 7));
-                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 64) + c * 64), (int)((b0 * 64) + (tid >> 7) * 64)); dt_bulk_commit(); }
+                    for (int r = 0; r < 8; r++) {
+                        const int l14 = (tid >> 5) % 1 * 16 + (r >> 2) % 2 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int l15 = (tid >> 5) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        if ((unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)(o2 + l15) < (unsigned)s1) out[(unsigned)(o1 + l14) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l15) * (unsigned)args.output_strides[1]] = dt_store_f16(v11[r]);
                     }
                 }
             }
         }
-        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
     }
 #endif
 }
 
-#ifndef DT_WGMMA_M64N64K16_BF16
-#define DT_WGMMA_M64N64K16_BF16
+#ifndef DT_WGMMA_M64N16K16_BF16
+#define DT_WGMMA_M64N16K16_BF16
 template <int TA, int TB>
-DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+DT_FN void dt_wgmma_m64n16k16_bf16(float* d, unsigned long long a, unsigned long long b) {
 #if DT_SM90A
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %10, %11; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
                  : "l"(a), "l"(b), "n"(TA), "n"(TB));
 #else
     (void)d, (void)a, (void)b;
@@ -1549,8 +1516,8 @@ DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long
 #endif
 }
 #endif
-/* kernel out_90a_m16 for bf16: grid block(x:64, y:64); 256 threads, warp-specialized for sm_90a */
-extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
+/* kernel out_90a_m16 for bf16: grid block(x:16, y:64); 256 threads, warp-specialized for sm_90a */
+extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID_CONSTANT const dt_tma_args_t<2, dt_args_t<2, 2, 3, 1>> targs) {
 #if defined(__CUDA_ARCH__) && !DT_SM90A
     __trap(); /* built for sm_90a, where the library runs it */
 #else
@@ -1562,6 +1529,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
     const long long s2 = args.sizes[2]; /* size of k */
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
+    dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* out_90a_m16 */
     /* 16 stages of 10240 bytes from dt_ring (1024-aligned), then barriers full[16] at +163840 and empty[16] at +163968 */
     const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
     if (tid == 0) {
@@ -1572,7 +1540,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64));
+    const long long programs = (dt_cdiv(s0, 16)) * (dt_cdiv(s1, 64));
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -1589,10 +1557,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
                     (void)rest;
                     const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
                     const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
                     const long long g0 = rest % n0; rest /= n0;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                    if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
                     if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
@@ -1600,10 +1568,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
                         dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
                         dt_mbar_expect_tx(dt_ring + 163840 + 8 * st, 10240);
                         const unsigned stage = dt_ring + st * 10240;
-                        /* A[x, k]: 1 copy of box [x:16, k:64] */
-                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
                         /* B[k, y]: 1 copy of box [k:64, y:64] */
-                        dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        /* A[x, k]: 1 copy of box [x:16, k:64] */
+                        dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 16)));
                     }
                 }
             }
@@ -1615,37 +1583,37 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
                 (void)rest;
                 const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
                 const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
                 const long long g0 = rest % n0; rest /= n0;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
                 if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                     dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
                     const unsigned stage = dt_ring + st * 10240;
-                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 163840 + 8 * st, (dt_by_map0 ? 2048u : 0u) + (dt_by_map1 ? 8192u : 0u));
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 163840 + 8 * st, (dt_by_map0 ? 8192u : 0u) + (dt_by_map1 ? 2048u : 0u));
                     if (dt_by_map0) {
                         if (tid == 128) {
-                            /* A[x, k]: 1 copy of box [x:16, k:64] */
-                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 64)));
-                        }
-                    } else {
-                        /* A: the same boxes, copied by the warpgroup's threads */
-                        dt_copy_box_by_threads<16>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
-                    }
-                    if (dt_by_map1) {
-                        if (tid == 128) {
                             /* B[k, y]: 1 copy of box [k:64, y:64] */
-                            dt_tma_load_2d(stage + 2048, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 163840 + 8 * st, (int)((b1 * 64)), (int)(o));
                         }
                     } else {
                         /* B: the same boxes, copied by the warpgroup's threads */
                         #pragma unroll 1
                         for (int c = 0; c < 1; c++) {
-                            dt_copy_box_by_threads<64>(stage + 2048 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
+                            dt_copy_box_by_threads<64>(stage + 0 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
                         }
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:16, k:64] */
+                            dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 163840 + 8 * st, (int)(o), (int)((b0 * 16)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<16>(stage + 8192, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 16)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 16)), s2 - o, tid - 128);
                     }
                     dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
                     dt_warpgroup_sync(3);
@@ -1656,17 +1624,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
     } else {
         dt_setmaxnreg_inc<248>();
         unsigned dt_step = 0;
-        unsigned dt_stored = 0;
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
             (void)rest;
             const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
             const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+            const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
             const long long g0 = rest % n0; rest /= n0;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+            if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
             if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             float v5[1];
@@ -1681,26 +1648,26 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
                 (void)r; (void)e;
                 v8[r] = 1e-2f;
             }
-            /* block(x:64) out_90a_m16.tensorize(x:64) */
-            for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
+            /* block(x:16) out_90a_m16.tensorize(x:16) */
+            for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
                 /* block(y:64) out_90a_m16.tensorize(y:64) */
                 for (long long o2 = b1 * 64; o2 < dt_min_ll(b1 * 64 + 64, s1); o2 += 64) {
                     /* rdot accumulator */
-                    float acc0[32];
+                    float acc0[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         acc0[r] = 0e0f;
                     }
                     /* rdot out_90a_m16.tensorize(k:64) num_stages(16) */
-                    /* warp_specialize(): the operands arrive in stages by TMA; m64n64k16 wgmma, 4 per stage, one group in flight */
+                    /* warp_specialize(): the operands arrive in stages by TMA; m64n16k16 wgmma, 4 per stage, one group in flight */
                     for (long long o5 = 0; o5 < s2; o5 += 64, dt_step++) {
                         const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                         dt_mbar_wait(dt_ring + 163840 + 8 * st, phase); /* stage st has landed */
                         const unsigned fa = dt_ring + st * 10240 + 0 + (tid >> 7) * 8192;
-                        const unsigned fb = dt_ring + st * 10240 + 2048;
+                        const unsigned fb = dt_ring + st * 10240 + 8192;
                         dt_wgmma_fence();
                         #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_bf16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n16k16_bf16<1, 0>(acc0, dt_wgmma_desc(fa + kk * 2048, 8192, 1024), dt_wgmma_desc(fb + kk * 32, 16, 1024));
                         dt_wgmma_commit();
                         dt_wgmma_wait<1>();
                         if (o5 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 163968 + 8 * ((dt_step + 15u) % 16u)); /* the step before is done */
@@ -1708,47 +1675,36 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
                     dt_wgmma_wait<0>();
                     if (s2 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 163968 + 8 * ((dt_step + 15u) % 16u));
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) dt_reg_fence(acc0[r]);
-                    float v3[32];
+                    for (int r = 0; r < 8; r++) dt_reg_fence(acc0[r]);
+                    float v3[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v3[r] = acc0[r];
                     }
-                    float v6[32];
+                    float v6[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
                     }
-                    float v10[32];
+                    float v10[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v10[r] = (v8[0] * v3[r]);
                     }
-                    float v11[32];
+                    float v11[8];
                     #pragma unroll
-                    for (int r = 0; r < 32; r++) {
+                    for (int r = 0; r < 8; r++) {
                         v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
                     }
-                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
                     #pragma unroll
-                    for (int c = 0; c < 1; c++, dt_stored++) {
-                        const unsigned buf = dt_ring + 164864 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
-                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
-                        dt_warpgroup_sync(2 + (tid >> 7));
-                        #pragma unroll
-                        for (int j = 0; j < 32; j += 2) {
-                            const int r = c * 32 + j;
-                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
-                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_bf16(v11[r], v11[r + 1]));
-                        }
-                        dt_fence_proxy_async();
-                        dt_warpgroup_sync(2 + (tid >> 7));
-                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 64) + c * 64), (int)((b0 * 64) + (tid >> 7) * 64)); dt_bulk_commit(); }
+                    for (int r = 0; r < 8; r++) {
+                        const int l14 = (tid >> 5) % 1 * 16 + (r >> 2) % 2 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int l15 = (tid >> 5) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8;
+                        if ((unsigned)(o1 + l14) < (unsigned)s0 && (unsigned)(o2 + l15) < (unsigned)s1) out[(unsigned)(o1 + l14) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l15) * (unsigned)args.output_strides[1]] = dt_store_bf16(v11[r]);
                     }
                 }
             }
         }
-        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
     }
 #endif
 }

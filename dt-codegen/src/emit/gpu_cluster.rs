@@ -81,7 +81,11 @@ impl Emitter<'_> {
         let regs = self.regs(shape.elements());
         let (row, col) = t.row_col("r");
         let (lr, lc) = (self.fresh("l"), self.fresh("l"));
-        let index = crate::emit::Lanes(vec![(t.m, lr.clone()), (t.n, lc.clone())]).index(shape);
+        // The buffer is laid out [m][n], whatever the order of the value's dimensions, so that a
+        // register pair's columns are adjacent in it (a swapped tile's `n` is the output's rows).
+        let fragment_order = Shape(vec![(t.m, t.rows), (t.n, t.cols)]);
+        debug_assert_eq!(fragment_order.elements(), shape.elements());
+        let index = crate::emit::Lanes(vec![(t.m, lr.clone()), (t.n, lc.clone())]).index(&fragment_order);
         let inside = self.valid(t.m, &lr);
         let guard = if inside == crate::emit::ALWAYS_VALID { String::new() } else { format!("if ({inside}) ") };
         let (vec, load) = if w == 2 { ("float2", "dt_cluster_load2") } else { ("float", "dt_cluster_load") };

@@ -453,7 +453,7 @@ pub fn print(k: &Kernel, p: &GpuPlan) -> String {
     );
     let _ = writeln!(
         out,
-        "  wgmma     m64n{}k16 f32 += {} x {}, {} per stage per consumer; $acc{} [{}:{}, {}:{}] in fragments of a warp per 16 rows",
+        "  wgmma     m64n{}k16 f32 += {} x {}, {} per stage per consumer; $acc{} [{}:{}, {}:{}] in fragments of a warp per 16 rows{}",
         w.wgmma_n,
         p.dtype.name(),
         p.dtype.name(),
@@ -462,7 +462,8 @@ pub fn print(k: &Kernel, p: &GpuPlan) -> String {
         dim(w.m),
         w.rows,
         dim(w.n),
-        w.cols
+        w.cols,
+        if w.swapped { " (swapped: the tile's columns are wgmma's M, its rows N)" } else { "" }
     );
     if let Some(s) = &w.store {
         let _ = writeln!(

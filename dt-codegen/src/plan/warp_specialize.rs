@@ -245,7 +245,10 @@ pub struct WarpSpecialized {
     /// The dot and the accumulator it is summed into.
     pub dot: ValueId,
     pub acc: VarId,
-    /// The accumulator tile: `rows` along `m`, `cols` along `n`.
+    /// The accumulator tile: `rows` along `m`, `cols` along `n`. `swapped`: `m` is the
+    /// dimension of the dot's columns and `n` of its rows (a tile of fewer rows than the
+    /// consumer warpgroups compute, see [`plan_warp_specialized`]).
+    pub swapped: bool,
     pub m: DimId,
     pub n: DimId,
     pub rows: u32,
@@ -361,11 +364,17 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
         }
     }
     let warps = k.num_warps;
-    if !warps.is_multiple_of(4) || rows != ROWS_PER_CONSUMER * (warps / 4) {
+    let consumer_rows = ROWS_PER_CONSUMER * (warps / 4);
+    // A tile of fewer rows than its warpgroups compute, but whose columns they cover, runs
+    // swapped: the columns are `wgmma`'s M and the rows its N, so that no product is computed
+    // past the tile's rows (a 16-row tile would compute 64).
+    let swapped = rows < consumer_rows && cols == consumer_rows && rows.is_multiple_of(8);
+    let ((m, rows), (n, cols)) = if swapped { ((n, cols), (m, rows)) } else { ((m, rows), (n, cols)) };
+    if !warps.is_multiple_of(4) || rows != consumer_rows {
         return Err(fail(format!("its {warps} warps are not one warpgroup (4 warps) per {ROWS_PER_CONSUMER} rows of the {rows}-row tile")));
     }
-    if cols % 64 != 0 || cols > 256 {
-        return Err(fail(format!("its tile has {cols} columns; wgmma takes a multiple of 64 up to 256")));
+    if !cols.is_multiple_of(8) || cols > 256 {
+        return Err(fail(format!("its tile has {cols} columns; wgmma takes a multiple of 8 up to 256")));
     }
     let consumers = warps / 4;
     // The operands: which load spans [m, k] (A) and which [n, k] (B).
@@ -463,6 +472,7 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
         step: l.step,
         dot,
         acc,
+        swapped,
         m,
         n,
         rows,
@@ -550,8 +560,14 @@ fn stage_operand(
     } else {
         return Err(format!("input `{name}`'s contiguous axis is neither `{}` nor `{}`", k.dim_name(kdim), k.dim_name(rows_dim)));
     };
-    // An MN-major operand copies its whole tile.
+    // An MN-major operand copies its whole tile, in boxes of 64 rows.
     let copied = if major == Major::K { copied } else { rows };
+    if major == Major::Mn && !rows.is_multiple_of(64) {
+        return Err(format!(
+            "input `{name}`'s contiguous axis is the tile's `{}`, copied 64 at a time, and the tile has {rows} along it",
+            k.dim_name(rows_dim)
+        ));
+    }
     let mut boxes = Vec::new();
     for (i, d) in axes.iter().enumerate() {
         if axes[..i].contains(d) {
@@ -736,6 +752,29 @@ mod tests {
         let persistent = "mm.block(x:64, y:128); mm.tensorize(x:64, y:128, k:64); mm.cluster(y:8); mm.persistent();\n";
         let e = planned("", "", persistent).expect_err("persistent clusters");
         assert!(e.to_string().contains("need not fill whole clusters of 8 along `y`"), "{e}");
+    }
+
+    /// A tile of fewer rows than its consumer warpgroups compute, whose columns they cover, runs
+    /// swapped: B's columns are `wgmma`'s M (MN-major, in boxes of 64) and A's rows its N
+    /// (K-major, 16 lines a stage), so that the products stop at the tile's rows; an operand that
+    /// would then be MN-major with fewer than 64 rows is refused, saying why.
+    #[test]
+    fn tiles_of_fewer_rows_than_their_warpgroups_run_swapped() {
+        let w = planned("", "", "mm.bound(x:16); mm.block(x:16, y:64); mm.tensorize(x:16, y:64, k:64);\n").expect("plans");
+        let [a, b] = &w.operands;
+        assert_eq!((w.swapped, w.rows, w.cols, w.wgmma_n), (true, 64, 16, 16));
+        assert_eq!((a.input, a.major, a.rows, a.copies), (1, Major::Mn, 64, 1));
+        assert_eq!((b.input, b.major, b.rows, b.boxes.clone()), (0, Major::K, 16, vec![16, 64]));
+        assert_eq!(w.stage_bytes, 8192 + 2048);
+        // With 64 rows the tile is not swapped.
+        let straight = planned("", "", "mm.block(x:64, y:64); mm.tensorize(x:64, y:64, k:64);\n").expect("plans");
+        assert_eq!((straight.swapped, straight.operands[0].input, straight.wgmma_n), (false, 0, 64));
+        // A given transposed (At[k, x]) would be an MN-major operand of 16 rows.
+        let src = "Func mm; In At, B; Var x, y; RVar k;\nmm[x, y] = rdot(At[k, x], B[k, y], k);\nmm.block(x:16, y:64); mm.tensorize(x:16, y:64, k:64); mm.num_warps(4); mm.num_stages(4); mm.warp_specialize(); mm.dtypes(f16); mm.compile();";
+        let p = dt_core::compile_spec(src).unwrap_or_else(|d| panic!("{d:?}"));
+        let k = dt_core::lower::lower(&p, p.kernels[0]).expect("lowers");
+        let e = plan_warp_specialized(&k, DType::F16, &Target::SM90A).expect_err("16 MN-major rows");
+        assert!(e.to_string().contains("copied 64 at a time, and the tile has 16 along it"), "{e}");
     }
 
     /// A multicast shares the operand that does not vary along its dimension: that operand's
