@@ -84,12 +84,12 @@ fn schedules_the_plan_cannot_serve_say_why() {
         (
             "mm.block(x:128, y:32); mm.tensorize(x:128, y:32, k:64); mm.num_warps(8); mm.num_stages(4);",
             "f16",
-            "input `B`'s contiguous axis is the tile's `y`, copied 64 at a time, and the tile has 32 along it",
+            "32 columns; wgmma takes a multiple of 64 up to 256 here",
         ),
         (
             "mm.block(x:128, y:512); mm.tensorize(x:128, y:512, k:64); mm.num_warps(8); mm.num_stages(2);",
             "f16",
-            "512 columns; wgmma takes a multiple of 8 up to 256",
+            "512 columns; wgmma takes a multiple of 64 up to 256 here",
         ),
         (
             "mm.block(x:128, y:256); mm.tensorize(x:64, y:256, k:64); mm.num_warps(8); mm.num_stages(4);",

@@ -147,7 +147,8 @@ fn staged_store(k: &Kernel, w: &WarpSpecialized, s: &StagedStore) -> Result<(), 
 }
 
 /// Checks the older path's register plan `p` of kernel `k` (see [`super::register_layouts`]):
-/// every accumulator-layout tile is its dot's [rows, cols] (other dimensions of one lane) and the
+/// every accumulator-layout tile is its dot's [rows, cols] (other dimensions of one lane; the
+/// other way round for a swapped warp-specialized tile) and the
 /// warps divide it into whole fragments; a dot accumulates only into an accumulator of its own
 /// layout, and stages directly only loads; an operand it reads from fragments is held as its A
 /// fragments; only an `mma.sync` operand it copies into a ring is swizzled; a `wgmma` dot
@@ -163,7 +164,10 @@ pub(crate) fn verify_registers(k: &Kernel, p: &super::layouts::Plan) -> Result<(
                 let wide: Vec<_> = shape.0.iter().filter(|(_, n)| *n > 1).copied().collect();
                 let (fr, fc) = t.isa.fragment();
                 let whole = t.rows % (t.wm * fr) == 0 && t.cols % (t.wn * fc) == 0;
-                if wide != [(t.m, t.rows), (t.n, t.cols)] || !whole {
+                // A swapped warp-specialized tile lays out the value's second dimension as its rows.
+                let swapped = k.warp_specialize && wide == [(t.n, t.cols), (t.m, t.rows)];
+                let tile = wide == [(t.m, t.rows), (t.n, t.cols)] || swapped;
+                if !tile || !whole {
                     return Err(format!("{what} {:?} is not the accumulator tile [{} x {}] it is laid out as", shape.0, t.rows, t.cols));
                 }
                 Ok(())

@@ -373,8 +373,13 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
     if !warps.is_multiple_of(4) || rows != consumer_rows {
         return Err(fail(format!("its {warps} warps are not one warpgroup (4 warps) per {ROWS_PER_CONSUMER} rows of the {rows}-row tile")));
     }
-    if !cols.is_multiple_of(8) || cols > 256 {
-        return Err(fail(format!("its tile has {cols} columns; wgmma takes a multiple of 8 up to 256")));
+    // A swapped tile's N is its rows, any multiple of 8; an unswapped tile keeps columns of a
+    // multiple of 64 (the narrower ones are not measured on a GPU).
+    let unit = if swapped { 8 } else { 64 };
+    if !cols.is_multiple_of(unit) || cols > 256 {
+        return Err(fail(format!(
+            "its tile has {cols} columns; wgmma takes a multiple of 64 up to 256 here (a tile of fewer rows than its warpgroups compute runs swapped, its rows wgmma's N)"
+        )));
     }
     let consumers = warps / 4;
     // The operands: which load spans [m, k] (A) and which [n, k] (B).
