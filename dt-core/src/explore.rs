@@ -194,6 +194,15 @@ fn nearby_once(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Di
                     || (func.name == kernel && ws.is_some() && ["tensorize", "num_warps"].contains(&prim.name.as_str()))
                     || is_cluster_statement(&func.name, &prim.name) =>
             {
+                // A warp-specialized block's rows are drawn first, whatever the order of its
+                // arguments: the columns a swapped tile may have follow from them.
+                let rows = match (&ws, prim.name.as_str()) {
+                    (Some(w), "block") => args.iter().find_map(|a| match a {
+                        SchedArg::Extent(d, v, _) if d.name == w.rows => Some(w.rows_of(step(*v, rng))),
+                        _ => None,
+                    }),
+                    _ => None,
+                };
                 let text: Vec<String> = args
                     .iter()
                     .map(|a| match a {
@@ -222,11 +231,8 @@ fn nearby_once(spec: &str, kernel: &str, rng: &mut Rng) -> Result<String, Vec<Di
                         SchedArg::Number(v, _) => format!("{}", step(*v, rng)),
                         SchedArg::Extent(d, v, _) if prim.name == "block" => {
                             let new = match &ws {
-                                Some(w) if d.name == w.rows => w.rows_of(step(*v, rng)),
-                                Some(w) if d.name == w.cols => {
-                                    let rows = blocks.iter().find(|(b, ..)| *b == w.rows).map(|b| b.2);
-                                    w.cols_of(step(*v, rng), rows)
-                                }
+                                Some(w) if d.name == w.rows => rows.expect("drawn above"),
+                                Some(w) if d.name == w.cols => w.cols_of(step(*v, rng), rows),
                                 Some(_) => *v,
                                 None => step(*v, rng),
                             };
@@ -368,8 +374,7 @@ impl WarpSpecialized {
     }
 
     /// The columns a block may have nearest `v`: a multiple of 64 from 64 to 256, or, where the
-    /// block's `rows` (drawn before them) are fewer than 64, 64 or 128 (a swapped tile's
-    /// consumer rows).
+    /// block's drawn `rows` are fewer than 64, 64 or 128 (a swapped tile's consumer rows).
     fn cols_of(&self, v: f64, rows: Option<f64>) -> f64 {
         let most = if rows.is_some_and(|r| r < 64.0) { 128.0 } else { 256.0 };
         ((v / 64.0).round() * 64.0).clamp(64.0, most)
@@ -379,7 +384,7 @@ impl WarpSpecialized {
     /// swapped tile (fewer than 64 rows), else the rows.
     fn consumer_rows(&self, rows: f64, cols: f64) -> f64 {
         if rows < 64.0 {
-            cols.min(128.0)
+            cols
         } else {
             rows
         }
@@ -762,6 +767,12 @@ mod tests {
         }
     }
 
+    /// The numbers of `d`'s statement `mm.<prim>(...)`.
+    fn line_numbers(d: &str, prim: &str) -> Vec<u32> {
+        let line = d.lines().find(|l| l.starts_with(&format!("mm.{prim}("))).expect(prim);
+        line.split(|c: char| !c.is_ascii_digit()).filter_map(|t| t.parse().ok()).collect()
+    }
+
     /// Near a swapped warp-specialized tile (16 rows, 64 columns over one warpgroup), the rows
     /// stay 16 or 32 or grow to 64, the columns of a swapped tile stay 64 or 128, and the warps
     /// follow the warpgroups' rows; every draw checks.
@@ -785,6 +796,18 @@ mod tests {
             }
         }
         assert!(swapped > 0, "no draw kept a swapped tile");
+        // The same with the block's columns written first: the rows are drawn first all the same.
+        let own = kernel_spec(&src.replace("block(x:16, y:64)", "block(y:64, x:16)"), "mm").unwrap();
+        let extent = |d: &str, name: &str| -> u32 {
+            let line = d.lines().find(|l| l.starts_with("mm.block(")).expect("block");
+            line.split_once(&format!("{name}:")).expect(name).1.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+        };
+        for _ in 0..40 {
+            let d = nearby_spec(&own, "mm", &mut rng).unwrap();
+            let (rows, cols, warps) = (extent(&d, "x"), extent(&d, "y"), line_numbers(&d, "num_warps"));
+            assert!(crate::compile_spec(&d).is_ok(), "{d}");
+            assert!(rows >= 64 || ([64, 128].contains(&cols) && warps == [cols / 16]), "{d}");
+        }
     }
 
     /// Near a warp-specialized kernel, some draws leave out its `persistent()` and the others
