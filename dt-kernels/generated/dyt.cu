@@ -390,6 +390,8 @@ DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
  * The arrive is a release: the reads before it are done when another program's wait returns,
  * so a program may exit then (a relaxed arrive let a program leave while a read of its shared
  * memory was still in flight, and the GPU failed the launch).
+ * dt_cluster_arrive_relaxed: an arrival that releases nothing, where a fence before it already
+ * released what the others need (fence.mbarrier_init for barriers initialized at the start).
  * dt_cluster_load: the float at `p` (in this program's shared memory) in program `rank` of the
  * cluster's shared memory; dt_cluster_load2: the 2 floats from `p` (8-byte aligned), in one
  * access. */
@@ -408,6 +410,13 @@ DT_FN void dt_cluster_sync() {
 DT_FN void dt_cluster_arrive() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+DT_FN void dt_cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 #else
     __trap();
 #endif

@@ -390,6 +390,8 @@ DT_FN long long dt_cdiv(long long a, long long b) { return (a + b - 1) / b; }
  * The arrive is a release: the reads before it are done when another program's wait returns,
  * so a program may exit then (a relaxed arrive let a program leave while a read of its shared
  * memory was still in flight, and the GPU failed the launch).
+ * dt_cluster_arrive_relaxed: an arrival that releases nothing, where a fence before it already
+ * released what the others need (fence.mbarrier_init for barriers initialized at the start).
  * dt_cluster_load: the float at `p` (in this program's shared memory) in program `rank` of the
  * cluster's shared memory; dt_cluster_load2: the 2 floats from `p` (8-byte aligned), in one
  * access. */
@@ -408,6 +410,13 @@ DT_FN void dt_cluster_sync() {
 DT_FN void dt_cluster_arrive() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+DT_FN void dt_cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 #else
     __trap();
 #endif
@@ -1922,7 +1931,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_f16(DT_GRID_
                 }
             }
         }
-        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
+        if ((tid & 127) == 0) dt_bulk_wait_read<0>(); /* the last stores have read their buffers before the program ends */
     }
 #endif
 }
@@ -2140,7 +2149,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_bf16(DT_GRID
                 }
             }
         }
-        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
+        if ((tid & 127) == 0) dt_bulk_wait_read<0>(); /* the last stores have read their buffers before the program ends */
     }
 #endif
 }
@@ -2358,7 +2367,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_f16(DT_GRID_
                 }
             }
         }
-        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
+        if ((tid & 127) == 0) dt_bulk_wait_read<0>(); /* the last stores have read their buffers before the program ends */
     }
 #endif
 }
@@ -2576,7 +2585,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_bf16(DT_GRID
                 }
             }
         }
-        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
+        if ((tid & 127) == 0) dt_bulk_wait_read<0>(); /* the last stores have read their buffers before the program ends */
     }
 #endif
 }
@@ -2794,7 +2803,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_f16(DT_GRID_C
                 }
             }
         }
-        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
+        if ((tid & 127) == 0) dt_bulk_wait_read<0>(); /* the last stores have read their buffers before the program ends */
     }
 #endif
 }
@@ -3012,7 +3021,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_bf16(DT_GRID_
                 }
             }
         }
-        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
+        if ((tid & 127) == 0) dt_bulk_wait_read<0>(); /* the last stores have read their buffers before the program ends */
     }
 #endif
 }
@@ -3238,7 +3247,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_f16(DT_GRID_CONS
                 }
             }
         }
-        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
+        if ((tid & 127) == 0) dt_bulk_wait_read<0>(); /* the last stores have read their buffers before the program ends */
     }
 #endif
 }
@@ -3464,7 +3473,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_bf16(DT_GRID_CON
                 }
             }
         }
-        if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */
+        if ((tid & 127) == 0) dt_bulk_wait_read<0>(); /* the last stores have read their buffers before the program ends */
     }
 #endif
 }

@@ -123,8 +123,11 @@ impl Emitter<'_> {
         self.depth -= 1;
         self.line("}");
         if k.grid.multicast.is_some() {
+            // The fence above releases the barriers' initialization to the cluster: the arrival
+            // needs no release of its own (which would fence every memory access of the GPU).
             self.line("__syncwarp();");
-            self.line("dt_cluster_sync(); /* every program's barriers are ready before the others' copies and arrivals reach them */");
+            self.line("dt_cluster_arrive_relaxed();");
+            self.line("dt_cluster_wait(); /* every program's barriers are ready before the others' copies and arrivals reach them */");
         } else {
             self.line("__syncthreads();");
         }
@@ -175,14 +178,14 @@ impl Emitter<'_> {
             e.stmts(&k.body)
         })?;
         if w.store.is_some() {
-            self.line("if ((tid & 127) == 0) dt_bulk_wait<0>(); /* the last stores are done before the program ends */");
+            // Only their reads of shared memory need to be done: the stores themselves complete
+            // with the kernel.
+            self.line(
+                "if ((tid & 127) == 0) dt_bulk_wait_read<0>(); /* the last stores have read their buffers before the program ends */",
+            );
         }
         self.depth -= 1;
         self.line("}");
-        if k.grid.multicast.is_some() {
-            self.line("__syncwarp();");
-            self.line("dt_cluster_sync(); /* no program ends while another may still copy into it or arrive on its barriers */");
-        }
         self.out += "#endif\n";
         self.out += "}\n";
         self.drop_unused_pointers();
@@ -274,6 +277,25 @@ impl Emitter<'_> {
             e.line("}");
             Ok(())
         });
+        if self.k.grid.multicast.is_some() {
+            self.producer_tail(w);
+        }
+    }
+
+    /// A multicast's producer, before its program ends: waits until every stage is free again,
+    /// as if to fill it once more. Each stage's last use was freed by the consumers of every
+    /// program of the cluster, which had waited for every copy into theirs, so once these waits
+    /// return no copy or arrival of another program is still to reach this one's shared memory,
+    /// and the program may end without a barrier of the cluster.
+    fn producer_tail(&mut self, w: &WarpSpecialized) {
+        let (empty, s) = (w.empty.offset, w.stages);
+        self.line("/* every stage freed by the cluster's consumers: nothing of theirs is still to reach this program */");
+        self.line(&format!("for (unsigned t = 0; t < {s}u; t++, {STEP_COUNTER}++) {{"));
+        self.depth += 1;
+        self.line(&format!("const unsigned st = {STEP_COUNTER} % {s}u, phase = ({STEP_COUNTER} / {s}u) & 1u;"));
+        self.line(&format!("dt_mbar_wait(dt_ring + {empty} + 8 * st, phase ^ 1u);"));
+        self.depth -= 1;
+        self.line("}");
     }
 
     /// `if (cond) { then } else { otherwise }`, each printed one level deeper.
