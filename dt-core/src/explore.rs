@@ -751,10 +751,9 @@ mod tests {
         let src = "Func mm; In A, B; Var x, y; RVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\nmm.block(x:128, y:256);\nmm.tensorize(x:128, y:256, k:64);\nmm.map(x:x1/8, y, x1);\nmm.num_warps(8);\nmm.num_stages(4);\nmm.warp_specialize();\nmm.dtypes(f16);\nmm.compile();\n";
         let own = kernel_spec(src, "mm").unwrap();
         let mut rng = Rng::new(3);
-        let numbers = |line: &str| -> Vec<u32> { line.split(|c: char| !c.is_ascii_digit()).filter_map(|t| t.parse().ok()).collect() };
         for _ in 0..40 {
             let d = nearby_spec(&own, "mm", &mut rng).unwrap();
-            let line = |prim: &str| d.lines().find(|l| l.starts_with(&format!("mm.{prim}("))).map(numbers).expect(prim);
+            let line = |prim: &str| line_numbers(&d, prim);
             let (block, tile, warps, stages) = (line("block"), line("tensorize"), line("num_warps"), line("num_stages"));
             assert!(crate::compile_spec(&d).is_ok(), "{d}");
             assert_eq!(tile, [block[0], block[1], 64], "{d}");
@@ -773,6 +772,13 @@ mod tests {
         line.split(|c: char| !c.is_ascii_digit()).filter_map(|t| t.parse().ok()).collect()
     }
 
+    /// The extent `d`'s statement `mm.block(...)` gives dimension `name`, wherever it stands.
+    fn block_extent(d: &str, name: &str) -> u32 {
+        let line = d.lines().find(|l| l.starts_with("mm.block(")).expect("block");
+        let after = line.split_once(&format!("{name}:")).expect(name).1;
+        after.split(|c: char| !c.is_ascii_digit()).next().and_then(|t| t.parse().ok()).expect(name)
+    }
+
     /// Near a swapped warp-specialized tile (16 rows, 64 columns over one warpgroup), the rows
     /// stay 16 or 32 or grow to 64, the columns of a swapped tile stay 64 or 128, and the warps
     /// follow the warpgroups' rows; every draw checks.
@@ -781,12 +787,10 @@ mod tests {
         let src = "Func mm; In A, B; Var x, y; RVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\nmm.bound(x:16);\nmm.block(x:16, y:64);\nmm.tensorize(x:16, y:64, k:64);\nmm.num_warps(4);\nmm.num_stages(16);\nmm.warp_specialize();\nmm.dtypes(f16);\nmm.compile();\n";
         let own = kernel_spec(src, "mm").unwrap();
         let mut rng = Rng::new(21);
-        let numbers = |line: &str| -> Vec<u32> { line.split(|c: char| !c.is_ascii_digit()).filter_map(|t| t.parse().ok()).collect() };
         let mut swapped = 0;
         for _ in 0..40 {
             let d = nearby_spec(&own, "mm", &mut rng).unwrap();
-            let line = |prim: &str| d.lines().find(|l| l.starts_with(&format!("mm.{prim}("))).map(numbers).expect(prim);
-            let (block, warps) = (line("block"), line("num_warps"));
+            let (block, warps) = (line_numbers(&d, "block"), line_numbers(&d, "num_warps"));
             assert!(crate::compile_spec(&d).is_ok(), "{d}");
             if block[0] < 64 {
                 swapped += 1;
@@ -798,13 +802,9 @@ mod tests {
         assert!(swapped > 0, "no draw kept a swapped tile");
         // The same with the block's columns written first: the rows are drawn first all the same.
         let own = kernel_spec(&src.replace("block(x:16, y:64)", "block(y:64, x:16)"), "mm").unwrap();
-        let extent = |d: &str, name: &str| -> u32 {
-            let line = d.lines().find(|l| l.starts_with("mm.block(")).expect("block");
-            line.split_once(&format!("{name}:")).expect(name).1.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
-        };
         for _ in 0..40 {
             let d = nearby_spec(&own, "mm", &mut rng).unwrap();
-            let (rows, cols, warps) = (extent(&d, "x"), extent(&d, "y"), line_numbers(&d, "num_warps"));
+            let (rows, cols, warps) = (block_extent(&d, "x"), block_extent(&d, "y"), line_numbers(&d, "num_warps"));
             assert!(crate::compile_spec(&d).is_ok(), "{d}");
             assert!(rows >= 64 || ([64, 128].contains(&cols) && warps == [cols / 16]), "{d}");
         }

@@ -292,7 +292,7 @@ impl Emitter<'_> {
         self.line("/* every stage freed by the cluster's consumers: nothing of theirs is still to reach this program */");
         self.line(&format!("for (unsigned t = 0; t < {s}u; t++, {STEP_COUNTER}++) {{"));
         self.depth += 1;
-        self.line(&format!("const unsigned st = {STEP_COUNTER} % {s}u, phase = ({STEP_COUNTER} / {s}u) & 1u;"));
+        self.stage_of_step(w);
         self.line(&format!("dt_mbar_wait(dt_ring + {empty} + 8 * st, phase ^ 1u);"));
         self.depth -= 1;
         self.line("}");
@@ -449,9 +449,15 @@ impl Emitter<'_> {
     /// `phase`, the step's stage and the parity its barriers complete; the caller closes it.
     fn ring_steps(&mut self, w: &WarpSpecialized, var: &str) {
         let (lo, hi) = self.contraction_range(w);
-        let s = w.stages;
         self.line(&format!("for (long long {var} = {lo}; {var} < {hi}; {var} += {}, {STEP_COUNTER}++) {{", w.step));
         self.depth += 1;
+        self.stage_of_step(w);
+    }
+
+    /// `st` and `phase`: the stage of the ring the current step uses and the parity its
+    /// barriers complete with.
+    fn stage_of_step(&mut self, w: &WarpSpecialized) {
+        let s = w.stages;
         self.line(&format!("const unsigned st = {STEP_COUNTER} % {s}u, phase = ({STEP_COUNTER} / {s}u) & 1u;"));
     }
 
