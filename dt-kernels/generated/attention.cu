@@ -834,8 +834,8 @@ DT_FN void dt_wgmma_m64n64k16_f16_rs(float* d, const unsigned* a, unsigned long 
 #endif
 }
 #endif
-/* kernel attention_90a_64 for f16: grid block(b:1, h:1, i:128, e:64); 256 threads, 66584 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+/* kernel attention_90a_64 for f16: grid block(b:1, h:1, i:64, e:64); 128 threads, 42000 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_90a_64_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
     /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
@@ -854,7 +854,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -865,7 +865,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
@@ -908,8 +908,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:128) attention_90a_64.tensorize(i:0) */
-            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
+            /* block(i:64) attention_90a_64.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
                 /* block(e:64) attention_90a_64.tensorize(e:0) */
                 for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                     /* rdot accumulator */
@@ -930,43 +930,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_90a_64.tensorize(j:64) num_stages(3) + rsum attention_90a_64.tensorize(j:64) num_stages(3) + rdot attention_90a_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_90a_64.tensorize(j:64) num_stages(2) + rsum attention_90a_64.tensorize(j:64) num_stages(2) + rdot attention_90a_64.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); } dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 10240) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
+                        for (int st = 0; st < 1; st++) {
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 16384u : 0u) + (o15 < s3 ? 16384u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 10240) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 8192u : 0u) + (o15 < s3 ? 16384u : 0u));
                                 if (st == 0) {
                                     /* v0: Q, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
                                 }
                                 if (o15 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 2048 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
                                     /* v34: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 6144 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
                         for (long long o15 = 0; o15 < s3; o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 16384) + 8 * rd16, ph18);
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 10240) + 8 * rd16, ph18);
                             __syncthreads();
-                            const long long o19 = o15 + 128;
+                            const long long o19 = o15 + 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
+                                const unsigned bar = dt_smem_u32(dt_smem + 10240) + 8 * wr17;
                                 dt_mbar_expect_tx(bar, (o19 < s3 ? 16384u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 2048 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
                                     /* v34: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 6144 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
                             if (o15 + 64 <= s3) {
@@ -979,17 +979,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -1135,9 +1135,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
@@ -1173,17 +1173,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -1331,9 +1331,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
@@ -1361,11 +1361,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16(DT_GRI
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             }
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 16384), 0);
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 10240), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -1425,8 +1425,8 @@ DT_FN void dt_wgmma_m64n64k16_f16_rs(float* d, const unsigned* a, unsigned long 
 #endif
 }
 #endif
-/* kernel attention_90a_64 for f16: grid block(b:1, h:1, i:128, e:64); 256 threads, 66584 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+/* kernel attention_90a_64 for f16: grid block(b:1, h:1, i:64, e:64); 128 threads, 42000 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_90a_64_f16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
     /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
@@ -1445,7 +1445,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -1456,7 +1456,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
@@ -1499,8 +1499,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:128) attention_90a_64.tensorize(i:0) */
-            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
+            /* block(i:64) attention_90a_64.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
                 /* block(e:64) attention_90a_64.tensorize(e:0) */
                 for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                     /* rdot accumulator */
@@ -1521,43 +1521,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_90a_64.tensorize(j:64) num_stages(3) + rsum attention_90a_64.tensorize(j:64) num_stages(3) + rdot attention_90a_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_90a_64.tensorize(j:64) num_stages(2) + rsum attention_90a_64.tensorize(j:64) num_stages(2) + rdot attention_90a_64.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); } dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 10240) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
+                        for (int st = 0; st < 1; st++) {
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 16384u : 0u) + (o15 < s3 ? 16384u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 10240) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 8192u : 0u) + (o15 < s3 ? 16384u : 0u));
                                 if (st == 0) {
                                     /* v0: Q, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
                                 }
                                 if (o15 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 2048 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
                                     /* v34: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 6144 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
                         for (long long o15 = 0; o15 < s3; o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 16384) + 8 * rd16, ph18);
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 10240) + 8 * rd16, ph18);
                             __syncthreads();
-                            const long long o19 = o15 + 128;
+                            const long long o19 = o15 + 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
+                                const unsigned bar = dt_smem_u32(dt_smem + 10240) + 8 * wr17;
                                 dt_mbar_expect_tx(bar, (o19 < s3 ? 16384u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 2048 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
                                     /* v34: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 6144 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
                             if (o15 + 64 <= s3) {
@@ -1570,17 +1570,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -1726,9 +1726,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
@@ -1764,17 +1764,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -1922,9 +1922,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
@@ -1952,11 +1952,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_f16_whole(
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             }
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 16384), 0);
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 10240), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -2028,8 +2028,8 @@ DT_FN void dt_wgmma_m64n64k16_bf16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_90a_64 for bf16: grid block(b:1, h:1, i:128, e:64); 256 threads, 66584 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+/* kernel attention_90a_64 for bf16: grid block(b:1, h:1, i:64, e:64); 128 threads, 42000 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_90a_64_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
     /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
@@ -2048,7 +2048,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -2059,7 +2059,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
@@ -2102,8 +2102,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:128) attention_90a_64.tensorize(i:0) */
-            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
+            /* block(i:64) attention_90a_64.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
                 /* block(e:64) attention_90a_64.tensorize(e:0) */
                 for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                     /* rdot accumulator */
@@ -2124,43 +2124,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_90a_64.tensorize(j:64) num_stages(3) + rsum attention_90a_64.tensorize(j:64) num_stages(3) + rdot attention_90a_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_90a_64.tensorize(j:64) num_stages(2) + rsum attention_90a_64.tensorize(j:64) num_stages(2) + rdot attention_90a_64.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); } dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 10240) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
+                        for (int st = 0; st < 1; st++) {
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 16384u : 0u) + (o15 < s3 ? 16384u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 10240) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 8192u : 0u) + (o15 < s3 ? 16384u : 0u));
                                 if (st == 0) {
                                     /* v0: Q, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
                                 }
                                 if (o15 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 2048 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
                                     /* v34: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 6144 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
                         for (long long o15 = 0; o15 < s3; o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 16384) + 8 * rd16, ph18);
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 10240) + 8 * rd16, ph18);
                             __syncthreads();
-                            const long long o19 = o15 + 128;
+                            const long long o19 = o15 + 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
+                                const unsigned bar = dt_smem_u32(dt_smem + 10240) + 8 * wr17;
                                 dt_mbar_expect_tx(bar, (o19 < s3 ? 16384u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 2048 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
                                     /* v34: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 6144 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
                             if (o15 + 64 <= s3) {
@@ -2173,17 +2173,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -2329,9 +2329,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
@@ -2367,17 +2367,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -2525,9 +2525,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
@@ -2555,11 +2555,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16(DT_GR
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             }
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 16384), 0);
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 10240), 0);
                         __syncthreads();
                     }
                     float v22[2];
@@ -2619,8 +2619,8 @@ DT_FN void dt_wgmma_m64n64k16_bf16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_90a_64 for bf16: grid block(b:1, h:1, i:128, e:64); 256 threads, 66584 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+/* kernel attention_90a_64 for bf16: grid block(b:1, h:1, i:64, e:64); 128 threads, 42000 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128) dt_attention_90a_64_bf16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
     /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
@@ -2639,7 +2639,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -2650,7 +2650,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
@@ -2693,8 +2693,8 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
         /* block(h:1) */
         for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:128) attention_90a_64.tensorize(i:0) */
-            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
+            /* block(i:64) attention_90a_64.tensorize(i:0) */
+            for (long long o3 = b2 * 64; o3 < dt_min_ll(b2 * 64 + 64, s2); o3 += 64) {
                 /* block(e:64) attention_90a_64.tensorize(e:0) */
                 for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
                     /* rdot accumulator */
@@ -2715,43 +2715,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_90a_64.tensorize(j:64) num_stages(3) + rsum attention_90a_64.tensorize(j:64) num_stages(3) + rdot attention_90a_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_90a_64.tensorize(j:64) num_stages(2) + rsum attention_90a_64.tensorize(j:64) num_stages(2) + rdot attention_90a_64.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); } dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 10240) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
+                        for (int st = 0; st < 1; st++) {
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 16384u : 0u) + (o15 < s3 ? 16384u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 10240) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 8192u : 0u) + (o15 < s3 ? 16384u : 0u));
                                 if (st == 0) {
                                     /* v0: Q, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
                                 }
                                 if (o15 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 2048 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
                                     /* v34: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 6144 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
                         for (long long o15 = 0; o15 < s3; o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 16384) + 8 * rd16, ph18);
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 10240) + 8 * rd16, ph18);
                             __syncthreads();
-                            const long long o19 = o15 + 128;
+                            const long long o19 = o15 + 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
+                                const unsigned bar = dt_smem_u32(dt_smem + 10240) + 8 * wr17;
                                 dt_mbar_expect_tx(bar, (o19 < s3 ? 16384u : 0u));
                                 if (o19 < s3) {
                                     /* v1: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 2048 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
                                     /* v34: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 6144 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
                             if (o15 + 64 <= s3) {
@@ -2764,17 +2764,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -2920,9 +2920,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
@@ -2958,17 +2958,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                 }
                                 /* v0: loaded by the dot that reads it (staged in shared memory) */
                                 /* v1: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -3116,9 +3116,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                     acc6[r] = v50[r];
                                 }
                                 /* v34: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
@@ -3146,11 +3146,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_64_bf16_whole
                                 }
                                 /* acc6 += v35: accumulated by the dot above */
                             }
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 16384), 0);
+                        if (!(0 < s3)) dt_mbar_wait(dt_smem_u32(dt_smem + 10240), 0);
                         __syncthreads();
                     }
                     float v22[2];
