@@ -776,6 +776,9 @@ DT_FN void dt_wgmma_wait() {
 DT_FN void dt_reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 /* The same for the registers of a wgmma's A operand: computed before the wgmma.fence. */
 DT_FN void dt_reg_fence_u32(unsigned& r) { asm volatile("" : "+r"(r)::"memory"); }
+/* The same for a descriptor: computed before the wait that follows (not after it, on the path
+ * from a stage's arrival to its products). */
+DT_FN void dt_reg_fence_u64(unsigned long long& r) { asm volatile("" : "+l"(r)::"memory"); }
 template <int R>
 DT_FN void dt_setmaxnreg_inc() {
 #if DT_SM90A

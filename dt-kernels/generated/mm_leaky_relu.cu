@@ -776,6 +776,9 @@ DT_FN void dt_wgmma_wait() {
 DT_FN void dt_reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 /* The same for the registers of a wgmma's A operand: computed before the wgmma.fence. */
 DT_FN void dt_reg_fence_u32(unsigned& r) { asm volatile("" : "+r"(r)::"memory"); }
+/* The same for a descriptor: computed before the wait that follows (not after it, on the path
+ * from a stage's arrival to its products). */
+DT_FN void dt_reg_fence_u64(unsigned long long& r) { asm volatile("" : "+l"(r)::"memory"); }
 template <int R>
 DT_FN void dt_setmaxnreg_inc() {
 #if DT_SM90A
@@ -979,12 +982,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                     /* warp_specialize(): the operands arrive in stages by TMA; m64n16k16 wgmma, 4 per stage, one group in flight */
                     for (long long o5 = (b2 * 2048); o5 < dt_min_ll((b2 * 2048) + 2048, s2); o5 += 64, dt_step++) {
                         const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
+                        unsigned long long da = dt_wgmma_desc(dt_ring + st * 10240 + 0 + (tid >> 7) * 8192, 8192, 1024);
+                        unsigned long long db = dt_wgmma_desc(dt_ring + st * 10240 + 8192, 16, 1024);
+                        dt_reg_fence_u64(da);
+                        dt_reg_fence_u64(db);
                         dt_mbar_wait(dt_ring + 163840 + 8 * st, phase); /* stage st has landed */
-                        const unsigned fa = dt_ring + st * 10240 + 0 + (tid >> 7) * 8192;
-                        const unsigned fb = dt_ring + st * 10240 + 8192;
                         dt_wgmma_fence();
                         #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n16k16_f16<1, 0>(acc0, dt_wgmma_desc(fa + kk * 2048, 8192, 1024), dt_wgmma_desc(fb + kk * 32, 16, 1024));
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n16k16_f16<1, 0>(acc0, da + (unsigned long long)(kk * 128), db + (unsigned long long)(kk * 2));
                         dt_wgmma_commit();
                         dt_wgmma_wait<1>();
                         if (o5 > (b2 * 2048) && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 163968 + 8 * ((dt_step + 15u) % 16u)); /* the step before is done */
@@ -1228,12 +1233,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                     /* warp_specialize(): the operands arrive in stages by TMA; m64n16k16 wgmma, 4 per stage, one group in flight */
                     for (long long o5 = (b2 * 2048); o5 < dt_min_ll((b2 * 2048) + 2048, s2); o5 += 64, dt_step++) {
                         const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
+                        unsigned long long da = dt_wgmma_desc(dt_ring + st * 10240 + 0 + (tid >> 7) * 8192, 8192, 1024);
+                        unsigned long long db = dt_wgmma_desc(dt_ring + st * 10240 + 8192, 16, 1024);
+                        dt_reg_fence_u64(da);
+                        dt_reg_fence_u64(db);
                         dt_mbar_wait(dt_ring + 163840 + 8 * st, phase); /* stage st has landed */
-                        const unsigned fa = dt_ring + st * 10240 + 0 + (tid >> 7) * 8192;
-                        const unsigned fb = dt_ring + st * 10240 + 8192;
                         dt_wgmma_fence();
                         #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n16k16_bf16<1, 0>(acc0, dt_wgmma_desc(fa + kk * 2048, 8192, 1024), dt_wgmma_desc(fb + kk * 32, 16, 1024));
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n16k16_bf16<1, 0>(acc0, da + (unsigned long long)(kk * 128), db + (unsigned long long)(kk * 2));
                         dt_wgmma_commit();
                         dt_wgmma_wait<1>();
                         if (o5 > (b2 * 2048) && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 163968 + 8 * ((dt_step + 15u) % 16u)); /* the step before is done */
@@ -1464,12 +1471,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
                     /* warp_specialize(): the operands arrive in stages by TMA; m64n16k16 wgmma, 4 per stage, one group in flight */
                     for (long long o5 = 0; o5 < s2; o5 += 64, dt_step++) {
                         const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
+                        unsigned long long da = dt_wgmma_desc(dt_ring + st * 10240 + 0 + (tid >> 7) * 8192, 8192, 1024);
+                        unsigned long long db = dt_wgmma_desc(dt_ring + st * 10240 + 8192, 16, 1024);
+                        dt_reg_fence_u64(da);
+                        dt_reg_fence_u64(db);
                         dt_mbar_wait(dt_ring + 163840 + 8 * st, phase); /* stage st has landed */
-                        const unsigned fa = dt_ring + st * 10240 + 0 + (tid >> 7) * 8192;
-                        const unsigned fb = dt_ring + st * 10240 + 8192;
                         dt_wgmma_fence();
                         #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n16k16_f16<1, 0>(acc0, dt_wgmma_desc(fa + kk * 2048, 8192, 1024), dt_wgmma_desc(fb + kk * 32, 16, 1024));
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n16k16_f16<1, 0>(acc0, da + (unsigned long long)(kk * 128), db + (unsigned long long)(kk * 2));
                         dt_wgmma_commit();
                         dt_wgmma_wait<1>();
                         if (o5 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 163968 + 8 * ((dt_step + 15u) % 16u)); /* the step before is done */
@@ -1671,12 +1680,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
                     /* warp_specialize(): the operands arrive in stages by TMA; m64n16k16 wgmma, 4 per stage, one group in flight */
                     for (long long o5 = 0; o5 < s2; o5 += 64, dt_step++) {
                         const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
+                        unsigned long long da = dt_wgmma_desc(dt_ring + st * 10240 + 0 + (tid >> 7) * 8192, 8192, 1024);
+                        unsigned long long db = dt_wgmma_desc(dt_ring + st * 10240 + 8192, 16, 1024);
+                        dt_reg_fence_u64(da);
+                        dt_reg_fence_u64(db);
                         dt_mbar_wait(dt_ring + 163840 + 8 * st, phase); /* stage st has landed */
-                        const unsigned fa = dt_ring + st * 10240 + 0 + (tid >> 7) * 8192;
-                        const unsigned fb = dt_ring + st * 10240 + 8192;
                         dt_wgmma_fence();
                         #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n16k16_bf16<1, 0>(acc0, dt_wgmma_desc(fa + kk * 2048, 8192, 1024), dt_wgmma_desc(fb + kk * 32, 16, 1024));
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n16k16_bf16<1, 0>(acc0, da + (unsigned long long)(kk * 128), db + (unsigned long long)(kk * 2));
                         dt_wgmma_commit();
                         dt_wgmma_wait<1>();
                         if (o5 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 163968 + 8 * ((dt_step + 15u) % 16u)); /* the step before is done */
@@ -1878,12 +1889,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_f16(DT_GRID_
                     /* warp_specialize(): the operands arrive in stages by TMA; m64n64k16 wgmma, 4 per stage, one group in flight */
                     for (long long o5 = 0; o5 < s2; o5 += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                        unsigned long long da = dt_wgmma_desc(dt_ring + st * 16384 + 0 + (tid >> 7) * 8192, 16, 1024);
+                        unsigned long long db = dt_wgmma_desc(dt_ring + st * 16384 + 8192, 8192, 1024);
+                        dt_reg_fence_u64(da);
+                        dt_reg_fence_u64(db);
                         dt_mbar_wait(dt_ring + 131072 + 8 * st, phase); /* stage st has landed */
-                        const unsigned fa = dt_ring + st * 16384 + 0 + (tid >> 7) * 8192;
-                        const unsigned fb = dt_ring + st * 16384 + 8192;
                         dt_wgmma_fence();
                         #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_f16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_f16<0, 1>(acc0, da + (unsigned long long)(kk * 2), db + (unsigned long long)(kk * 128));
                         dt_wgmma_commit();
                         dt_wgmma_wait<1>();
                         if (o5 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 131136 + 8 * ((dt_step + 7u) % 8u)); /* the step before is done */
@@ -2096,12 +2109,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_bf16(DT_GRID
                     /* warp_specialize(): the operands arrive in stages by TMA; m64n64k16 wgmma, 4 per stage, one group in flight */
                     for (long long o5 = 0; o5 < s2; o5 += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                        unsigned long long da = dt_wgmma_desc(dt_ring + st * 16384 + 0 + (tid >> 7) * 8192, 16, 1024);
+                        unsigned long long db = dt_wgmma_desc(dt_ring + st * 16384 + 8192, 8192, 1024);
+                        dt_reg_fence_u64(da);
+                        dt_reg_fence_u64(db);
                         dt_mbar_wait(dt_ring + 131072 + 8 * st, phase); /* stage st has landed */
-                        const unsigned fa = dt_ring + st * 16384 + 0 + (tid >> 7) * 8192;
-                        const unsigned fb = dt_ring + st * 16384 + 8192;
                         dt_wgmma_fence();
                         #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_bf16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_bf16<0, 1>(acc0, da + (unsigned long long)(kk * 2), db + (unsigned long long)(kk * 128));
                         dt_wgmma_commit();
                         dt_wgmma_wait<1>();
                         if (o5 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 131136 + 8 * ((dt_step + 7u) % 8u)); /* the step before is done */
@@ -2314,12 +2329,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_f16(DT_GRID_
                     /* warp_specialize(): the operands arrive in stages by TMA; m64n64k16 wgmma, 4 per stage, one group in flight */
                     for (long long o5 = 0; o5 < s2; o5 += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                        unsigned long long da = dt_wgmma_desc(dt_ring + st * 16384 + 0 + (tid >> 7) * 8192, 16, 1024);
+                        unsigned long long db = dt_wgmma_desc(dt_ring + st * 16384 + 8192, 8192, 1024);
+                        dt_reg_fence_u64(da);
+                        dt_reg_fence_u64(db);
                         dt_mbar_wait(dt_ring + 131072 + 8 * st, phase); /* stage st has landed */
-                        const unsigned fa = dt_ring + st * 16384 + 0 + (tid >> 7) * 8192;
-                        const unsigned fb = dt_ring + st * 16384 + 8192;
                         dt_wgmma_fence();
                         #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_f16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_f16<0, 1>(acc0, da + (unsigned long long)(kk * 2), db + (unsigned long long)(kk * 128));
                         dt_wgmma_commit();
                         dt_wgmma_wait<1>();
                         if (o5 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 131136 + 8 * ((dt_step + 7u) % 8u)); /* the step before is done */
@@ -2532,12 +2549,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_bf16(DT_GRID
                     /* warp_specialize(): the operands arrive in stages by TMA; m64n64k16 wgmma, 4 per stage, one group in flight */
                     for (long long o5 = 0; o5 < s2; o5 += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                        unsigned long long da = dt_wgmma_desc(dt_ring + st * 16384 + 0 + (tid >> 7) * 8192, 16, 1024);
+                        unsigned long long db = dt_wgmma_desc(dt_ring + st * 16384 + 8192, 8192, 1024);
+                        dt_reg_fence_u64(da);
+                        dt_reg_fence_u64(db);
                         dt_mbar_wait(dt_ring + 131072 + 8 * st, phase); /* stage st has landed */
-                        const unsigned fa = dt_ring + st * 16384 + 0 + (tid >> 7) * 8192;
-                        const unsigned fb = dt_ring + st * 16384 + 8192;
                         dt_wgmma_fence();
                         #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_bf16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_bf16<0, 1>(acc0, da + (unsigned long long)(kk * 2), db + (unsigned long long)(kk * 128));
                         dt_wgmma_commit();
                         dt_wgmma_wait<1>();
                         if (o5 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 131136 + 8 * ((dt_step + 7u) % 8u)); /* the step before is done */
@@ -2750,12 +2769,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_f16(DT_GRID_C
                     /* warp_specialize(): the operands arrive in stages by TMA; m64n64k16 wgmma, 4 per stage, one group in flight */
                     for (long long o5 = 0; o5 < s2; o5 += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                        unsigned long long da = dt_wgmma_desc(dt_ring + st * 24576 + 0 + (tid >> 7) * 8192, 16, 1024);
+                        unsigned long long db = dt_wgmma_desc(dt_ring + st * 24576 + 16384, 8192, 1024);
+                        dt_reg_fence_u64(da);
+                        dt_reg_fence_u64(db);
                         dt_mbar_wait(dt_ring + 196608 + 8 * st, phase); /* stage st has landed */
-                        const unsigned fa = dt_ring + st * 24576 + 0 + (tid >> 7) * 8192;
-                        const unsigned fb = dt_ring + st * 24576 + 16384;
                         dt_wgmma_fence();
                         #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_f16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_f16<0, 1>(acc0, da + (unsigned long long)(kk * 2), db + (unsigned long long)(kk * 128));
                         dt_wgmma_commit();
                         dt_wgmma_wait<1>();
                         if (o5 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 196672 + 8 * ((dt_step + 7u) % 8u)); /* the step before is done */
@@ -2968,12 +2989,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_bf16(DT_GRID_
                     /* warp_specialize(): the operands arrive in stages by TMA; m64n64k16 wgmma, 4 per stage, one group in flight */
                     for (long long o5 = 0; o5 < s2; o5 += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                        unsigned long long da = dt_wgmma_desc(dt_ring + st * 24576 + 0 + (tid >> 7) * 8192, 16, 1024);
+                        unsigned long long db = dt_wgmma_desc(dt_ring + st * 24576 + 16384, 8192, 1024);
+                        dt_reg_fence_u64(da);
+                        dt_reg_fence_u64(db);
                         dt_mbar_wait(dt_ring + 196608 + 8 * st, phase); /* stage st has landed */
-                        const unsigned fa = dt_ring + st * 24576 + 0 + (tid >> 7) * 8192;
-                        const unsigned fb = dt_ring + st * 24576 + 16384;
                         dt_wgmma_fence();
                         #pragma unroll
-                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_bf16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_bf16<0, 1>(acc0, da + (unsigned long long)(kk * 2), db + (unsigned long long)(kk * 128));
                         dt_wgmma_commit();
                         dt_wgmma_wait<1>();
                         if (o5 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 196672 + 8 * ((dt_step + 7u) % 8u)); /* the step before is done */

@@ -499,25 +499,40 @@ impl Emitter<'_> {
         ));
         let (lo, hi) = self.contraction_range(w);
         self.ring_steps(w, &o);
-        self.line(&format!("dt_mbar_wait(dt_ring + {full} + 8 * st, phase); /* stage st has landed */"));
         // This warpgroup's 64 rows of A; all of B.
-        self.line(&format!("const unsigned fa = dt_ring + st * {} + {} + (tid >> 7) * {};", w.stage_bytes, a.offset, a.desc.slice_step));
-        self.line(&format!("const unsigned fb = dt_ring + st * {} + {};", w.stage_bytes, b.offset));
+        let a_at = format!("dt_ring + st * {} + {} + (tid >> 7) * {}", w.stage_bytes, a.offset, a.desc.slice_step);
+        let b_at = format!("dt_ring + st * {} + {}", w.stage_bytes, b.offset);
+        let wait = format!("dt_mbar_wait(dt_ring + {full} + 8 * st, phase); /* stage st has landed */");
+        let (da, db) = if w.descriptors_before_wait {
+            // The stage's descriptors before its wait, each product's by adding its byte offset
+            // / 16 to the address field (which offsets inside shared memory never carry out of).
+            self.line(&format!("unsigned long long da = dt_wgmma_desc({a_at}, {}, {});", a.desc.lbo, a.desc.sbo));
+            self.line(&format!("unsigned long long db = dt_wgmma_desc({b_at}, {}, {});", b.desc.lbo, b.desc.sbo));
+            self.line("dt_reg_fence_u64(da);");
+            self.line("dt_reg_fence_u64(db);");
+            self.line(&wait);
+            (
+                format!("da + (unsigned long long)(kk * {})", a.desc.k_step / 16),
+                format!("db + (unsigned long long)(kk * {})", b.desc.k_step / 16),
+            )
+        } else {
+            self.line(&wait);
+            self.line(&format!("const unsigned fa = {a_at};"));
+            self.line(&format!("const unsigned fb = {b_at};"));
+            (
+                format!("dt_wgmma_desc(fa + kk * {}, {}, {})", a.desc.k_step, a.desc.lbo, a.desc.sbo),
+                format!("dt_wgmma_desc(fb + kk * {}, {}, {})", b.desc.k_step, b.desc.lbo, b.desc.sbo),
+            )
+        };
         self.line("dt_wgmma_fence();");
         self.line("#pragma unroll");
         self.line(&format!(
-            "for (int kk = 0; kk < {}; kk++) dt_wgmma_m64n{}k16_{}<{}, {}>({acc}, dt_wgmma_desc(fa + kk * {}, {}, {}), dt_wgmma_desc(fb + kk * {}, {}, {}));",
+            "for (int kk = 0; kk < {}; kk++) dt_wgmma_m64n{}k16_{}<{}, {}>({acc}, {da}, {db});",
             w.wgmma_per_stage,
             w.wgmma_n,
             self.dtype.name(),
             u8::from(a.desc.transposed),
             u8::from(b.desc.transposed),
-            a.desc.k_step,
-            a.desc.lbo,
-            a.desc.sbo,
-            b.desc.k_step,
-            b.desc.lbo,
-            b.desc.sbo
         ));
         self.line("dt_wgmma_commit();");
         self.line("dt_wgmma_wait<1>();");

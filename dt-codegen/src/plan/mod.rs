@@ -465,6 +465,9 @@ pub fn print(k: &Kernel, p: &GpuPlan) -> String {
         w.cols,
         if w.swapped { " (swapped: the tile's columns are wgmma's M, its rows N)" } else { "" }
     );
+    if w.descriptors_before_wait {
+        let _ = writeln!(out, "  early     each step's descriptors built before the wait for its stage");
+    }
     if let Some(s) = &w.store {
         let _ = writeln!(
             out,

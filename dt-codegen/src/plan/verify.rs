@@ -61,6 +61,10 @@ fn warp_specialized(k: &Kernel, p: &GpuPlan, w: &WarpSpecialized) -> Result<(), 
             return Err(format!("operand {} does not read input {} along its axes", o.map, o.input));
         }
     }
+    // A product's descriptor is the stage's plus its offset in units of 16 bytes.
+    if w.operands.iter().any(|o| !o.desc.k_step.is_multiple_of(16) || o.desc.pieces.is_some()) {
+        return Err("an operand's step along the contraction is not whole 16-byte units of one piece".into());
+    }
     if w.full.offset != w.stages * w.stage_bytes || w.empty.offset != w.full.offset + 8 * w.stages {
         return Err("the barrier rings do not follow the stages".into());
     }

@@ -235,6 +235,9 @@ pub struct StagedStore {
 pub const STORE_COLS: u32 = 64;
 /// Staging buffers per consumer warpgroup: one is written while the other's store reads it.
 pub const STORE_BUFFERS: u32 = 2;
+/// The widest `wgmma` N whose steps build their descriptors before waiting for their stage:
+/// measured faster at N 16 and 64 (1-3%), slower at 256 (0.6%) (decision 0039).
+pub const EARLY_DESCRIPTORS_MAX_N: u32 = 64;
 
 /// The plan of a warp-specialized `rdot` loop (see the module docs).
 #[derive(Clone, Debug, PartialEq)]
@@ -264,6 +267,10 @@ pub struct WarpSpecialized {
     /// `wgmma`'s N (the accumulator's columns) and its instructions per stage (`step / 16`).
     pub wgmma_n: u32,
     pub wgmma_per_stage: u32,
+    /// Whether the consumers build a stage's descriptors before waiting for it, so that its
+    /// products issue as soon as it lands: where products are short (`wgmma_n` up to
+    /// [`EARLY_DESCRIPTORS_MAX_N`]) and the step waits on its copies (decision 0039).
+    pub descriptors_before_wait: bool,
     /// The epilogue's store through shared memory, where the output and the room allow it.
     pub store: Option<StagedStore>,
     /// Bytes of shared memory the ring takes, its barriers, the staging buffers and the padding
@@ -490,6 +497,7 @@ pub fn plan_warp_specialized(k: &Kernel, dtype: DType, target: &Target) -> Resul
         roles,
         wgmma_n: cols,
         wgmma_per_stage: l.step / 16,
+        descriptors_before_wait: cols <= EARLY_DESCRIPTORS_MAX_N,
         store,
         shared_bytes,
         persistent: k.persistent,
