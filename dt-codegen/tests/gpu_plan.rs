@@ -111,7 +111,8 @@ fn schedules_the_plan_cannot_serve_say_why() {
 }
 
 /// The verifier refuses a plan that breaks its rules: here a barrier ring that expects fewer
-/// bytes than a stage's copies bring, and a ring that no longer fits the target.
+/// bytes than a stage's copies bring, a ring that no longer fits the target, and an operand
+/// whose products do not start on 16-byte units.
 #[test]
 fn the_verifier_catches_a_broken_plan() {
     let src = matmul("mm.block(x:128, y:256); mm.tensorize(x:128, y:256, k:64); mm.num_warps(8); mm.num_stages(4);", "f16");
@@ -125,6 +126,10 @@ fn the_verifier_catches_a_broken_plan() {
     let mut small = good.clone();
     small.target.shared_bytes_per_block = 96 * 1024;
     assert!(dt_codegen::plan::verify::verify(&k, &small).unwrap_err().contains("bytes of shared memory"));
+    // Each product's descriptor adds its offset in 16-byte units to the stage's.
+    let mut unaligned = good.clone();
+    unaligned.warp_specialized.as_mut().expect("warp-specialized").operands[0].desc.k_step = 24;
+    assert!(dt_codegen::plan::verify::verify(&k, &unaligned).unwrap_err().contains("16-byte units"));
 }
 
 /// A bound on A's rows below the tile's shortens the copies of A: a stage copies the bounded
