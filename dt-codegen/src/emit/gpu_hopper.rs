@@ -504,8 +504,8 @@ impl Emitter<'_> {
         let b_at = format!("dt_ring + st * {} + {}", w.stage_bytes, b.offset);
         let wait = format!("dt_mbar_wait(dt_ring + {full} + 8 * st, phase); /* stage st has landed */");
         let (da, db) = if w.descriptors_before_wait {
-            // The stage's descriptors before its wait, each product's by adding its byte offset
-            // / 16 to the address field (which offsets inside shared memory never carry out of).
+            // The stage's descriptors before its wait (pinned there by the fences), each
+            // product's by one add, as in `warpgroup_issue`: `kk` counts products here.
             self.line(&format!("unsigned long long da = dt_wgmma_desc({a_at}, {}, {});", a.desc.lbo, a.desc.sbo));
             self.line(&format!("unsigned long long db = dt_wgmma_desc({b_at}, {}, {});", b.desc.lbo, b.desc.sbo));
             self.line("dt_reg_fence_u64(da);");

@@ -269,7 +269,7 @@ pub struct WarpSpecialized {
     pub wgmma_per_stage: u32,
     /// Whether the consumers build a stage's descriptors before waiting for it, so that its
     /// products issue as soon as it lands: where products are short (`wgmma_n` up to
-    /// [`EARLY_DESCRIPTORS_MAX_N`]) and the step waits on its copies (decision 0039).
+    /// [`EARLY_DESCRIPTORS_MAX_N`], decision 0039).
     pub descriptors_before_wait: bool,
     /// The epilogue's store through shared memory, where the output and the room allow it.
     pub store: Option<StagedStore>,
