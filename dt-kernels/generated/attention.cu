@@ -9116,7 +9116,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 acc1[r] = 0e0f;
                             }
                             dt_turn_wait(tid >> 7); /* this warpgroup's turn */
-                            /* this step's first dot, issued with the previous step's last one, which runs while this step's statements use the first's result */
+                            /* this step's first dot, issued with the previous step's last one (both done at the wait below, as ptxas compiles it) */
                             {
                                 const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                 const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
@@ -9704,7 +9704,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 acc1[r] = 0e0f;
                             }
                             dt_turn_wait(tid >> 7); /* this warpgroup's turn */
-                            /* this step's first dot, issued with the previous step's last one, which runs while this step's statements use the first's result */
+                            /* this step's first dot, issued with the previous step's last one (both done at the wait below, as ptxas compiles it) */
                             {
                                 const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                 const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
@@ -10304,7 +10304,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 acc1[r] = 0e0f;
                             }
                             dt_turn_wait(tid >> 7); /* this warpgroup's turn */
-                            /* this step's first dot, issued with the previous step's last one, which runs while this step's statements use the first's result */
+                            /* this step's first dot, issued with the previous step's last one (both done at the wait below, as ptxas compiles it) */
                             {
                                 const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                 const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
@@ -10892,7 +10892,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 acc1[r] = 0e0f;
                             }
                             dt_turn_wait(tid >> 7); /* this warpgroup's turn */
-                            /* this step's first dot, issued with the previous step's last one, which runs while this step's statements use the first's result */
+                            /* this step's first dot, issued with the previous step's last one (both done at the wait below, as ptxas compiles it) */
                             {
                                 const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                 const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);

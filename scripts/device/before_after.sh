@@ -11,6 +11,8 @@
 # directory it runs in: where the earlier commit's specs or bench/baselines.py differ (the
 # earlier compiler may not read today's specs), copy its `dt-kernels/specs` and `bench` into
 # BEFORE_DIR (e.g. .gpu/before) and xtask_before runs there.
+# BINS (default "xtask_before xtask") names the binaries under .gpu to alternate, for more than
+# two variants; every one but xtask runs in BEFORE_DIR.
 # T_RUN (seconds, default 150) bounds each bench run: its first compile of a spec it has not
 # built before (NVRTC) takes most of a minute for attention, more than 70 seconds on an H200.
 set -uo pipefail
@@ -23,7 +25,7 @@ for t in ${DTYPES:-f16}; do args+=(--dtype "$t"); done
 for s in "$@"; do args+=(--shape "$s"); done
 ops=$(echo "$OP" | tr ' ' '|')
 for round in $(seq "${ROUNDS:-2}"); do
-  for b in xtask_before xtask; do
+  for b in ${BINS:-xtask_before xtask}; do
     echo "== round $round: $b"
     dir=$R
     [ "$b" = xtask ] || dir=${BEFORE_DIR:-$R}

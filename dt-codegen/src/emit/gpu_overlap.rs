@@ -1,12 +1,18 @@
 //! Printing a `wgmma()` ring loop whose steps overlap ([`RingBuffers::overlapped`], decided by
 //! `plan::dot_rings`): each step issues its first dot (attention's `Q K^T`) and, in a second
-//! group, the previous step's last dot (`P V`) from A fragments carried over in registers. It
-//! waits for the first group only, runs the statements that follow on its result (the softmax)
-//! while the second group is on the tensor cores, and waits for that one where the statements
-//! next touch its accumulator (the rescale of the output). The last dot of the last step is
-//! issued after the loop. Where the plan says so (`RingBuffers::turns`), the two warpgroups take
-//! turns issuing a step's products, so that one's softmax runs while the other's products are on
-//! the tensor cores.
+//! group, the previous step's last dot (`P V`) from A fragments carried over in registers. Where
+//! the plan says so (`RingBuffers::turns`), the two warpgroups take turns issuing a step's
+//! products, so that one's softmax runs while the other's products are on the tensor cores. The
+//! last dot of the last step is issued after the loop.
+//!
+//! The printed code waits for the first group (`wgmma.wait_group 1`), and for the second where
+//! the statements next touch its accumulator. As ptxas compiles it, the first wait covers both:
+//! the second group's products sit in a branch (`if (carried)`), ptxas closes a group at the
+//! branch's end, and the commit after the branch adds an empty group, the one left in flight.
+//! Each warpgroup's softmax therefore runs after its own `P V`. Every form that changes this
+//! measured slower (decision 0031's addendum): the softmax beside its own `P V` (commit inside
+//! the branch), with or without the carried registers held to the wait, and the same code with a
+//! plain wait for both groups.
 //!
 //! [`RingBuffers::overlapped`]: crate::plan::layouts::RingBuffers::overlapped
 
@@ -52,8 +58,8 @@ impl Emitter<'_> {
 
     /// The start of a step of an overlapped loop (stages `stages`, this step's `rd`): the first
     /// dot's accumulator set up (`init`) and its products issued, then the previous step's last
-    /// dot issued from the carried fragments on the stage it read, each a group of its own; waits
-    /// for the first.
+    /// dot issued from the carried fragments on the stage it read; waits for the first group
+    /// (which, compiled, waits for both: the module's comment says why).
     pub(super) fn overlap_issue(
         &mut self,
         o: &Overlap,
@@ -68,7 +74,9 @@ impl Emitter<'_> {
         if o.turns {
             self.line("dt_turn_wait(tid >> 7); /* this warpgroup's turn */");
         }
-        self.line("/* this step's first dot, issued with the previous step's last one, which runs while this step's statements use the first's result */");
+        self.line(
+            "/* this step's first dot, issued with the previous step's last one (both done at the wait below, as ptxas compiles it) */",
+        );
         self.line("{");
         self.depth += 1;
         self.warpgroup_issue(first.1, &accumulator(first.1), Some(rd), None);

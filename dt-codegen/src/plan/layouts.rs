@@ -343,8 +343,8 @@ pub(crate) struct RingBuffers {
     pub done_counts: Option<usize>,
     /// The loop issues each step's first dot together with the previous step's last one
     /// ([`super::dot_rings`]): the last dot's computed A fragments are carried into the next
-    /// step, whose first products it runs alongside, and its accumulator is waited for only
-    /// where the step's statements next touch it. The stage of the previous step is refilled
+    /// step, which issues them with its first products (as compiled, the step's statements run
+    /// once both are done: `emit/gpu_overlap.rs`). The stage of the previous step is refilled
     /// once those products are done.
     pub overlapped: bool,
     /// In an overlapped loop of a kernel of two warpgroups, they take turns issuing a step's
