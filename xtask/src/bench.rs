@@ -219,24 +219,33 @@ fn args(job: &Job, rng: &mut Rng) -> Args {
     }
 }
 
-/// A spec compiled for the GPU: its program, kernels and module.
-struct Compiled {
+/// A spec lowered for the bench: its program and kernels.
+struct Lowered {
     program: dt_core::algo::Program,
     kernels: Vec<Kernel>,
-    infos: Vec<LaunchInfo>,
-    module: Arc<cudarc::driver::CudaModule>,
 }
 
-fn compile(gpu: &CudaRunner, spec: &str) -> Result<Compiled, String> {
+fn lower(spec: &str) -> Result<Lowered, String> {
     let path = crate::regen::workspace().join(format!("dt-kernels/specs/{spec}.dt"));
     let src = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let program = dt_core::compile_spec(&src).map_err(|d| format!("{spec}: {d:?}"))?;
     let kernels = dt_core::lower::lower_all(&program).map_err(|e| e.to_string())?;
-    let items: Vec<(&Kernel, DType, String)> =
-        kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
-    let (cuda, infos) = gpu::emit_file(spec, Dialect::Cuda, &items).map_err(|e| e.to_string())?;
+    Ok(Lowered { program, kernels })
+}
+
+/// One kernel of a spec, for one element type, compiled for the GPU with its twins: a module of
+/// its own, built the first time a row runs it. A spec's whole file (every class and type) takes
+/// NVRTC and the driver most of a minute for attention; the printed code of each kernel is the
+/// same either way.
+struct Built {
+    infos: Vec<LaunchInfo>,
+    module: Arc<cudarc::driver::CudaModule>,
+}
+
+fn build(gpu: &CudaRunner, spec: &str, kernel: &Kernel, dtype: DType, symbol: &str) -> Result<Built, String> {
+    let (cuda, infos) = gpu::emit_file(spec, Dialect::Cuda, &[(kernel, dtype, symbol.to_string())]).map_err(|e| e.to_string())?;
     let module = gpu.compile(&cuda).map_err(|e| e.to_string())?;
-    Ok(Compiled { program, kernels, infos, module })
+    Ok(Built { infos, module })
 }
 
 /// Times launches as `bench/baselines.py` times the baselines, so that the two compare: after
@@ -393,7 +402,8 @@ pub fn run(opts: &Options) -> Result<(), String> {
     };
     let stream = gpu.stream.clone();
     let mut flush: CudaSlice<u8> = stream.alloc_zeros(256 << 20).map_err(|e| e.to_string())?;
-    let mut compiled: HashMap<&str, Compiled> = HashMap::new();
+    let mut lowered: HashMap<&str, Lowered> = HashMap::new();
+    let mut built: HashMap<String, Built> = HashMap::new();
     let mut rows = Vec::new();
     let mut rng = Rng::new(11);
     let blas = CudaBlas::new(stream.clone()).map_err(|e| e.to_string())?;
@@ -419,18 +429,23 @@ pub fn run(opts: &Options) -> Result<(), String> {
             continue;
         }
         let result = (|| -> Result<(), String> {
-            if !compiled.contains_key(job.spec()) {
-                compiled.insert(job.spec(), compile(&gpu, job.spec())?);
+            if !lowered.contains_key(job.spec()) {
+                lowered.insert(job.spec(), lower(job.spec())?);
             }
-            let c = &compiled[job.spec()];
+            let c = &lowered[job.spec()];
             let (kernel, bound) = choose_variant(&c.program, &c.kernels, job, &args, gpu.features())?;
             row.kernel = kernel.name.clone();
+            let symbol = dt_codegen::emit::symbol(kernel, job.dtype);
+            if !built.contains_key(&symbol) {
+                built.insert(symbol.clone(), build(&gpu, job.spec(), kernel, job.dtype, &symbol)?);
+            }
+            let b = &built[&symbol];
             let staged: Staged = gpu.stage(kernel, &bound, job.dtype).map_err(|e| e.to_string())?;
             // As the library does: the twin built for the sizes the class specializes where the
             // launch has them, else the kernel built for whole 16-byte runs where the tensors have
             // them (here, wherever the last axis is a multiple of the run).
-            let info = staged.launch_info(&dt_codegen::emit::symbol(kernel, job.dtype), &c.infos).ok_or("symbol")?;
-            let f = gpu.function(&c.module, info).map_err(|e| e.to_string())?;
+            let info = staged.launch_info(&symbol, &b.infos).ok_or("symbol")?;
+            let f = gpu.function(&b.module, info).map_err(|e| e.to_string())?;
             let mb = job.memory_bound();
             let (ms, runs) = timer.time(
                 opts.reps,
