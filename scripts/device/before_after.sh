@@ -13,8 +13,8 @@
 # BEFORE_DIR (e.g. .gpu/before) and xtask_before runs there.
 # BINS (default "xtask_before xtask") names the binaries under .gpu to alternate, for more than
 # two variants; every one but xtask runs in BEFORE_DIR.
-# T_RUN (seconds, default 150) bounds each bench run: its first compile of a spec it has not
-# built before (NVRTC) takes most of a minute for attention, more than 70 seconds on an H200.
+# T_RUN (seconds, default 150) bounds each bench run, which compiles (NVRTC) each kernel its rows
+# run; bench binaries before 91bc6a1 compile a spec's whole file, most of a minute for attention.
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 : "${OP:?}"

@@ -5,8 +5,8 @@
 # checkout's own spec is the variant `base`), and the spec is put back at the end.
 # Usage: OP=attention SPEC=attention [DTYPES=f16] [BASELINE=sdpa_cudnn] [ROUNDS=2] \
 #        scripts/device/spec_ab.sh VARIANT.dt... -- SHAPE...
-# T_RUN (seconds, default 150) bounds each bench run: its first compile of a spec it has not
-# built before (NVRTC) takes most of a minute for attention, more than 70 seconds on an H200.
+# T_RUN (seconds, default 150) bounds each bench run, which compiles (NVRTC) each kernel its rows
+# run; bench binaries before 91bc6a1 compile a spec's whole file, most of a minute for attention.
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 : "${OP:?}" "${SPEC:?}"
