@@ -403,7 +403,7 @@ pub fn run(opts: &Options) -> Result<(), String> {
     let stream = gpu.stream.clone();
     let mut flush: CudaSlice<u8> = stream.alloc_zeros(256 << 20).map_err(|e| e.to_string())?;
     let mut lowered: HashMap<&str, Lowered> = HashMap::new();
-    let mut built: HashMap<String, Built> = HashMap::new();
+    let mut built: HashMap<(&str, String), Built> = HashMap::new();
     let mut rows = Vec::new();
     let mut rng = Rng::new(11);
     let blas = CudaBlas::new(stream.clone()).map_err(|e| e.to_string())?;
@@ -436,10 +436,11 @@ pub fn run(opts: &Options) -> Result<(), String> {
             let (kernel, bound) = choose_variant(&c.program, &c.kernels, job, &args, gpu.features())?;
             row.kernel = kernel.name.clone();
             let symbol = dt_codegen::emit::symbol(kernel, job.dtype);
-            if !built.contains_key(&symbol) {
-                built.insert(symbol.clone(), build(&gpu, job.spec(), kernel, job.dtype, &symbol)?);
+            let key = (job.spec(), symbol.clone());
+            if !built.contains_key(&key) {
+                built.insert(key.clone(), build(&gpu, job.spec(), kernel, job.dtype, &symbol)?);
             }
-            let b = &built[&symbol];
+            let b = &built[&key];
             let staged: Staged = gpu.stage(kernel, &bound, job.dtype).map_err(|e| e.to_string())?;
             // As the library does: the twin built for the sizes the class specializes where the
             // launch has them, else the kernel built for whole 16-byte runs where the tensors have
