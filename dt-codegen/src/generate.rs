@@ -72,8 +72,7 @@ pub struct Built {
 /// (clustered and warp-specialized kernels need sm_90's thread-block clusters, TMA and wgmma, and
 /// a kernel may `requires(cuda)`; the library runs another size class elsewhere).
 pub fn build(name: &str, header: &str, kernels: &[Kernel]) -> Result<Built, emit::EmitError> {
-    let items: Vec<(&Kernel, dt_core::DType, String)> =
-        kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, emit::symbol(k, *d)))).collect();
+    let items = emit::items(kernels);
     let portable: Vec<(&Kernel, dt_core::DType, String)> = items.iter().filter(|(k, ..)| !k.cuda_only()).cloned().collect();
     let c = emit::c::emit_file(header, &portable)?;
     let (cuda, cuda_launch) = emit::gpu::emit_file(header, Dialect::Cuda, &items)?;

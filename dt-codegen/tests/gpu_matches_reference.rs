@@ -13,8 +13,6 @@ use common::*;
 use dt_codegen::cuda_run::CudaRunner;
 use dt_codegen::emit::gpu::{self, Dialect};
 use dt_core::explore::{self, Rng};
-use dt_core::kir::Kernel;
-use dt_core::DType;
 
 /// Random schedules per spec, besides its own.
 const RANDOM_SCHEDULES: usize = 6;
@@ -82,8 +80,7 @@ fn cuda_matches_reference_evaluator() {
         for (si, spec) in specs.iter().enumerate() {
             let p = dt_core::compile_spec(spec).expect("schedule checks");
             let kernels = dt_core::lower::lower_all(&p).expect("lowers");
-            let items: Vec<(&Kernel, DType, String)> =
-                kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
+            let items = dt_codegen::emit::items(&kernels);
             let (cuda, infos) = match gpu::emit_file(rel, Dialect::Cuda, &items) {
                 Ok(x) => x,
                 Err(e) => {

@@ -11,7 +11,7 @@ fn a_kernel_printed_alone_reads_as_in_its_specs_file() {
     for spec in ["attention", "matmul", "softmax"] {
         let p = dt_core::compile_spec(&read_spec(&format!("dt-kernels/specs/{spec}.dt"))).expect("spec checks");
         let kernels = dt_core::lower::lower_all(&p).expect("lowers");
-        let items: Vec<_> = kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
+        let items = dt_codegen::emit::items(&kernels);
         let (whole, whole_infos) = emit_file(spec, Dialect::Cuda, &items).expect("emits");
         let mut printed = 0;
         for item in &items {

@@ -408,14 +408,12 @@ fn emit(file: &Path, kernel: Option<&str>, target: Target, output: Option<&Path>
             kernels.iter().map(dt_codegen::plan::print_cuda).collect::<Result<Vec<_>, _>>().map_err(|e| located(e.to_string()))?.join("\n")
         }
         Target::C => {
-            let items: Vec<_> =
-                kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
+            let items = dt_codegen::emit::items(&kernels);
             dt_codegen::emit::c::emit_file(&header(file), &items).map_err(|e| format!("{}: error: {e}", file.display()))?
         }
         Target::Cuda | Target::Hip => {
             let dialect = if matches!(target, Target::Cuda) { Dialect::Cuda } else { Dialect::Hip };
-            let items: Vec<_> =
-                kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, dt_codegen::emit::symbol(k, *d)))).collect();
+            let items = dt_codegen::emit::items(&kernels);
             let built = dt_codegen::emit::gpu::emit_file(&header(file), dialect, &items);
             match dialect {
                 Dialect::Cuda => built.map_err(|e| located(e.to_string()))?.0,

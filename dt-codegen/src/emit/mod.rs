@@ -25,6 +25,12 @@ pub fn symbol(k: &Kernel, dtype: DType) -> String {
     format!("dt_{}_{}", k.name, dtype.name())
 }
 
+/// Every kernel of `kernels` for each of its element types, with its symbol: what a file of them
+/// all (`emit_file`) is printed from.
+pub fn items(kernels: &[Kernel]) -> Vec<(&Kernel, DType, String)> {
+    kernels.iter().flat_map(|k| k.dtypes.iter().map(move |d| (k, *d, symbol(k, *d)))).collect()
+}
+
 /// Checks that a kernel fits the argument block of [`crate::abi`].
 pub fn check_abi(k: &dt_core::signature::Signature) -> Result<(), EmitError> {
     use crate::abi::*;
