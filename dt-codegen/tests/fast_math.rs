@@ -34,3 +34,28 @@ fn fast_math_gives_f32_the_approximations() {
     assert!(fast.contains("= dt_fast_exp2(") && !fast.contains("expf(") && !fast.contains("exp2f("), "{fast}");
     assert!(fast.contains("dt_fast_rcp(") || fast.contains("dt_fast_div("), "{fast}");
 }
+
+/// `fma_exp(n)`: in a build that approximates, one in every `n` of a thread's exponentials runs
+/// on the FMA units (`dt_fma_exp2`), the others stay on the special-function unit; a build that
+/// evaluates `exp` exactly (f32 without `fast_math()`) ignores it. Its accuracy is checked by
+/// `hip_cpu_matches_reference` (`fma_exp2_is_within_its_stated_error`, and the spec
+/// `tests/specs/exps_on_fma.dt` against the reference evaluator).
+#[test]
+fn fma_exp_puts_one_in_n_exponentials_on_the_fma_units() {
+    let quarter = softmax_f32("out.fast_math(); out.fma_exp(4);");
+    assert!(quarter.contains("= (r % 4 == 3) ? dt_fma_exp2(") && quarter.contains(": dt_fast_exp2("), "{quarter}");
+    let all = softmax_f32("out.fast_math(); out.fma_exp(1);");
+    assert!(all.contains("= dt_fma_exp2(") && !all.contains("dt_fast_exp2("), "{all}");
+    let exact = softmax_f32("out.fma_exp(4);");
+    assert!(!exact.contains("dt_fma_exp2(") && exact.contains("= expf("), "{exact}");
+}
+
+#[test]
+fn fma_exp_takes_a_power_of_two_up_to_64() {
+    for bad in ["out.fma_exp(3);", "out.fma_exp(128);", "out.fma_exp(0);"] {
+        let src = format!("Func out; In A; Var x; out[x] = exp(A[x]); out.block(x:256); out.tensorize(x:0); {bad} out.compile();");
+        let diags = dt_core::compile_spec(&src).expect_err(bad);
+        let text = format!("{diags:?}");
+        assert!(text.contains("is not supported") && text.contains("1, 2, 4, ... or 64"), "{bad}: {text}");
+    }
+}

@@ -269,6 +269,7 @@ mod hip_c_on_cpu_matches_reference_evaluator {
     spec_test!(talk_2mm_f16, "dt-codegen/tests/specs/talk_2mm_f16.dt");
     spec_test!(talk_attention, "dt-codegen/tests/specs/talk_attention.dt");
     spec_test!(rows_in_steps_of_one, "dt-codegen/tests/specs/rows_in_steps_of_one.dt");
+    spec_test!(exps_on_fma, "dt-codegen/tests/specs/exps_on_fma.dt");
 
     /// Every spec under tests/specs and dt-kernels/specs is in [`SPECS`] and has a test above.
     #[test]
@@ -479,4 +480,40 @@ extern "C" __global__ void fine(const dt_args args) {
     // SAFETY: as above.
     unsafe { lib.launch("fine", &args, 3, 128, 0) }.unwrap_or_else(|e| panic!("{e}"));
     assert!(out.iter().enumerate().all(|(t, v)| *v == (t ^ 2) as f32));
+}
+
+/// `fma_exp(1)` computes every `exp2` of a kernel with the runtime's `dt_fma_exp2` (the HIP build
+/// of an approximating kernel otherwise calls `exp2f`): over [-140, 130] its relative error stays
+/// below the 7.8e-5 that docs/language.md states, results are finite, arguments below -125 give
+/// 2^-125 and above 127 give 2^127 (the clamps), and the error is not that of `exp2f` (the
+/// polynomial ran).
+#[test]
+fn fma_exp2_is_within_its_stated_error() {
+    if !toolchain("fma_exp2_is_within_its_stated_error") {
+        return;
+    }
+    let src = "Func out; In A; Var x;
+        out[x] = exp2(A[x]);
+        out.block(x:256); out.tensorize(x:0); out.num_warps(2); out.fast_math(); out.fma_exp(1); out.compile();";
+    let p = dt_core::compile_spec(src).expect("spec checks");
+    let kernels = dt_core::lower::lower_all(&p).expect("lowers");
+    let k = &kernels[0];
+    let (hip, infos) = gpu::emit_file("fma_exp2", Dialect::Hip, &[(k, DType::F32, "dt_fma_exp2_test".to_string())]).expect("emits");
+    assert!(hip.contains("= dt_fma_exp2("), "{hip}");
+    let symbols: Vec<&str> = infos.iter().map(|i| i.symbol.as_str()).collect();
+    let lib = hip_cpu::compile(&hip, &symbols, &build_dir(), "fma_exp2", Target { gfx90a: true }).expect("compiles");
+    let n = 27001;
+    let a: Vec<f32> = (0..n).map(|i| -140.0 + 0.01 * i as f32).collect();
+    let args = dt_core::tensor::Args::default().input("A", dt_core::tensor::Tensor { shape: vec![n], data: a.clone() });
+    let bound = dt_core::tensor::bind(&p, p.kernel_by_name("out").expect("kernel"), &args).expect("binds");
+    let info = infos.iter().find(|i| i.layouts == gpu::Layouts::Any).expect("kernel for any layout");
+    let got = lib.run(info, k, &bound, DType::F32).expect("runs");
+    let mut worst = 0.0f64;
+    for (x, g) in a.iter().zip(&got.data) {
+        let want = (*x as f64).clamp(-125.0, 127.0).exp2();
+        let rel = (*g as f64 / want - 1.0).abs();
+        assert!(g.is_finite() && rel < 7.8e-5, "dt_fma_exp2({x}) = {g}, 2^{x} = {want}: relative error {rel}");
+        worst = worst.max(rel);
+    }
+    assert!(worst > 1e-6, "a worst relative error of {worst} is exp2f's, not the polynomial's");
 }

@@ -29,7 +29,7 @@ const BUILTIN_FUNCS: &str = "exp, exp2, log, sqrt, rsqrt, tanh, sigmoid, abs, ma
 /// Most Funcs a chain of reads may go through (a Func reading one that reads another ...).
 pub const MAX_FUNC_CHAIN: usize = 512;
 const PRIMITIVES: &str =
-    "block, tensorize, map, cluster, multicast, fuse_at, num_warps, num_stages, max_registers, fast_math, warp_specialize, wgmma, persistent, requires, dtypes, bound, specialize, compile";
+    "block, tensorize, map, cluster, multicast, fuse_at, num_warps, num_stages, max_registers, fast_math, fma_exp, warp_specialize, wgmma, persistent, requires, dtypes, bound, specialize, compile";
 
 #[derive(Clone, Copy, Debug)]
 enum Entity {

@@ -146,6 +146,12 @@ impl<'a, 'd> Checker<'a, 'd> {
                     self.prog.funcs[f.index()].schedule.max_registers = Some(n);
                 }
             }
+            "fma_exp" => {
+                let ok = |n: u64| (1..=64).contains(&n) && n.is_power_of_two();
+                if let Some(n) = self.number_within(f, prim, args, span, ok, "one exponential in 1, 2, 4, ... or 64") {
+                    self.prog.funcs[f.index()].schedule.fma_exp = Some(n);
+                }
+            }
             "fast_math" | "warp_specialize" | "wgmma" | "persistent" => {
                 if self.no_args(prim, args) {
                     let sched = &mut self.prog.funcs[f.index()].schedule;

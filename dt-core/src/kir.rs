@@ -481,6 +481,9 @@ pub struct Kernel {
     /// The GPU's approximations of `exp`, `log`, `tanh`, `sigmoid`, `rsqrt` and division in
     /// every element type (`fast_math`), not only where the kernel stores 16-bit results.
     pub fast_math: bool,
+    /// One in every this many of a thread's exponentials of row differences on the FMA units
+    /// (`fma_exp`), where its builds approximate `exp`.
+    pub fma_exp: Option<u32>,
     pub values: Vec<Value>,
     pub vars: Vec<Shape>,
     pub body: Vec<Stmt>,
@@ -639,6 +642,9 @@ pub fn print(k: &Kernel) -> String {
     }
     if k.fast_math {
         let _ = writeln!(out, "  math   approximate in every element type{}", comment("fast_math()"));
+    }
+    if let Some(n) = k.fma_exp {
+        let _ = writeln!(out, "  exps   one in {n} on the FMA units{}", comment(&format!("fma_exp({n})")));
     }
     if k.warp_specialize {
         let _ =

@@ -78,6 +78,7 @@ fn empty_kernel() -> Kernel {
         num_stages: 1,
         max_registers: None,
         fast_math: false,
+        fma_exp: None,
         values: Vec::new(),
         vars: Vec::new(),
         body: Vec::new(),
@@ -291,6 +292,11 @@ impl Reader<'_> {
                     self.k.max_registers = Some(number(n)?);
                 }
                 "math" => self.k.fast_math = true,
+                "exps" => {
+                    let n =
+                        after(rest, "one in ")?.strip_suffix(" on the FMA units").ok_or("exponentials are `one in N on the FMA units`")?;
+                    self.k.fma_exp = Some(number(n)?);
+                }
                 "roles" => self.k.warp_specialize = true,
                 "dots" => self.k.wgmma = true,
                 _ => return Err(format!("`{key}` is no kernel line")),

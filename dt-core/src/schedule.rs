@@ -86,6 +86,10 @@ pub struct Schedule {
     /// `fast_math()`: on the GPU, f32 kernels too evaluate `exp`, `log`, `tanh`, `sigmoid`,
     /// `rsqrt` and division with the hardware's approximations, as 16-bit kernels always do.
     pub fast_math: bool,
+    /// `fma_exp(n)`: in the builds that approximate `exp`, one in every `n` of the exponentials
+    /// of a row's differences (`exp(x - m)`, `m` the row's maximum) that a thread evaluates is a
+    /// polynomial on the FMA units instead of the special-function unit's `ex2`.
+    pub fma_exp: Option<u32>,
     /// `warp_specialize()`: one more warpgroup of the program copies the operands of its
     /// `rdot` loop into shared memory (TMA) while the `num_warps` warps compute (CUDA sm_90).
     pub warp_specialize: bool,
@@ -131,6 +135,7 @@ impl Default for Schedule {
             compile_span: None,
             max_registers: None,
             fast_math: false,
+            fma_exp: None,
             warp_specialize: false,
             wgmma: false,
             persistent: false,

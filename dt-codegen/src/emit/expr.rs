@@ -1,6 +1,7 @@
 //! C expressions for the scalar operations of the kernel IR, shared by every C-family emitter.
 
 use dt_core::algo::{BinOp, RedOp, UnOp};
+use dt_core::kir::Kernel;
 
 /// An f32 literal that C reads back exactly.
 pub fn float_lit(v: f32) -> String {
@@ -51,6 +52,17 @@ pub fn unary_in(math: Math, op: UnOp, a: &str) -> String {
         (Math::Fast, UnOp::Sigmoid) => format!("dt_fast_sigmoid({a})"),
         (Math::Fast, UnOp::Rsqrt) => format!("dt_fast_rsqrt({a})"),
         _ => unary(op, a),
+    }
+}
+
+/// One in how many of a thread's `exp2`s run on the FMA units (`dt_fma_exp2`) in kernel `k`
+/// under `math`: where it asks for it with `fma_exp(n)` and the build approximates. The `exp2`s
+/// are the spec's own and the row differences' exponentials that pass `exp_as_exp2` rewrote;
+/// of a tile's, each owned register `r` with `r % n == n - 1` takes the polynomial.
+pub fn exps_on_fma(k: &Kernel, math: Math, op: UnOp) -> Option<u32> {
+    match (math, op) {
+        (Math::Fast, UnOp::Exp2) => k.fma_exp,
+        _ => None,
     }
 }
 

@@ -798,9 +798,15 @@ impl Emitter<'_> {
             Op::Unary(u, a) => {
                 let src = self.sources(Reader::Let(id), &[*a]);
                 self.declare_in(&dst, &shape, layout);
+                let on_fma = super::expr::exps_on_fma(self.k, self.math, *u);
                 self.for_owned(&shape, layout, |e, l| {
                     let v = e.read(&src[0], l);
-                    e.line(&format!("{dst}[r] = {};", unary_in(e.math, *u, &v)));
+                    let value = match on_fma {
+                        Some(1) => format!("dt_fma_exp2({v})"),
+                        Some(n) => format!("(r % {n} == {}) ? dt_fma_exp2({v}) : {}", n - 1, unary_in(e.math, *u, &v)),
+                        None => unary_in(e.math, *u, &v),
+                    };
+                    e.line(&format!("{dst}[r] = {value};"));
                 });
             }
             Op::Binary(b, x, y) => {

@@ -33,6 +33,8 @@ pub const SPECS: &[&str] = &[
     "dt-codegen/tests/specs/talk_attention.dt",
     // Row statistics in steps of 256 computed inside a loop over the row in steps of one.
     "dt-codegen/tests/specs/rows_in_steps_of_one.dt",
+    // Exponentials split between the special-function unit and the FMA units (`fma_exp`).
+    "dt-codegen/tests/specs/exps_on_fma.dt",
 ];
 
 /// The workspace root: where this test was built, or, when the binary runs elsewhere (copied

@@ -115,6 +115,7 @@ pub fn lower(p: &Program, k: FuncId) -> Result<Kernel, LowerError> {
         num_stages: f.schedule.num_stages,
         max_registers: f.schedule.max_registers,
         fast_math: f.schedule.fast_math,
+        fma_exp: f.schedule.fma_exp,
         values: Vec::new(),
         vars: Vec::new(),
         body: Vec::new(),
