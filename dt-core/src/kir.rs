@@ -481,8 +481,9 @@ pub struct Kernel {
     /// The GPU's approximations of `exp`, `log`, `tanh`, `sigmoid`, `rsqrt` and division in
     /// every element type (`fast_math`), not only where the kernel stores 16-bit results.
     pub fast_math: bool,
-    /// One in every this many of a thread's exponentials of row differences on the FMA units
-    /// (`fma_exp`), where its builds approximate `exp`.
+    /// One in every this many of a thread's `exp2`s (its own, and the row differences'
+    /// exponentials of pass `exp_as_exp2`) on the FMA units (`fma_exp`), where its builds
+    /// approximate `exp`.
     pub fma_exp: Option<u32>,
     pub values: Vec<Value>,
     pub vars: Vec<Shape>,
