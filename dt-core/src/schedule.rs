@@ -86,9 +86,10 @@ pub struct Schedule {
     /// `fast_math()`: on the GPU, f32 kernels too evaluate `exp`, `log`, `tanh`, `sigmoid`,
     /// `rsqrt` and division with the hardware's approximations, as 16-bit kernels always do.
     pub fast_math: bool,
-    /// `fma_exp(n)`: in the builds that approximate `exp`, one in every `n` of the exponentials
-    /// of a row's differences (`exp(x - m)`, `m` the row's maximum) that a thread evaluates is a
-    /// polynomial on the FMA units instead of the special-function unit's `ex2`.
+    /// `fma_exp(n)`: in the builds that approximate `exp`, one in every `n` of the `exp2`s that
+    /// a thread evaluates in a tile (the spec's own, and `exp(x - m)` with `m` one value per row,
+    /// which those builds evaluate as `exp2`) is a polynomial on the FMA units instead of the
+    /// special-function unit's `ex2`.
     pub fma_exp: Option<u32>,
     /// `warp_specialize()`: one more warpgroup of the program copies the operands of its
     /// `rdot` loop into shared memory (TMA) while the `num_warps` warps compute (CUDA sm_90).

@@ -55,14 +55,15 @@ pub fn unary_in(math: Math, op: UnOp, a: &str) -> String {
     }
 }
 
-/// One in how many of a thread's `exp2`s run on the FMA units (`dt_fma_exp2`) in kernel `k`
-/// under `math`: where it asks for it with `fma_exp(n)` and the build approximates. The `exp2`s
-/// are the spec's own and the row differences' exponentials that pass `exp_as_exp2` rewrote;
-/// of a tile's, each owned register `r` with `r % n == n - 1` takes the polynomial.
-pub fn exps_on_fma(k: &Kernel, math: Math, op: UnOp) -> Option<u32> {
-    match (math, op) {
-        (Math::Fast, UnOp::Exp2) => k.fma_exp,
-        _ => None,
+/// [`unary_in`] for the value a thread holds in register `r` of a tile of kernel `k`: under
+/// `fma_exp(n)`, where the build approximates, the `exp2`s (the spec's own and the row
+/// differences' exponentials that pass `exp_as_exp2` rewrote) of the registers with
+/// `r % n == n - 1` are `dt_fma_exp2`, a polynomial on the FMA units.
+pub fn unary_in_register(k: &Kernel, math: Math, op: UnOp, a: &str) -> String {
+    match (math, op, k.fma_exp) {
+        (Math::Fast, UnOp::Exp2, Some(1)) => format!("dt_fma_exp2({a})"),
+        (Math::Fast, UnOp::Exp2, Some(n)) => format!("(r % {n} == {}) ? dt_fma_exp2({a}) : {}", n - 1, unary_in(math, op, a)),
+        _ => unary_in(math, op, a),
     }
 }
 

@@ -31,7 +31,7 @@ mod tiles;
 #[path = "gpu_vector.rs"]
 mod vector;
 
-use super::expr::{binary_in, combine, float_lit, unary_in, Math};
+use super::expr::{binary_in, combine, float_lit, unary_in, unary_in_register, Math};
 use super::{check_abi, program_coords, EmitError, Lanes};
 use crate::abi;
 use crate::plan::cluster_waits::WaitPoint;
@@ -798,15 +798,9 @@ impl Emitter<'_> {
             Op::Unary(u, a) => {
                 let src = self.sources(Reader::Let(id), &[*a]);
                 self.declare_in(&dst, &shape, layout);
-                let on_fma = super::expr::exps_on_fma(self.k, self.math, *u);
                 self.for_owned(&shape, layout, |e, l| {
                     let v = e.read(&src[0], l);
-                    let value = match on_fma {
-                        Some(1) => format!("dt_fma_exp2({v})"),
-                        Some(n) => format!("(r % {n} == {}) ? dt_fma_exp2({v}) : {}", n - 1, unary_in(e.math, *u, &v)),
-                        None => unary_in(e.math, *u, &v),
-                    };
-                    e.line(&format!("{dst}[r] = {value};"));
+                    e.line(&format!("{dst}[r] = {};", unary_in_register(e.k, e.math, *u, &v)));
                 });
             }
             Op::Binary(b, x, y) => {
