@@ -515,6 +515,12 @@ impl Kernel {
     pub fn value(&self, v: ValueId) -> &Value {
         &self.values[v.0 as usize]
     }
+    /// Whether every build of the kernel evaluates `exp` with the GPU's approximation (16-bit
+    /// element types, or `fast_math()`): passes that change results only by roundings below that
+    /// approximation's error (`exp2`, the running maximum's margin of `flash`) run only then.
+    pub fn approximates(&self) -> bool {
+        self.fast_math || (!self.dtypes.is_empty() && self.dtypes.iter().all(|t| t.size_bytes() == 2))
+    }
     /// The operation that defines value `v`, at any depth of the body.
     pub fn def_of(&self, v: ValueId) -> Option<&Op> {
         fn find(stmts: &[Stmt], v: ValueId) -> Option<&Op> {

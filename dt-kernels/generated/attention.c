@@ -98,7 +98,7 @@ int dt_attention_64_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_64 */
-    float* arena = (float*)malloc(sizeof(float) * 273034);
+    float* arena = (float*)malloc(sizeof(float) * 273419);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -122,10 +122,11 @@ int dt_attention_64_f16(const dt_args* args, long long first, long long last) {
         if (b4 >= dt_cdiv(s4, 64)) continue; /* past the end of a short group */
         (arena + 28672)[0] = (float)s5;
         (arena + 28673)[0] = dt_rsqrt((arena + 28672)[0]);
-        (arena + 197766)[0] = (-INFINITY);
-        (arena + 197767)[0] = 0e0f;
-        (arena + 223240)[0] = 1.442695e0f;
-        (arena + 223369)[0] = ((arena + 28673)[0] * (arena + 223240)[0]);
+        (arena + 197638)[0] = 5.5451775e0f;
+        (arena + 198151)[0] = (-INFINITY);
+        (arena + 198152)[0] = 0e0f;
+        (arena + 223625)[0] = 1.442695e0f;
+        (arena + 223754)[0] = ((arena + 28673)[0] * (arena + 223625)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -139,7 +140,7 @@ int dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 64; l8++) {
-                                        (arena + 256650)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
+                                        (arena + 257035)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -148,7 +149,7 @@ int dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 248202)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 248587)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -156,7 +157,7 @@ int dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 239754)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 240139)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -167,7 +168,7 @@ int dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l17 = 0; l17 < 1; l17++) {
                                     for (long long l18 = 0; l18 < 128; l18++) {
                                         for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 239882)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
+                                            (arena + 240267)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
@@ -205,7 +206,7 @@ int dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l35 = 0; l35 < 1; l35++) {
                                     for (long long l36 = 0; l36 < 128; l36++) {
                                         for (long long l37 = 0; l37 < 64; l37++) {
-                                            (arena + 239882)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 239882)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 12288)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
+                                            (arena + 240267)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 240267)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 12288)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
                                         }
                                     }
                                 }
@@ -214,7 +215,7 @@ int dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 20480)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 239882)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
+                                            (arena + 20480)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 240267)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
@@ -223,7 +224,7 @@ int dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 214920)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (o15 + l45 < s3) ? (arena + 20480)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] : (-INFINITY);
+                                            (arena + 215305)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (o15 + l45 < s3) ? (arena + 20480)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -232,190 +233,193 @@ int dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
                                         float a50 = (-INFINITY);
-                                        for (long long r49 = 0; r49 < 64; r49 += 1) a50 = fmaxf(a50, (arena + 214920)[l46 * 8192 + l47 * 8192 + l48 * 64 + r49 * 1]);
-                                        (arena + 223112)[l46 * 128 + l47 * 128 + l48] = a50;
+                                        for (long long r49 = 0; r49 < 64; r49 += 1) a50 = fmaxf(a50, (arena + 215305)[l46 * 8192 + l47 * 8192 + l48 * 64 + r49 * 1]);
+                                        (arena + 223497)[l46 * 128 + l47 * 128 + l48] = a50;
                                     }
                                 }
                             }
                             for (long long l51 = 0; l51 < 1; l51++) {
                                 for (long long l52 = 0; l52 < 1; l52++) {
                                     for (long long l53 = 0; l53 < 128; l53++) {
-                                        (arena + 45058)[l51 * 128 + l52 * 128 + l53] = ((arena + 223112)[l51 * 128 + l52 * 128 + l53] * (arena + 28673)[0]);
+                                        (arena + 45058)[l51 * 128 + l52 * 128 + l53] = ((arena + 223497)[l51 * 128 + l52 * 128 + l53] * (arena + 28673)[0]);
                                     }
                                 }
                             }
                             for (long long l54 = 0; l54 < 1; l54++) {
                                 for (long long l55 = 0; l55 < 1; l55++) {
                                     for (long long l56 = 0; l56 < 128; l56++) {
-                                        (arena + 197510)[l54 * 128 + l55 * 128 + l56] = (arena + 239754)[l54 * 128 + l55 * 128 + l56];
+                                        (arena + 197510)[l54 * 128 + l55 * 128 + l56] = (arena + 240139)[l54 * 128 + l55 * 128 + l56];
                                     }
                                 }
                             }
                             for (long long l57 = 0; l57 < 1; l57++) {
                                 for (long long l58 = 0; l58 < 1; l58++) {
                                     for (long long l59 = 0; l59 < 128; l59++) {
-                                        (arena + 239754)[l57 * 128 + l58 * 128 + l59] = fmaxf((arena + 239754)[l57 * 128 + l58 * 128 + l59], (arena + 45058)[l57 * 128 + l58 * 128 + l59]);
+                                        (arena + 197639)[l57 * 128 + l58 * 128 + l59] = ((arena + 197510)[l57 * 128 + l58 * 128 + l59] + (arena + 197638)[0]);
                                     }
                                 }
                             }
                             for (long long l60 = 0; l60 < 1; l60++) {
                                 for (long long l61 = 0; l61 < 1; l61++) {
                                     for (long long l62 = 0; l62 < 128; l62++) {
-                                        (arena + 197638)[l60 * 128 + l61 * 128 + l62] = (arena + 239754)[l60 * 128 + l61 * 128 + l62];
+                                        (arena + 197767)[l60 * 128 + l61 * 128 + l62] = (((arena + 45058)[l60 * 128 + l61 * 128 + l62]) > ((arena + 197639)[l60 * 128 + l61 * 128 + l62]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l63 = 0; l63 < 1; l63++) {
                                 for (long long l64 = 0; l64 < 1; l64++) {
                                     for (long long l65 = 0; l65 < 128; l65++) {
-                                        (arena + 197768)[l63 * 128 + l64 * 128 + l65] = (((arena + 197638)[l63 * 128 + l64 * 128 + l65]) == ((arena + 197766)[0]) ? 1.0f : 0.0f);
+                                        (arena + 197895)[l63 * 128 + l64 * 128 + l65] = (arena + 197767)[l63 * 128 + l64 * 128 + l65] != 0.0f ? (arena + 45058)[l63 * 128 + l64 * 128 + l65] : (arena + 197510)[l63 * 128 + l64 * 128 + l65];
                                     }
                                 }
                             }
                             for (long long l66 = 0; l66 < 1; l66++) {
                                 for (long long l67 = 0; l67 < 1; l67++) {
                                     for (long long l68 = 0; l68 < 128; l68++) {
-                                        (arena + 197896)[l66 * 128 + l67 * 128 + l68] = (arena + 197768)[l66 * 128 + l67 * 128 + l68] != 0.0f ? (arena + 197767)[0] : (arena + 197638)[l66 * 128 + l67 * 128 + l68];
+                                        (arena + 240139)[l66 * 128 + l67 * 128 + l68] = (arena + 197895)[l66 * 128 + l67 * 128 + l68];
                                     }
                                 }
                             }
                             for (long long l69 = 0; l69 < 1; l69++) {
                                 for (long long l70 = 0; l70 < 1; l70++) {
                                     for (long long l71 = 0; l71 < 128; l71++) {
-                                        (arena + 198024)[l69 * 128 + l70 * 128 + l71] = ((arena + 197510)[l69 * 128 + l70 * 128 + l71] - (arena + 197896)[l69 * 128 + l70 * 128 + l71]);
+                                        (arena + 198153)[l69 * 128 + l70 * 128 + l71] = (((arena + 197895)[l69 * 128 + l70 * 128 + l71]) == ((arena + 198151)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l72 = 0; l72 < 1; l72++) {
                                 for (long long l73 = 0; l73 < 1; l73++) {
                                     for (long long l74 = 0; l74 < 128; l74++) {
-                                        (arena + 198152)[l72 * 128 + l73 * 128 + l74] = expf((arena + 198024)[l72 * 128 + l73 * 128 + l74]);
+                                        (arena + 198281)[l72 * 128 + l73 * 128 + l74] = (arena + 198153)[l72 * 128 + l73 * 128 + l74] != 0.0f ? (arena + 198152)[0] : (arena + 197895)[l72 * 128 + l73 * 128 + l74];
                                     }
                                 }
                             }
                             for (long long l75 = 0; l75 < 1; l75++) {
                                 for (long long l76 = 0; l76 < 1; l76++) {
                                     for (long long l77 = 0; l77 < 128; l77++) {
-                                        (arena + 198280)[l75 * 128 + l76 * 128 + l77] = (arena + 248202)[l75 * 128 + l76 * 128 + l77];
+                                        (arena + 198409)[l75 * 128 + l76 * 128 + l77] = ((arena + 197510)[l75 * 128 + l76 * 128 + l77] - (arena + 198281)[l75 * 128 + l76 * 128 + l77]);
                                     }
                                 }
                             }
                             for (long long l78 = 0; l78 < 1; l78++) {
                                 for (long long l79 = 0; l79 < 1; l79++) {
                                     for (long long l80 = 0; l80 < 128; l80++) {
-                                        (arena + 198408)[l78 * 128 + l79 * 128 + l80] = ((arena + 198280)[l78 * 128 + l79 * 128 + l80] * (arena + 198152)[l78 * 128 + l79 * 128 + l80]);
+                                        (arena + 198537)[l78 * 128 + l79 * 128 + l80] = expf((arena + 198409)[l78 * 128 + l79 * 128 + l80]);
                                     }
                                 }
                             }
                             for (long long l81 = 0; l81 < 1; l81++) {
                                 for (long long l82 = 0; l82 < 1; l82++) {
                                     for (long long l83 = 0; l83 < 128; l83++) {
-                                        (arena + 248202)[l81 * 128 + l82 * 128 + l83] = (arena + 198408)[l81 * 128 + l82 * 128 + l83];
+                                        (arena + 198665)[l81 * 128 + l82 * 128 + l83] = (arena + 248587)[l81 * 128 + l82 * 128 + l83];
                                     }
                                 }
                             }
                             for (long long l84 = 0; l84 < 1; l84++) {
                                 for (long long l85 = 0; l85 < 1; l85++) {
                                     for (long long l86 = 0; l86 < 128; l86++) {
-                                        (arena + 223241)[l84 * 128 + l85 * 128 + l86] = ((arena + 197896)[l84 * 128 + l85 * 128 + l86] * (arena + 223240)[0]);
+                                        (arena + 198793)[l84 * 128 + l85 * 128 + l86] = ((arena + 198665)[l84 * 128 + l85 * 128 + l86] * (arena + 198537)[l84 * 128 + l85 * 128 + l86]);
                                     }
                                 }
                             }
                             for (long long l87 = 0; l87 < 1; l87++) {
                                 for (long long l88 = 0; l88 < 1; l88++) {
                                     for (long long l89 = 0; l89 < 128; l89++) {
-                                        for (long long l90 = 0; l90 < 64; l90++) {
-                                            (arena + 223370)[l87 * 8192 + l88 * 8192 + l89 * 64 + l90] = ((arena + 20480)[l87 * 8192 + l88 * 8192 + l89 * 64 + l90] * (arena + 223369)[0]);
+                                        (arena + 248587)[l87 * 128 + l88 * 128 + l89] = (arena + 198793)[l87 * 128 + l88 * 128 + l89];
+                                    }
+                                }
+                            }
+                            for (long long l90 = 0; l90 < 1; l90++) {
+                                for (long long l91 = 0; l91 < 1; l91++) {
+                                    for (long long l92 = 0; l92 < 128; l92++) {
+                                        (arena + 223626)[l90 * 128 + l91 * 128 + l92] = ((arena + 198281)[l90 * 128 + l91 * 128 + l92] * (arena + 223625)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l93 = 0; l93 < 1; l93++) {
+                                for (long long l94 = 0; l94 < 1; l94++) {
+                                    for (long long l95 = 0; l95 < 128; l95++) {
+                                        for (long long l96 = 0; l96 < 64; l96++) {
+                                            (arena + 223755)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] = ((arena + 20480)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] * (arena + 223754)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l91 = 0; l91 < 1; l91++) {
-                                for (long long l92 = 0; l92 < 1; l92++) {
-                                    for (long long l93 = 0; l93 < 128; l93++) {
-                                        for (long long l94 = 0; l94 < 64; l94++) {
-                                            (arena + 231562)[l91 * 8192 + l92 * 8192 + l93 * 64 + l94] = ((arena + 223370)[l91 * 8192 + l92 * 8192 + l93 * 64 + l94] - (arena + 223241)[l91 * 128 + l92 * 128 + l93]);
+                            for (long long l97 = 0; l97 < 1; l97++) {
+                                for (long long l98 = 0; l98 < 1; l98++) {
+                                    for (long long l99 = 0; l99 < 128; l99++) {
+                                        for (long long l100 = 0; l100 < 64; l100++) {
+                                            (arena + 231947)[l97 * 8192 + l98 * 8192 + l99 * 64 + l100] = ((arena + 223755)[l97 * 8192 + l98 * 8192 + l99 * 64 + l100] - (arena + 223626)[l97 * 128 + l98 * 128 + l99]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l95 = 0; l95 < 1; l95++) {
-                                for (long long l96 = 0; l96 < 1; l96++) {
-                                    for (long long l97 = 0; l97 < 128; l97++) {
-                                        for (long long l98 = 0; l98 < 64; l98++) {
-                                            (arena + 90500)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98] = exp2f((arena + 231562)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98]);
+                            for (long long l101 = 0; l101 < 1; l101++) {
+                                for (long long l102 = 0; l102 < 1; l102++) {
+                                    for (long long l103 = 0; l103 < 128; l103++) {
+                                        for (long long l104 = 0; l104 < 64; l104++) {
+                                            (arena + 90500)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104] = exp2f((arena + 231947)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l99 = 0; l99 < 1; l99++) {
-                                for (long long l100 = 0; l100 < 1; l100++) {
-                                    for (long long l101 = 0; l101 < 128; l101++) {
-                                        for (long long l102 = 0; l102 < 64; l102++) {
-                                            (arena + 98692)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] = (o15 + l102 < s3) ? (arena + 90500)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] : 0e0f;
+                            for (long long l105 = 0; l105 < 1; l105++) {
+                                for (long long l106 = 0; l106 < 1; l106++) {
+                                    for (long long l107 = 0; l107 < 128; l107++) {
+                                        for (long long l108 = 0; l108 < 64; l108++) {
+                                            (arena + 98692)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108] = (o15 + l108 < s3) ? (arena + 90500)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l103 = 0; l103 < 1; l103++) {
-                                for (long long l104 = 0; l104 < 1; l104++) {
-                                    for (long long l105 = 0; l105 < 128; l105++) {
-                                        float a107 = 0e0f;
-                                        for (long long r106 = 0; r106 < 64; r106 += 1) a107 = a107 + (arena + 98692)[l103 * 8192 + l104 * 8192 + l105 * 64 + r106 * 1];
-                                        (arena + 106884)[l103 * 128 + l104 * 128 + l105] = a107;
+                            for (long long l109 = 0; l109 < 1; l109++) {
+                                for (long long l110 = 0; l110 < 1; l110++) {
+                                    for (long long l111 = 0; l111 < 128; l111++) {
+                                        float a113 = 0e0f;
+                                        for (long long r112 = 0; r112 < 64; r112 += 1) a113 = a113 + (arena + 98692)[l109 * 8192 + l110 * 8192 + l111 * 64 + r112 * 1];
+                                        (arena + 106884)[l109 * 128 + l110 * 128 + l111] = a113;
                                     }
                                 }
                             }
-                            for (long long l108 = 0; l108 < 1; l108++) {
-                                for (long long l109 = 0; l109 < 1; l109++) {
-                                    for (long long l110 = 0; l110 < 128; l110++) {
-                                        (arena + 248202)[l108 * 128 + l109 * 128 + l110] = (arena + 248202)[l108 * 128 + l109 * 128 + l110] + (arena + 106884)[l108 * 128 + l109 * 128 + l110];
+                            for (long long l114 = 0; l114 < 1; l114++) {
+                                for (long long l115 = 0; l115 < 1; l115++) {
+                                    for (long long l116 = 0; l116 < 128; l116++) {
+                                        (arena + 248587)[l114 * 128 + l115 * 128 + l116] = (arena + 248587)[l114 * 128 + l115 * 128 + l116] + (arena + 106884)[l114 * 128 + l115 * 128 + l116];
                                     }
                                 }
                             }
-                            for (long long l111 = 0; l111 < 1; l111++) {
-                                for (long long l112 = 0; l112 < 1; l112++) {
-                                    for (long long l113 = 0; l113 < 128; l113++) {
-                                        for (long long l114 = 0; l114 < 64; l114++) {
-                                            (arena + 198536)[l111 * 8192 + l112 * 8192 + l113 * 64 + l114] = (arena + 256650)[l111 * 8192 + l112 * 8192 + l113 * 64 + l114];
+                            for (long long l117 = 0; l117 < 1; l117++) {
+                                for (long long l118 = 0; l118 < 1; l118++) {
+                                    for (long long l119 = 0; l119 < 128; l119++) {
+                                        for (long long l120 = 0; l120 < 64; l120++) {
+                                            (arena + 198921)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120] = (arena + 257035)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120];
                                         }
                                     }
                                 }
                             }
-                            for (long long l115 = 0; l115 < 1; l115++) {
-                                for (long long l116 = 0; l116 < 1; l116++) {
-                                    for (long long l117 = 0; l117 < 128; l117++) {
-                                        for (long long l118 = 0; l118 < 64; l118++) {
-                                            (arena + 206728)[l115 * 8192 + l116 * 8192 + l117 * 64 + l118] = ((arena + 198536)[l115 * 8192 + l116 * 8192 + l117 * 64 + l118] * (arena + 198152)[l115 * 128 + l116 * 128 + l117]);
+                            for (long long l121 = 0; l121 < 1; l121++) {
+                                for (long long l122 = 0; l122 < 1; l122++) {
+                                    for (long long l123 = 0; l123 < 128; l123++) {
+                                        for (long long l124 = 0; l124 < 64; l124++) {
+                                            (arena + 207113)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124] = ((arena + 198921)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124] * (arena + 198537)[l121 * 128 + l122 * 128 + l123]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l119 = 0; l119 < 1; l119++) {
-                                for (long long l120 = 0; l120 < 1; l120++) {
-                                    for (long long l121 = 0; l121 < 128; l121++) {
-                                        for (long long l122 = 0; l122 < 64; l122++) {
-                                            (arena + 256650)[l119 * 8192 + l120 * 8192 + l121 * 64 + l122] = (arena + 206728)[l119 * 8192 + l120 * 8192 + l121 * 64 + l122];
+                            for (long long l125 = 0; l125 < 1; l125++) {
+                                for (long long l126 = 0; l126 < 1; l126++) {
+                                    for (long long l127 = 0; l127 < 128; l127++) {
+                                        for (long long l128 = 0; l128 < 64; l128++) {
+                                            (arena + 257035)[l125 * 8192 + l126 * 8192 + l127 * 64 + l128] = (arena + 207113)[l125 * 8192 + l126 * 8192 + l127 * 64 + l128];
                                         }
                                     }
                                 }
                             }
-                            for (long long l123 = 0; l123 < 1; l123++) {
-                                for (long long l124 = 0; l124 < 1; l124++) {
-                                    for (long long l125 = 0; l125 < 64; l125++) {
-                                        for (long long l126 = 0; l126 < 64; l126++) {
-                                            (arena + 168710)[l123 * 4096 + l124 * 4096 + l125 * 64 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o15 + l126 < s3 && o4 + l125 < s4) ? dt_load_f16(in2[(o1 + l123) * args->input_strides[2][0] + (o2 + l124) * args->input_strides[2][1] + (o15 + l126) * args->input_strides[2][2] + (o4 + l125) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l127 = 0; l127 < 1; l127++) {
-                                for (long long l128 = 0; l128 < 1; l128++) {
-                                    for (long long l129 = 0; l129 < 128; l129++) {
-                                        for (long long l130 = 0; l130 < 64; l130++) {
-                                            float a132 = 0.0f;
-                                            for (long long r131 = 0; r131 < 64; r131++) a132 += (arena + 98692)[l127 * 8192 + l128 * 8192 + l129 * 64 + r131 * 1] * (arena + 168710)[l127 * 4096 + l128 * 4096 + l130 * 64 + r131 * 1];
-                                            (arena + 172806)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130] = a132;
+                            for (long long l129 = 0; l129 < 1; l129++) {
+                                for (long long l130 = 0; l130 < 1; l130++) {
+                                    for (long long l131 = 0; l131 < 64; l131++) {
+                                        for (long long l132 = 0; l132 < 64; l132++) {
+                                            (arena + 168710)[l129 * 4096 + l130 * 4096 + l131 * 64 + l132] = (o1 + l129 < s0 && o2 + l130 < s1 && o15 + l132 < s3 && o4 + l131 < s4) ? dt_load_f16(in2[(o1 + l129) * args->input_strides[2][0] + (o2 + l130) * args->input_strides[2][1] + (o15 + l132) * args->input_strides[2][2] + (o4 + l131) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -424,42 +428,53 @@ int dt_attention_64_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l134 = 0; l134 < 1; l134++) {
                                     for (long long l135 = 0; l135 < 128; l135++) {
                                         for (long long l136 = 0; l136 < 64; l136++) {
-                                            (arena + 256650)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136] = (arena + 256650)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136] + (arena + 172806)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136];
+                                            float a138 = 0.0f;
+                                            for (long long r137 = 0; r137 < 64; r137++) a138 += (arena + 98692)[l133 * 8192 + l134 * 8192 + l135 * 64 + r137 * 1] * (arena + 168710)[l133 * 4096 + l134 * 4096 + l136 * 64 + r137 * 1];
+                                            (arena + 172806)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136] = a138;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l139 = 0; l139 < 1; l139++) {
+                                for (long long l140 = 0; l140 < 1; l140++) {
+                                    for (long long l141 = 0; l141 < 128; l141++) {
+                                        for (long long l142 = 0; l142 < 64; l142++) {
+                                            (arena + 257035)[l139 * 8192 + l140 * 8192 + l141 * 64 + l142] = (arena + 257035)[l139 * 8192 + l140 * 8192 + l141 * 64 + l142] + (arena + 172806)[l139 * 8192 + l140 * 8192 + l141 * 64 + l142];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l137 = 0; l137 < 1; l137++) {
-                            for (long long l138 = 0; l138 < 1; l138++) {
-                                for (long long l139 = 0; l139 < 128; l139++) {
-                                    (arena + 107012)[l137 * 128 + l138 * 128 + l139] = (arena + 248202)[l137 * 128 + l138 * 128 + l139];
+                        for (long long l143 = 0; l143 < 1; l143++) {
+                            for (long long l144 = 0; l144 < 1; l144++) {
+                                for (long long l145 = 0; l145 < 128; l145++) {
+                                    (arena + 107012)[l143 * 128 + l144 * 128 + l145] = (arena + 248587)[l143 * 128 + l144 * 128 + l145];
                                 }
                             }
                         }
-                        for (long long l140 = 0; l140 < 1; l140++) {
-                            for (long long l141 = 0; l141 < 1; l141++) {
-                                for (long long l142 = 0; l142 < 128; l142++) {
-                                    for (long long l143 = 0; l143 < 64; l143++) {
-                                        (arena + 180998)[l140 * 8192 + l141 * 8192 + l142 * 64 + l143] = (arena + 256650)[l140 * 8192 + l141 * 8192 + l142 * 64 + l143];
+                        for (long long l146 = 0; l146 < 1; l146++) {
+                            for (long long l147 = 0; l147 < 1; l147++) {
+                                for (long long l148 = 0; l148 < 128; l148++) {
+                                    for (long long l149 = 0; l149 < 64; l149++) {
+                                        (arena + 180998)[l146 * 8192 + l147 * 8192 + l148 * 64 + l149] = (arena + 257035)[l146 * 8192 + l147 * 8192 + l148 * 64 + l149];
                                     }
                                 }
                             }
                         }
-                        for (long long l144 = 0; l144 < 1; l144++) {
-                            for (long long l145 = 0; l145 < 1; l145++) {
-                                for (long long l146 = 0; l146 < 128; l146++) {
-                                    for (long long l147 = 0; l147 < 64; l147++) {
-                                        (arena + 189318)[l144 * 8192 + l145 * 8192 + l146 * 64 + l147] = ((arena + 180998)[l144 * 8192 + l145 * 8192 + l146 * 64 + l147] / (arena + 107012)[l144 * 128 + l145 * 128 + l146]);
+                        for (long long l150 = 0; l150 < 1; l150++) {
+                            for (long long l151 = 0; l151 < 1; l151++) {
+                                for (long long l152 = 0; l152 < 128; l152++) {
+                                    for (long long l153 = 0; l153 < 64; l153++) {
+                                        (arena + 189318)[l150 * 8192 + l151 * 8192 + l152 * 64 + l153] = ((arena + 180998)[l150 * 8192 + l151 * 8192 + l152 * 64 + l153] / (arena + 107012)[l150 * 128 + l151 * 128 + l152]);
                                     }
                                 }
                             }
                         }
-                        for (long long l148 = 0; l148 < 1; l148++) {
-                            for (long long l149 = 0; l149 < 1; l149++) {
-                                for (long long l150 = 0; l150 < 128; l150++) {
-                                    for (long long l151 = 0; l151 < 64; l151++) {
-                                        if (o1 + l148 < s0 && o2 + l149 < s1 && o3 + l150 < s2 && o4 + l151 < s4) out[(o1 + l148) * args->output_strides[0] + (o2 + l149) * args->output_strides[1] + (o3 + l150) * args->output_strides[2] + (o4 + l151) * args->output_strides[3]] = dt_store_f16((arena + 189318)[l148 * 8192 + l149 * 8192 + l150 * 64 + l151]);
+                        for (long long l154 = 0; l154 < 1; l154++) {
+                            for (long long l155 = 0; l155 < 1; l155++) {
+                                for (long long l156 = 0; l156 < 128; l156++) {
+                                    for (long long l157 = 0; l157 < 64; l157++) {
+                                        if (o1 + l154 < s0 && o2 + l155 < s1 && o3 + l156 < s2 && o4 + l157 < s4) out[(o1 + l154) * args->output_strides[0] + (o2 + l155) * args->output_strides[1] + (o3 + l156) * args->output_strides[2] + (o4 + l157) * args->output_strides[3]] = dt_store_f16((arena + 189318)[l154 * 8192 + l155 * 8192 + l156 * 64 + l157]);
                                     }
                                 }
                             }
@@ -485,7 +500,7 @@ int dt_attention_64_bf16(const dt_args* args, long long first, long long last) {
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_64 */
-    float* arena = (float*)malloc(sizeof(float) * 273034);
+    float* arena = (float*)malloc(sizeof(float) * 273419);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -509,10 +524,11 @@ int dt_attention_64_bf16(const dt_args* args, long long first, long long last) {
         if (b4 >= dt_cdiv(s4, 64)) continue; /* past the end of a short group */
         (arena + 28672)[0] = (float)s5;
         (arena + 28673)[0] = dt_rsqrt((arena + 28672)[0]);
-        (arena + 197766)[0] = (-INFINITY);
-        (arena + 197767)[0] = 0e0f;
-        (arena + 223240)[0] = 1.442695e0f;
-        (arena + 223369)[0] = ((arena + 28673)[0] * (arena + 223240)[0]);
+        (arena + 197638)[0] = 5.5451775e0f;
+        (arena + 198151)[0] = (-INFINITY);
+        (arena + 198152)[0] = 0e0f;
+        (arena + 223625)[0] = 1.442695e0f;
+        (arena + 223754)[0] = ((arena + 28673)[0] * (arena + 223625)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -526,7 +542,7 @@ int dt_attention_64_bf16(const dt_args* args, long long first, long long last) {
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 64; l8++) {
-                                        (arena + 256650)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
+                                        (arena + 257035)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -535,7 +551,7 @@ int dt_attention_64_bf16(const dt_args* args, long long first, long long last) {
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 248202)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 248587)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -543,7 +559,7 @@ int dt_attention_64_bf16(const dt_args* args, long long first, long long last) {
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 239754)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 240139)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -554,7 +570,7 @@ int dt_attention_64_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l17 = 0; l17 < 1; l17++) {
                                     for (long long l18 = 0; l18 < 128; l18++) {
                                         for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 239882)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
+                                            (arena + 240267)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
@@ -592,7 +608,7 @@ int dt_attention_64_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l35 = 0; l35 < 1; l35++) {
                                     for (long long l36 = 0; l36 < 128; l36++) {
                                         for (long long l37 = 0; l37 < 64; l37++) {
-                                            (arena + 239882)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 239882)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 12288)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
+                                            (arena + 240267)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 240267)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 12288)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
                                         }
                                     }
                                 }
@@ -601,7 +617,7 @@ int dt_attention_64_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 20480)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 239882)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
+                                            (arena + 20480)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 240267)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
@@ -610,7 +626,7 @@ int dt_attention_64_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 214920)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (o15 + l45 < s3) ? (arena + 20480)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] : (-INFINITY);
+                                            (arena + 215305)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (o15 + l45 < s3) ? (arena + 20480)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -619,190 +635,193 @@ int dt_attention_64_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
                                         float a50 = (-INFINITY);
-                                        for (long long r49 = 0; r49 < 64; r49 += 1) a50 = fmaxf(a50, (arena + 214920)[l46 * 8192 + l47 * 8192 + l48 * 64 + r49 * 1]);
-                                        (arena + 223112)[l46 * 128 + l47 * 128 + l48] = a50;
+                                        for (long long r49 = 0; r49 < 64; r49 += 1) a50 = fmaxf(a50, (arena + 215305)[l46 * 8192 + l47 * 8192 + l48 * 64 + r49 * 1]);
+                                        (arena + 223497)[l46 * 128 + l47 * 128 + l48] = a50;
                                     }
                                 }
                             }
                             for (long long l51 = 0; l51 < 1; l51++) {
                                 for (long long l52 = 0; l52 < 1; l52++) {
                                     for (long long l53 = 0; l53 < 128; l53++) {
-                                        (arena + 45058)[l51 * 128 + l52 * 128 + l53] = ((arena + 223112)[l51 * 128 + l52 * 128 + l53] * (arena + 28673)[0]);
+                                        (arena + 45058)[l51 * 128 + l52 * 128 + l53] = ((arena + 223497)[l51 * 128 + l52 * 128 + l53] * (arena + 28673)[0]);
                                     }
                                 }
                             }
                             for (long long l54 = 0; l54 < 1; l54++) {
                                 for (long long l55 = 0; l55 < 1; l55++) {
                                     for (long long l56 = 0; l56 < 128; l56++) {
-                                        (arena + 197510)[l54 * 128 + l55 * 128 + l56] = (arena + 239754)[l54 * 128 + l55 * 128 + l56];
+                                        (arena + 197510)[l54 * 128 + l55 * 128 + l56] = (arena + 240139)[l54 * 128 + l55 * 128 + l56];
                                     }
                                 }
                             }
                             for (long long l57 = 0; l57 < 1; l57++) {
                                 for (long long l58 = 0; l58 < 1; l58++) {
                                     for (long long l59 = 0; l59 < 128; l59++) {
-                                        (arena + 239754)[l57 * 128 + l58 * 128 + l59] = fmaxf((arena + 239754)[l57 * 128 + l58 * 128 + l59], (arena + 45058)[l57 * 128 + l58 * 128 + l59]);
+                                        (arena + 197639)[l57 * 128 + l58 * 128 + l59] = ((arena + 197510)[l57 * 128 + l58 * 128 + l59] + (arena + 197638)[0]);
                                     }
                                 }
                             }
                             for (long long l60 = 0; l60 < 1; l60++) {
                                 for (long long l61 = 0; l61 < 1; l61++) {
                                     for (long long l62 = 0; l62 < 128; l62++) {
-                                        (arena + 197638)[l60 * 128 + l61 * 128 + l62] = (arena + 239754)[l60 * 128 + l61 * 128 + l62];
+                                        (arena + 197767)[l60 * 128 + l61 * 128 + l62] = (((arena + 45058)[l60 * 128 + l61 * 128 + l62]) > ((arena + 197639)[l60 * 128 + l61 * 128 + l62]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l63 = 0; l63 < 1; l63++) {
                                 for (long long l64 = 0; l64 < 1; l64++) {
                                     for (long long l65 = 0; l65 < 128; l65++) {
-                                        (arena + 197768)[l63 * 128 + l64 * 128 + l65] = (((arena + 197638)[l63 * 128 + l64 * 128 + l65]) == ((arena + 197766)[0]) ? 1.0f : 0.0f);
+                                        (arena + 197895)[l63 * 128 + l64 * 128 + l65] = (arena + 197767)[l63 * 128 + l64 * 128 + l65] != 0.0f ? (arena + 45058)[l63 * 128 + l64 * 128 + l65] : (arena + 197510)[l63 * 128 + l64 * 128 + l65];
                                     }
                                 }
                             }
                             for (long long l66 = 0; l66 < 1; l66++) {
                                 for (long long l67 = 0; l67 < 1; l67++) {
                                     for (long long l68 = 0; l68 < 128; l68++) {
-                                        (arena + 197896)[l66 * 128 + l67 * 128 + l68] = (arena + 197768)[l66 * 128 + l67 * 128 + l68] != 0.0f ? (arena + 197767)[0] : (arena + 197638)[l66 * 128 + l67 * 128 + l68];
+                                        (arena + 240139)[l66 * 128 + l67 * 128 + l68] = (arena + 197895)[l66 * 128 + l67 * 128 + l68];
                                     }
                                 }
                             }
                             for (long long l69 = 0; l69 < 1; l69++) {
                                 for (long long l70 = 0; l70 < 1; l70++) {
                                     for (long long l71 = 0; l71 < 128; l71++) {
-                                        (arena + 198024)[l69 * 128 + l70 * 128 + l71] = ((arena + 197510)[l69 * 128 + l70 * 128 + l71] - (arena + 197896)[l69 * 128 + l70 * 128 + l71]);
+                                        (arena + 198153)[l69 * 128 + l70 * 128 + l71] = (((arena + 197895)[l69 * 128 + l70 * 128 + l71]) == ((arena + 198151)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l72 = 0; l72 < 1; l72++) {
                                 for (long long l73 = 0; l73 < 1; l73++) {
                                     for (long long l74 = 0; l74 < 128; l74++) {
-                                        (arena + 198152)[l72 * 128 + l73 * 128 + l74] = expf((arena + 198024)[l72 * 128 + l73 * 128 + l74]);
+                                        (arena + 198281)[l72 * 128 + l73 * 128 + l74] = (arena + 198153)[l72 * 128 + l73 * 128 + l74] != 0.0f ? (arena + 198152)[0] : (arena + 197895)[l72 * 128 + l73 * 128 + l74];
                                     }
                                 }
                             }
                             for (long long l75 = 0; l75 < 1; l75++) {
                                 for (long long l76 = 0; l76 < 1; l76++) {
                                     for (long long l77 = 0; l77 < 128; l77++) {
-                                        (arena + 198280)[l75 * 128 + l76 * 128 + l77] = (arena + 248202)[l75 * 128 + l76 * 128 + l77];
+                                        (arena + 198409)[l75 * 128 + l76 * 128 + l77] = ((arena + 197510)[l75 * 128 + l76 * 128 + l77] - (arena + 198281)[l75 * 128 + l76 * 128 + l77]);
                                     }
                                 }
                             }
                             for (long long l78 = 0; l78 < 1; l78++) {
                                 for (long long l79 = 0; l79 < 1; l79++) {
                                     for (long long l80 = 0; l80 < 128; l80++) {
-                                        (arena + 198408)[l78 * 128 + l79 * 128 + l80] = ((arena + 198280)[l78 * 128 + l79 * 128 + l80] * (arena + 198152)[l78 * 128 + l79 * 128 + l80]);
+                                        (arena + 198537)[l78 * 128 + l79 * 128 + l80] = expf((arena + 198409)[l78 * 128 + l79 * 128 + l80]);
                                     }
                                 }
                             }
                             for (long long l81 = 0; l81 < 1; l81++) {
                                 for (long long l82 = 0; l82 < 1; l82++) {
                                     for (long long l83 = 0; l83 < 128; l83++) {
-                                        (arena + 248202)[l81 * 128 + l82 * 128 + l83] = (arena + 198408)[l81 * 128 + l82 * 128 + l83];
+                                        (arena + 198665)[l81 * 128 + l82 * 128 + l83] = (arena + 248587)[l81 * 128 + l82 * 128 + l83];
                                     }
                                 }
                             }
                             for (long long l84 = 0; l84 < 1; l84++) {
                                 for (long long l85 = 0; l85 < 1; l85++) {
                                     for (long long l86 = 0; l86 < 128; l86++) {
-                                        (arena + 223241)[l84 * 128 + l85 * 128 + l86] = ((arena + 197896)[l84 * 128 + l85 * 128 + l86] * (arena + 223240)[0]);
+                                        (arena + 198793)[l84 * 128 + l85 * 128 + l86] = ((arena + 198665)[l84 * 128 + l85 * 128 + l86] * (arena + 198537)[l84 * 128 + l85 * 128 + l86]);
                                     }
                                 }
                             }
                             for (long long l87 = 0; l87 < 1; l87++) {
                                 for (long long l88 = 0; l88 < 1; l88++) {
                                     for (long long l89 = 0; l89 < 128; l89++) {
-                                        for (long long l90 = 0; l90 < 64; l90++) {
-                                            (arena + 223370)[l87 * 8192 + l88 * 8192 + l89 * 64 + l90] = ((arena + 20480)[l87 * 8192 + l88 * 8192 + l89 * 64 + l90] * (arena + 223369)[0]);
+                                        (arena + 248587)[l87 * 128 + l88 * 128 + l89] = (arena + 198793)[l87 * 128 + l88 * 128 + l89];
+                                    }
+                                }
+                            }
+                            for (long long l90 = 0; l90 < 1; l90++) {
+                                for (long long l91 = 0; l91 < 1; l91++) {
+                                    for (long long l92 = 0; l92 < 128; l92++) {
+                                        (arena + 223626)[l90 * 128 + l91 * 128 + l92] = ((arena + 198281)[l90 * 128 + l91 * 128 + l92] * (arena + 223625)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l93 = 0; l93 < 1; l93++) {
+                                for (long long l94 = 0; l94 < 1; l94++) {
+                                    for (long long l95 = 0; l95 < 128; l95++) {
+                                        for (long long l96 = 0; l96 < 64; l96++) {
+                                            (arena + 223755)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] = ((arena + 20480)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] * (arena + 223754)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l91 = 0; l91 < 1; l91++) {
-                                for (long long l92 = 0; l92 < 1; l92++) {
-                                    for (long long l93 = 0; l93 < 128; l93++) {
-                                        for (long long l94 = 0; l94 < 64; l94++) {
-                                            (arena + 231562)[l91 * 8192 + l92 * 8192 + l93 * 64 + l94] = ((arena + 223370)[l91 * 8192 + l92 * 8192 + l93 * 64 + l94] - (arena + 223241)[l91 * 128 + l92 * 128 + l93]);
+                            for (long long l97 = 0; l97 < 1; l97++) {
+                                for (long long l98 = 0; l98 < 1; l98++) {
+                                    for (long long l99 = 0; l99 < 128; l99++) {
+                                        for (long long l100 = 0; l100 < 64; l100++) {
+                                            (arena + 231947)[l97 * 8192 + l98 * 8192 + l99 * 64 + l100] = ((arena + 223755)[l97 * 8192 + l98 * 8192 + l99 * 64 + l100] - (arena + 223626)[l97 * 128 + l98 * 128 + l99]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l95 = 0; l95 < 1; l95++) {
-                                for (long long l96 = 0; l96 < 1; l96++) {
-                                    for (long long l97 = 0; l97 < 128; l97++) {
-                                        for (long long l98 = 0; l98 < 64; l98++) {
-                                            (arena + 90500)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98] = exp2f((arena + 231562)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98]);
+                            for (long long l101 = 0; l101 < 1; l101++) {
+                                for (long long l102 = 0; l102 < 1; l102++) {
+                                    for (long long l103 = 0; l103 < 128; l103++) {
+                                        for (long long l104 = 0; l104 < 64; l104++) {
+                                            (arena + 90500)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104] = exp2f((arena + 231947)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l99 = 0; l99 < 1; l99++) {
-                                for (long long l100 = 0; l100 < 1; l100++) {
-                                    for (long long l101 = 0; l101 < 128; l101++) {
-                                        for (long long l102 = 0; l102 < 64; l102++) {
-                                            (arena + 98692)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] = (o15 + l102 < s3) ? (arena + 90500)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] : 0e0f;
+                            for (long long l105 = 0; l105 < 1; l105++) {
+                                for (long long l106 = 0; l106 < 1; l106++) {
+                                    for (long long l107 = 0; l107 < 128; l107++) {
+                                        for (long long l108 = 0; l108 < 64; l108++) {
+                                            (arena + 98692)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108] = (o15 + l108 < s3) ? (arena + 90500)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l103 = 0; l103 < 1; l103++) {
-                                for (long long l104 = 0; l104 < 1; l104++) {
-                                    for (long long l105 = 0; l105 < 128; l105++) {
-                                        float a107 = 0e0f;
-                                        for (long long r106 = 0; r106 < 64; r106 += 1) a107 = a107 + (arena + 98692)[l103 * 8192 + l104 * 8192 + l105 * 64 + r106 * 1];
-                                        (arena + 106884)[l103 * 128 + l104 * 128 + l105] = a107;
+                            for (long long l109 = 0; l109 < 1; l109++) {
+                                for (long long l110 = 0; l110 < 1; l110++) {
+                                    for (long long l111 = 0; l111 < 128; l111++) {
+                                        float a113 = 0e0f;
+                                        for (long long r112 = 0; r112 < 64; r112 += 1) a113 = a113 + (arena + 98692)[l109 * 8192 + l110 * 8192 + l111 * 64 + r112 * 1];
+                                        (arena + 106884)[l109 * 128 + l110 * 128 + l111] = a113;
                                     }
                                 }
                             }
-                            for (long long l108 = 0; l108 < 1; l108++) {
-                                for (long long l109 = 0; l109 < 1; l109++) {
-                                    for (long long l110 = 0; l110 < 128; l110++) {
-                                        (arena + 248202)[l108 * 128 + l109 * 128 + l110] = (arena + 248202)[l108 * 128 + l109 * 128 + l110] + (arena + 106884)[l108 * 128 + l109 * 128 + l110];
+                            for (long long l114 = 0; l114 < 1; l114++) {
+                                for (long long l115 = 0; l115 < 1; l115++) {
+                                    for (long long l116 = 0; l116 < 128; l116++) {
+                                        (arena + 248587)[l114 * 128 + l115 * 128 + l116] = (arena + 248587)[l114 * 128 + l115 * 128 + l116] + (arena + 106884)[l114 * 128 + l115 * 128 + l116];
                                     }
                                 }
                             }
-                            for (long long l111 = 0; l111 < 1; l111++) {
-                                for (long long l112 = 0; l112 < 1; l112++) {
-                                    for (long long l113 = 0; l113 < 128; l113++) {
-                                        for (long long l114 = 0; l114 < 64; l114++) {
-                                            (arena + 198536)[l111 * 8192 + l112 * 8192 + l113 * 64 + l114] = (arena + 256650)[l111 * 8192 + l112 * 8192 + l113 * 64 + l114];
+                            for (long long l117 = 0; l117 < 1; l117++) {
+                                for (long long l118 = 0; l118 < 1; l118++) {
+                                    for (long long l119 = 0; l119 < 128; l119++) {
+                                        for (long long l120 = 0; l120 < 64; l120++) {
+                                            (arena + 198921)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120] = (arena + 257035)[l117 * 8192 + l118 * 8192 + l119 * 64 + l120];
                                         }
                                     }
                                 }
                             }
-                            for (long long l115 = 0; l115 < 1; l115++) {
-                                for (long long l116 = 0; l116 < 1; l116++) {
-                                    for (long long l117 = 0; l117 < 128; l117++) {
-                                        for (long long l118 = 0; l118 < 64; l118++) {
-                                            (arena + 206728)[l115 * 8192 + l116 * 8192 + l117 * 64 + l118] = ((arena + 198536)[l115 * 8192 + l116 * 8192 + l117 * 64 + l118] * (arena + 198152)[l115 * 128 + l116 * 128 + l117]);
+                            for (long long l121 = 0; l121 < 1; l121++) {
+                                for (long long l122 = 0; l122 < 1; l122++) {
+                                    for (long long l123 = 0; l123 < 128; l123++) {
+                                        for (long long l124 = 0; l124 < 64; l124++) {
+                                            (arena + 207113)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124] = ((arena + 198921)[l121 * 8192 + l122 * 8192 + l123 * 64 + l124] * (arena + 198537)[l121 * 128 + l122 * 128 + l123]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l119 = 0; l119 < 1; l119++) {
-                                for (long long l120 = 0; l120 < 1; l120++) {
-                                    for (long long l121 = 0; l121 < 128; l121++) {
-                                        for (long long l122 = 0; l122 < 64; l122++) {
-                                            (arena + 256650)[l119 * 8192 + l120 * 8192 + l121 * 64 + l122] = (arena + 206728)[l119 * 8192 + l120 * 8192 + l121 * 64 + l122];
+                            for (long long l125 = 0; l125 < 1; l125++) {
+                                for (long long l126 = 0; l126 < 1; l126++) {
+                                    for (long long l127 = 0; l127 < 128; l127++) {
+                                        for (long long l128 = 0; l128 < 64; l128++) {
+                                            (arena + 257035)[l125 * 8192 + l126 * 8192 + l127 * 64 + l128] = (arena + 207113)[l125 * 8192 + l126 * 8192 + l127 * 64 + l128];
                                         }
                                     }
                                 }
                             }
-                            for (long long l123 = 0; l123 < 1; l123++) {
-                                for (long long l124 = 0; l124 < 1; l124++) {
-                                    for (long long l125 = 0; l125 < 64; l125++) {
-                                        for (long long l126 = 0; l126 < 64; l126++) {
-                                            (arena + 168710)[l123 * 4096 + l124 * 4096 + l125 * 64 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o15 + l126 < s3 && o4 + l125 < s4) ? dt_load_bf16(in2[(o1 + l123) * args->input_strides[2][0] + (o2 + l124) * args->input_strides[2][1] + (o15 + l126) * args->input_strides[2][2] + (o4 + l125) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l127 = 0; l127 < 1; l127++) {
-                                for (long long l128 = 0; l128 < 1; l128++) {
-                                    for (long long l129 = 0; l129 < 128; l129++) {
-                                        for (long long l130 = 0; l130 < 64; l130++) {
-                                            float a132 = 0.0f;
-                                            for (long long r131 = 0; r131 < 64; r131++) a132 += (arena + 98692)[l127 * 8192 + l128 * 8192 + l129 * 64 + r131 * 1] * (arena + 168710)[l127 * 4096 + l128 * 4096 + l130 * 64 + r131 * 1];
-                                            (arena + 172806)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130] = a132;
+                            for (long long l129 = 0; l129 < 1; l129++) {
+                                for (long long l130 = 0; l130 < 1; l130++) {
+                                    for (long long l131 = 0; l131 < 64; l131++) {
+                                        for (long long l132 = 0; l132 < 64; l132++) {
+                                            (arena + 168710)[l129 * 4096 + l130 * 4096 + l131 * 64 + l132] = (o1 + l129 < s0 && o2 + l130 < s1 && o15 + l132 < s3 && o4 + l131 < s4) ? dt_load_bf16(in2[(o1 + l129) * args->input_strides[2][0] + (o2 + l130) * args->input_strides[2][1] + (o15 + l132) * args->input_strides[2][2] + (o4 + l131) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -811,42 +830,53 @@ int dt_attention_64_bf16(const dt_args* args, long long first, long long last) {
                                 for (long long l134 = 0; l134 < 1; l134++) {
                                     for (long long l135 = 0; l135 < 128; l135++) {
                                         for (long long l136 = 0; l136 < 64; l136++) {
-                                            (arena + 256650)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136] = (arena + 256650)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136] + (arena + 172806)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136];
+                                            float a138 = 0.0f;
+                                            for (long long r137 = 0; r137 < 64; r137++) a138 += (arena + 98692)[l133 * 8192 + l134 * 8192 + l135 * 64 + r137 * 1] * (arena + 168710)[l133 * 4096 + l134 * 4096 + l136 * 64 + r137 * 1];
+                                            (arena + 172806)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136] = a138;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l139 = 0; l139 < 1; l139++) {
+                                for (long long l140 = 0; l140 < 1; l140++) {
+                                    for (long long l141 = 0; l141 < 128; l141++) {
+                                        for (long long l142 = 0; l142 < 64; l142++) {
+                                            (arena + 257035)[l139 * 8192 + l140 * 8192 + l141 * 64 + l142] = (arena + 257035)[l139 * 8192 + l140 * 8192 + l141 * 64 + l142] + (arena + 172806)[l139 * 8192 + l140 * 8192 + l141 * 64 + l142];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l137 = 0; l137 < 1; l137++) {
-                            for (long long l138 = 0; l138 < 1; l138++) {
-                                for (long long l139 = 0; l139 < 128; l139++) {
-                                    (arena + 107012)[l137 * 128 + l138 * 128 + l139] = (arena + 248202)[l137 * 128 + l138 * 128 + l139];
+                        for (long long l143 = 0; l143 < 1; l143++) {
+                            for (long long l144 = 0; l144 < 1; l144++) {
+                                for (long long l145 = 0; l145 < 128; l145++) {
+                                    (arena + 107012)[l143 * 128 + l144 * 128 + l145] = (arena + 248587)[l143 * 128 + l144 * 128 + l145];
                                 }
                             }
                         }
-                        for (long long l140 = 0; l140 < 1; l140++) {
-                            for (long long l141 = 0; l141 < 1; l141++) {
-                                for (long long l142 = 0; l142 < 128; l142++) {
-                                    for (long long l143 = 0; l143 < 64; l143++) {
-                                        (arena + 180998)[l140 * 8192 + l141 * 8192 + l142 * 64 + l143] = (arena + 256650)[l140 * 8192 + l141 * 8192 + l142 * 64 + l143];
+                        for (long long l146 = 0; l146 < 1; l146++) {
+                            for (long long l147 = 0; l147 < 1; l147++) {
+                                for (long long l148 = 0; l148 < 128; l148++) {
+                                    for (long long l149 = 0; l149 < 64; l149++) {
+                                        (arena + 180998)[l146 * 8192 + l147 * 8192 + l148 * 64 + l149] = (arena + 257035)[l146 * 8192 + l147 * 8192 + l148 * 64 + l149];
                                     }
                                 }
                             }
                         }
-                        for (long long l144 = 0; l144 < 1; l144++) {
-                            for (long long l145 = 0; l145 < 1; l145++) {
-                                for (long long l146 = 0; l146 < 128; l146++) {
-                                    for (long long l147 = 0; l147 < 64; l147++) {
-                                        (arena + 189318)[l144 * 8192 + l145 * 8192 + l146 * 64 + l147] = ((arena + 180998)[l144 * 8192 + l145 * 8192 + l146 * 64 + l147] / (arena + 107012)[l144 * 128 + l145 * 128 + l146]);
+                        for (long long l150 = 0; l150 < 1; l150++) {
+                            for (long long l151 = 0; l151 < 1; l151++) {
+                                for (long long l152 = 0; l152 < 128; l152++) {
+                                    for (long long l153 = 0; l153 < 64; l153++) {
+                                        (arena + 189318)[l150 * 8192 + l151 * 8192 + l152 * 64 + l153] = ((arena + 180998)[l150 * 8192 + l151 * 8192 + l152 * 64 + l153] / (arena + 107012)[l150 * 128 + l151 * 128 + l152]);
                                     }
                                 }
                             }
                         }
-                        for (long long l148 = 0; l148 < 1; l148++) {
-                            for (long long l149 = 0; l149 < 1; l149++) {
-                                for (long long l150 = 0; l150 < 128; l150++) {
-                                    for (long long l151 = 0; l151 < 64; l151++) {
-                                        if (o1 + l148 < s0 && o2 + l149 < s1 && o3 + l150 < s2 && o4 + l151 < s4) out[(o1 + l148) * args->output_strides[0] + (o2 + l149) * args->output_strides[1] + (o3 + l150) * args->output_strides[2] + (o4 + l151) * args->output_strides[3]] = dt_store_bf16((arena + 189318)[l148 * 8192 + l149 * 8192 + l150 * 64 + l151]);
+                        for (long long l154 = 0; l154 < 1; l154++) {
+                            for (long long l155 = 0; l155 < 1; l155++) {
+                                for (long long l156 = 0; l156 < 128; l156++) {
+                                    for (long long l157 = 0; l157 < 64; l157++) {
+                                        if (o1 + l154 < s0 && o2 + l155 < s1 && o3 + l156 < s2 && o4 + l157 < s4) out[(o1 + l154) * args->output_strides[0] + (o2 + l155) * args->output_strides[1] + (o3 + l156) * args->output_strides[2] + (o4 + l157) * args->output_strides[3]] = dt_store_bf16((arena + 189318)[l154 * 8192 + l155 * 8192 + l156 * 64 + l157]);
                                     }
                                 }
                             }
@@ -872,7 +902,7 @@ int dt_attention_causal_64_f16(const dt_args* args, long long first, long long l
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_causal_64 */
-    float* arena = (float*)malloc(sizeof(float) * 339152);
+    float* arena = (float*)malloc(sizeof(float) * 339537);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -898,10 +928,11 @@ int dt_attention_causal_64_f16(const dt_args* args, long long first, long long l
         (arena + 37057)[0] = dt_rsqrt((arena + 37056)[0]);
         (arena + 45250)[0] = INFINITY;
         (arena + 45251)[0] = (-(arena + 45250)[0]);
-        (arena + 247500)[0] = (-INFINITY);
-        (arena + 247501)[0] = 0e0f;
-        (arena + 281166)[0] = 1.442695e0f;
-        (arena + 289487)[0] = ((arena + 37057)[0] * (arena + 281166)[0]);
+        (arena + 247372)[0] = 5.5451775e0f;
+        (arena + 247885)[0] = (-INFINITY);
+        (arena + 247886)[0] = 0e0f;
+        (arena + 281551)[0] = 1.442695e0f;
+        (arena + 289872)[0] = ((arena + 37057)[0] * (arena + 281551)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -915,7 +946,7 @@ int dt_attention_causal_64_f16(const dt_args* args, long long first, long long l
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 64; l8++) {
-                                        (arena + 322768)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
+                                        (arena + 323153)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -924,7 +955,7 @@ int dt_attention_causal_64_f16(const dt_args* args, long long first, long long l
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 314320)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 314705)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -932,7 +963,7 @@ int dt_attention_causal_64_f16(const dt_args* args, long long first, long long l
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 305872)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 306257)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -954,7 +985,7 @@ int dt_attention_causal_64_f16(const dt_args* args, long long first, long long l
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 128; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            (arena + 306000)[l20 * 8192 + l21 * 8192 + l22 * 64 + l23] = 0e0f;
+                                            (arena + 306385)[l20 * 8192 + l21 * 8192 + l22 * 64 + l23] = 0e0f;
                                         }
                                     }
                                 }
@@ -992,7 +1023,7 @@ int dt_attention_causal_64_f16(const dt_args* args, long long first, long long l
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 306000)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 306000)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] + (arena + 20672)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
+                                            (arena + 306385)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 306385)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] + (arena + 20672)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
@@ -1001,7 +1032,7 @@ int dt_attention_causal_64_f16(const dt_args* args, long long first, long long l
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 28864)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (arena + 306000)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45];
+                                            (arena + 28864)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (arena + 306385)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45];
                                         }
                                     }
                                 }
@@ -1010,7 +1041,7 @@ int dt_attention_causal_64_f16(const dt_args* args, long long first, long long l
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
                                         for (long long l49 = 0; l49 < 64; l49++) {
-                                            (arena + 264654)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = (arena + 192)[l48 * 64 + l49] != 0.0f ? (arena + 28864)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] : (arena + 45251)[0];
+                                            (arena + 265039)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = (arena + 192)[l48 * 64 + l49] != 0.0f ? (arena + 28864)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] : (arena + 45251)[0];
                                         }
                                     }
                                 }
@@ -1019,7 +1050,7 @@ int dt_attention_causal_64_f16(const dt_args* args, long long first, long long l
                                 for (long long l51 = 0; l51 < 1; l51++) {
                                     for (long long l52 = 0; l52 < 128; l52++) {
                                         for (long long l53 = 0; l53 < 64; l53++) {
-                                            (arena + 272846)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] = (o15 + l53 < s3) ? (arena + 264654)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] : (-INFINITY);
+                                            (arena + 273231)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] = (o15 + l53 < s3) ? (arena + 265039)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -1028,190 +1059,193 @@ int dt_attention_causal_64_f16(const dt_args* args, long long first, long long l
                                 for (long long l55 = 0; l55 < 1; l55++) {
                                     for (long long l56 = 0; l56 < 128; l56++) {
                                         float a58 = (-INFINITY);
-                                        for (long long r57 = 0; r57 < 64; r57 += 1) a58 = fmaxf(a58, (arena + 272846)[l54 * 8192 + l55 * 8192 + l56 * 64 + r57 * 1]);
-                                        (arena + 281038)[l54 * 128 + l55 * 128 + l56] = a58;
+                                        for (long long r57 = 0; r57 < 64; r57 += 1) a58 = fmaxf(a58, (arena + 273231)[l54 * 8192 + l55 * 8192 + l56 * 64 + r57 * 1]);
+                                        (arena + 281423)[l54 * 128 + l55 * 128 + l56] = a58;
                                     }
                                 }
                             }
                             for (long long l59 = 0; l59 < 1; l59++) {
                                 for (long long l60 = 0; l60 < 1; l60++) {
                                     for (long long l61 = 0; l61 < 128; l61++) {
-                                        (arena + 61636)[l59 * 128 + l60 * 128 + l61] = ((arena + 281038)[l59 * 128 + l60 * 128 + l61] * (arena + 37057)[0]);
+                                        (arena + 61636)[l59 * 128 + l60 * 128 + l61] = ((arena + 281423)[l59 * 128 + l60 * 128 + l61] * (arena + 37057)[0]);
                                     }
                                 }
                             }
                             for (long long l62 = 0; l62 < 1; l62++) {
                                 for (long long l63 = 0; l63 < 1; l63++) {
                                     for (long long l64 = 0; l64 < 128; l64++) {
-                                        (arena + 247244)[l62 * 128 + l63 * 128 + l64] = (arena + 305872)[l62 * 128 + l63 * 128 + l64];
+                                        (arena + 247244)[l62 * 128 + l63 * 128 + l64] = (arena + 306257)[l62 * 128 + l63 * 128 + l64];
                                     }
                                 }
                             }
                             for (long long l65 = 0; l65 < 1; l65++) {
                                 for (long long l66 = 0; l66 < 1; l66++) {
                                     for (long long l67 = 0; l67 < 128; l67++) {
-                                        (arena + 305872)[l65 * 128 + l66 * 128 + l67] = fmaxf((arena + 305872)[l65 * 128 + l66 * 128 + l67], (arena + 61636)[l65 * 128 + l66 * 128 + l67]);
+                                        (arena + 247373)[l65 * 128 + l66 * 128 + l67] = ((arena + 247244)[l65 * 128 + l66 * 128 + l67] + (arena + 247372)[0]);
                                     }
                                 }
                             }
                             for (long long l68 = 0; l68 < 1; l68++) {
                                 for (long long l69 = 0; l69 < 1; l69++) {
                                     for (long long l70 = 0; l70 < 128; l70++) {
-                                        (arena + 247372)[l68 * 128 + l69 * 128 + l70] = (arena + 305872)[l68 * 128 + l69 * 128 + l70];
+                                        (arena + 247501)[l68 * 128 + l69 * 128 + l70] = (((arena + 61636)[l68 * 128 + l69 * 128 + l70]) > ((arena + 247373)[l68 * 128 + l69 * 128 + l70]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l71 = 0; l71 < 1; l71++) {
                                 for (long long l72 = 0; l72 < 1; l72++) {
                                     for (long long l73 = 0; l73 < 128; l73++) {
-                                        (arena + 247502)[l71 * 128 + l72 * 128 + l73] = (((arena + 247372)[l71 * 128 + l72 * 128 + l73]) == ((arena + 247500)[0]) ? 1.0f : 0.0f);
+                                        (arena + 247629)[l71 * 128 + l72 * 128 + l73] = (arena + 247501)[l71 * 128 + l72 * 128 + l73] != 0.0f ? (arena + 61636)[l71 * 128 + l72 * 128 + l73] : (arena + 247244)[l71 * 128 + l72 * 128 + l73];
                                     }
                                 }
                             }
                             for (long long l74 = 0; l74 < 1; l74++) {
                                 for (long long l75 = 0; l75 < 1; l75++) {
                                     for (long long l76 = 0; l76 < 128; l76++) {
-                                        (arena + 247630)[l74 * 128 + l75 * 128 + l76] = (arena + 247502)[l74 * 128 + l75 * 128 + l76] != 0.0f ? (arena + 247501)[0] : (arena + 247372)[l74 * 128 + l75 * 128 + l76];
+                                        (arena + 306257)[l74 * 128 + l75 * 128 + l76] = (arena + 247629)[l74 * 128 + l75 * 128 + l76];
                                     }
                                 }
                             }
                             for (long long l77 = 0; l77 < 1; l77++) {
                                 for (long long l78 = 0; l78 < 1; l78++) {
                                     for (long long l79 = 0; l79 < 128; l79++) {
-                                        (arena + 247758)[l77 * 128 + l78 * 128 + l79] = ((arena + 247244)[l77 * 128 + l78 * 128 + l79] - (arena + 247630)[l77 * 128 + l78 * 128 + l79]);
+                                        (arena + 247887)[l77 * 128 + l78 * 128 + l79] = (((arena + 247629)[l77 * 128 + l78 * 128 + l79]) == ((arena + 247885)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l80 = 0; l80 < 1; l80++) {
                                 for (long long l81 = 0; l81 < 1; l81++) {
                                     for (long long l82 = 0; l82 < 128; l82++) {
-                                        (arena + 247886)[l80 * 128 + l81 * 128 + l82] = expf((arena + 247758)[l80 * 128 + l81 * 128 + l82]);
+                                        (arena + 248015)[l80 * 128 + l81 * 128 + l82] = (arena + 247887)[l80 * 128 + l81 * 128 + l82] != 0.0f ? (arena + 247886)[0] : (arena + 247629)[l80 * 128 + l81 * 128 + l82];
                                     }
                                 }
                             }
                             for (long long l83 = 0; l83 < 1; l83++) {
                                 for (long long l84 = 0; l84 < 1; l84++) {
                                     for (long long l85 = 0; l85 < 128; l85++) {
-                                        (arena + 248014)[l83 * 128 + l84 * 128 + l85] = (arena + 314320)[l83 * 128 + l84 * 128 + l85];
+                                        (arena + 248143)[l83 * 128 + l84 * 128 + l85] = ((arena + 247244)[l83 * 128 + l84 * 128 + l85] - (arena + 248015)[l83 * 128 + l84 * 128 + l85]);
                                     }
                                 }
                             }
                             for (long long l86 = 0; l86 < 1; l86++) {
                                 for (long long l87 = 0; l87 < 1; l87++) {
                                     for (long long l88 = 0; l88 < 128; l88++) {
-                                        (arena + 248142)[l86 * 128 + l87 * 128 + l88] = ((arena + 248014)[l86 * 128 + l87 * 128 + l88] * (arena + 247886)[l86 * 128 + l87 * 128 + l88]);
+                                        (arena + 248271)[l86 * 128 + l87 * 128 + l88] = expf((arena + 248143)[l86 * 128 + l87 * 128 + l88]);
                                     }
                                 }
                             }
                             for (long long l89 = 0; l89 < 1; l89++) {
                                 for (long long l90 = 0; l90 < 1; l90++) {
                                     for (long long l91 = 0; l91 < 128; l91++) {
-                                        (arena + 314320)[l89 * 128 + l90 * 128 + l91] = (arena + 248142)[l89 * 128 + l90 * 128 + l91];
+                                        (arena + 248399)[l89 * 128 + l90 * 128 + l91] = (arena + 314705)[l89 * 128 + l90 * 128 + l91];
                                     }
                                 }
                             }
                             for (long long l92 = 0; l92 < 1; l92++) {
                                 for (long long l93 = 0; l93 < 1; l93++) {
                                     for (long long l94 = 0; l94 < 128; l94++) {
-                                        (arena + 281167)[l92 * 128 + l93 * 128 + l94] = ((arena + 247630)[l92 * 128 + l93 * 128 + l94] * (arena + 281166)[0]);
+                                        (arena + 248527)[l92 * 128 + l93 * 128 + l94] = ((arena + 248399)[l92 * 128 + l93 * 128 + l94] * (arena + 248271)[l92 * 128 + l93 * 128 + l94]);
                                     }
                                 }
                             }
                             for (long long l95 = 0; l95 < 1; l95++) {
                                 for (long long l96 = 0; l96 < 1; l96++) {
                                     for (long long l97 = 0; l97 < 128; l97++) {
-                                        for (long long l98 = 0; l98 < 64; l98++) {
-                                            (arena + 289488)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98] = ((arena + 264654)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98] * (arena + 289487)[0]);
+                                        (arena + 314705)[l95 * 128 + l96 * 128 + l97] = (arena + 248527)[l95 * 128 + l96 * 128 + l97];
+                                    }
+                                }
+                            }
+                            for (long long l98 = 0; l98 < 1; l98++) {
+                                for (long long l99 = 0; l99 < 1; l99++) {
+                                    for (long long l100 = 0; l100 < 128; l100++) {
+                                        (arena + 281552)[l98 * 128 + l99 * 128 + l100] = ((arena + 248015)[l98 * 128 + l99 * 128 + l100] * (arena + 281551)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l101 = 0; l101 < 1; l101++) {
+                                for (long long l102 = 0; l102 < 1; l102++) {
+                                    for (long long l103 = 0; l103 < 128; l103++) {
+                                        for (long long l104 = 0; l104 < 64; l104++) {
+                                            (arena + 289873)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104] = ((arena + 265039)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104] * (arena + 289872)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l99 = 0; l99 < 1; l99++) {
-                                for (long long l100 = 0; l100 < 1; l100++) {
-                                    for (long long l101 = 0; l101 < 128; l101++) {
-                                        for (long long l102 = 0; l102 < 64; l102++) {
-                                            (arena + 297680)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] = ((arena + 289488)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] - (arena + 281167)[l99 * 128 + l100 * 128 + l101]);
+                            for (long long l105 = 0; l105 < 1; l105++) {
+                                for (long long l106 = 0; l106 < 1; l106++) {
+                                    for (long long l107 = 0; l107 < 128; l107++) {
+                                        for (long long l108 = 0; l108 < 64; l108++) {
+                                            (arena + 298065)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108] = ((arena + 289873)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108] - (arena + 281552)[l105 * 128 + l106 * 128 + l107]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l103 = 0; l103 < 1; l103++) {
-                                for (long long l104 = 0; l104 < 1; l104++) {
-                                    for (long long l105 = 0; l105 < 128; l105++) {
-                                        for (long long l106 = 0; l106 < 64; l106++) {
-                                            (arena + 123656)[l103 * 8192 + l104 * 8192 + l105 * 64 + l106] = exp2f((arena + 297680)[l103 * 8192 + l104 * 8192 + l105 * 64 + l106]);
+                            for (long long l109 = 0; l109 < 1; l109++) {
+                                for (long long l110 = 0; l110 < 1; l110++) {
+                                    for (long long l111 = 0; l111 < 128; l111++) {
+                                        for (long long l112 = 0; l112 < 64; l112++) {
+                                            (arena + 123656)[l109 * 8192 + l110 * 8192 + l111 * 64 + l112] = exp2f((arena + 298065)[l109 * 8192 + l110 * 8192 + l111 * 64 + l112]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l107 = 0; l107 < 1; l107++) {
-                                for (long long l108 = 0; l108 < 1; l108++) {
-                                    for (long long l109 = 0; l109 < 128; l109++) {
-                                        for (long long l110 = 0; l110 < 64; l110++) {
-                                            (arena + 131848)[l107 * 8192 + l108 * 8192 + l109 * 64 + l110] = (o15 + l110 < s3) ? (arena + 123656)[l107 * 8192 + l108 * 8192 + l109 * 64 + l110] : 0e0f;
+                            for (long long l113 = 0; l113 < 1; l113++) {
+                                for (long long l114 = 0; l114 < 1; l114++) {
+                                    for (long long l115 = 0; l115 < 128; l115++) {
+                                        for (long long l116 = 0; l116 < 64; l116++) {
+                                            (arena + 131848)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116] = (o15 + l116 < s3) ? (arena + 123656)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l111 = 0; l111 < 1; l111++) {
-                                for (long long l112 = 0; l112 < 1; l112++) {
-                                    for (long long l113 = 0; l113 < 128; l113++) {
-                                        float a115 = 0e0f;
-                                        for (long long r114 = 0; r114 < 64; r114 += 1) a115 = a115 + (arena + 131848)[l111 * 8192 + l112 * 8192 + l113 * 64 + r114 * 1];
-                                        (arena + 140040)[l111 * 128 + l112 * 128 + l113] = a115;
+                            for (long long l117 = 0; l117 < 1; l117++) {
+                                for (long long l118 = 0; l118 < 1; l118++) {
+                                    for (long long l119 = 0; l119 < 128; l119++) {
+                                        float a121 = 0e0f;
+                                        for (long long r120 = 0; r120 < 64; r120 += 1) a121 = a121 + (arena + 131848)[l117 * 8192 + l118 * 8192 + l119 * 64 + r120 * 1];
+                                        (arena + 140040)[l117 * 128 + l118 * 128 + l119] = a121;
                                     }
                                 }
                             }
-                            for (long long l116 = 0; l116 < 1; l116++) {
-                                for (long long l117 = 0; l117 < 1; l117++) {
-                                    for (long long l118 = 0; l118 < 128; l118++) {
-                                        (arena + 314320)[l116 * 128 + l117 * 128 + l118] = (arena + 314320)[l116 * 128 + l117 * 128 + l118] + (arena + 140040)[l116 * 128 + l117 * 128 + l118];
+                            for (long long l122 = 0; l122 < 1; l122++) {
+                                for (long long l123 = 0; l123 < 1; l123++) {
+                                    for (long long l124 = 0; l124 < 128; l124++) {
+                                        (arena + 314705)[l122 * 128 + l123 * 128 + l124] = (arena + 314705)[l122 * 128 + l123 * 128 + l124] + (arena + 140040)[l122 * 128 + l123 * 128 + l124];
                                     }
                                 }
                             }
-                            for (long long l119 = 0; l119 < 1; l119++) {
-                                for (long long l120 = 0; l120 < 1; l120++) {
-                                    for (long long l121 = 0; l121 < 128; l121++) {
-                                        for (long long l122 = 0; l122 < 64; l122++) {
-                                            (arena + 248270)[l119 * 8192 + l120 * 8192 + l121 * 64 + l122] = (arena + 322768)[l119 * 8192 + l120 * 8192 + l121 * 64 + l122];
+                            for (long long l125 = 0; l125 < 1; l125++) {
+                                for (long long l126 = 0; l126 < 1; l126++) {
+                                    for (long long l127 = 0; l127 < 128; l127++) {
+                                        for (long long l128 = 0; l128 < 64; l128++) {
+                                            (arena + 248655)[l125 * 8192 + l126 * 8192 + l127 * 64 + l128] = (arena + 323153)[l125 * 8192 + l126 * 8192 + l127 * 64 + l128];
                                         }
                                     }
                                 }
                             }
-                            for (long long l123 = 0; l123 < 1; l123++) {
-                                for (long long l124 = 0; l124 < 1; l124++) {
-                                    for (long long l125 = 0; l125 < 128; l125++) {
-                                        for (long long l126 = 0; l126 < 64; l126++) {
-                                            (arena + 256462)[l123 * 8192 + l124 * 8192 + l125 * 64 + l126] = ((arena + 248270)[l123 * 8192 + l124 * 8192 + l125 * 64 + l126] * (arena + 247886)[l123 * 128 + l124 * 128 + l125]);
+                            for (long long l129 = 0; l129 < 1; l129++) {
+                                for (long long l130 = 0; l130 < 1; l130++) {
+                                    for (long long l131 = 0; l131 < 128; l131++) {
+                                        for (long long l132 = 0; l132 < 64; l132++) {
+                                            (arena + 256847)[l129 * 8192 + l130 * 8192 + l131 * 64 + l132] = ((arena + 248655)[l129 * 8192 + l130 * 8192 + l131 * 64 + l132] * (arena + 248271)[l129 * 128 + l130 * 128 + l131]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l127 = 0; l127 < 1; l127++) {
-                                for (long long l128 = 0; l128 < 1; l128++) {
-                                    for (long long l129 = 0; l129 < 128; l129++) {
-                                        for (long long l130 = 0; l130 < 64; l130++) {
-                                            (arena + 322768)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130] = (arena + 256462)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130];
+                            for (long long l133 = 0; l133 < 1; l133++) {
+                                for (long long l134 = 0; l134 < 1; l134++) {
+                                    for (long long l135 = 0; l135 < 128; l135++) {
+                                        for (long long l136 = 0; l136 < 64; l136++) {
+                                            (arena + 323153)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136] = (arena + 256847)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136];
                                         }
                                     }
                                 }
                             }
-                            for (long long l131 = 0; l131 < 1; l131++) {
-                                for (long long l132 = 0; l132 < 1; l132++) {
-                                    for (long long l133 = 0; l133 < 64; l133++) {
-                                        for (long long l134 = 0; l134 < 64; l134++) {
-                                            (arena + 218444)[l131 * 4096 + l132 * 4096 + l133 * 64 + l134] = (o1 + l131 < s0 && o2 + l132 < s1 && o15 + l134 < s3 && o4 + l133 < s4) ? dt_load_f16(in2[(o1 + l131) * args->input_strides[2][0] + (o2 + l132) * args->input_strides[2][1] + (o15 + l134) * args->input_strides[2][2] + (o4 + l133) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l135 = 0; l135 < 1; l135++) {
-                                for (long long l136 = 0; l136 < 1; l136++) {
-                                    for (long long l137 = 0; l137 < 128; l137++) {
-                                        for (long long l138 = 0; l138 < 64; l138++) {
-                                            float a140 = 0.0f;
-                                            for (long long r139 = 0; r139 < 64; r139++) a140 += (arena + 131848)[l135 * 8192 + l136 * 8192 + l137 * 64 + r139 * 1] * (arena + 218444)[l135 * 4096 + l136 * 4096 + l138 * 64 + r139 * 1];
-                                            (arena + 222540)[l135 * 8192 + l136 * 8192 + l137 * 64 + l138] = a140;
+                            for (long long l137 = 0; l137 < 1; l137++) {
+                                for (long long l138 = 0; l138 < 1; l138++) {
+                                    for (long long l139 = 0; l139 < 64; l139++) {
+                                        for (long long l140 = 0; l140 < 64; l140++) {
+                                            (arena + 218444)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140] = (o1 + l137 < s0 && o2 + l138 < s1 && o15 + l140 < s3 && o4 + l139 < s4) ? dt_load_f16(in2[(o1 + l137) * args->input_strides[2][0] + (o2 + l138) * args->input_strides[2][1] + (o15 + l140) * args->input_strides[2][2] + (o4 + l139) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1220,42 +1254,53 @@ int dt_attention_causal_64_f16(const dt_args* args, long long first, long long l
                                 for (long long l142 = 0; l142 < 1; l142++) {
                                     for (long long l143 = 0; l143 < 128; l143++) {
                                         for (long long l144 = 0; l144 < 64; l144++) {
-                                            (arena + 322768)[l141 * 8192 + l142 * 8192 + l143 * 64 + l144] = (arena + 322768)[l141 * 8192 + l142 * 8192 + l143 * 64 + l144] + (arena + 222540)[l141 * 8192 + l142 * 8192 + l143 * 64 + l144];
+                                            float a146 = 0.0f;
+                                            for (long long r145 = 0; r145 < 64; r145++) a146 += (arena + 131848)[l141 * 8192 + l142 * 8192 + l143 * 64 + r145 * 1] * (arena + 218444)[l141 * 4096 + l142 * 4096 + l144 * 64 + r145 * 1];
+                                            (arena + 222540)[l141 * 8192 + l142 * 8192 + l143 * 64 + l144] = a146;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l147 = 0; l147 < 1; l147++) {
+                                for (long long l148 = 0; l148 < 1; l148++) {
+                                    for (long long l149 = 0; l149 < 128; l149++) {
+                                        for (long long l150 = 0; l150 < 64; l150++) {
+                                            (arena + 323153)[l147 * 8192 + l148 * 8192 + l149 * 64 + l150] = (arena + 323153)[l147 * 8192 + l148 * 8192 + l149 * 64 + l150] + (arena + 222540)[l147 * 8192 + l148 * 8192 + l149 * 64 + l150];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l145 = 0; l145 < 1; l145++) {
-                            for (long long l146 = 0; l146 < 1; l146++) {
-                                for (long long l147 = 0; l147 < 128; l147++) {
-                                    (arena + 140168)[l145 * 128 + l146 * 128 + l147] = (arena + 314320)[l145 * 128 + l146 * 128 + l147];
+                        for (long long l151 = 0; l151 < 1; l151++) {
+                            for (long long l152 = 0; l152 < 1; l152++) {
+                                for (long long l153 = 0; l153 < 128; l153++) {
+                                    (arena + 140168)[l151 * 128 + l152 * 128 + l153] = (arena + 314705)[l151 * 128 + l152 * 128 + l153];
                                 }
                             }
                         }
-                        for (long long l148 = 0; l148 < 1; l148++) {
-                            for (long long l149 = 0; l149 < 1; l149++) {
-                                for (long long l150 = 0; l150 < 128; l150++) {
-                                    for (long long l151 = 0; l151 < 64; l151++) {
-                                        (arena + 230732)[l148 * 8192 + l149 * 8192 + l150 * 64 + l151] = (arena + 322768)[l148 * 8192 + l149 * 8192 + l150 * 64 + l151];
+                        for (long long l154 = 0; l154 < 1; l154++) {
+                            for (long long l155 = 0; l155 < 1; l155++) {
+                                for (long long l156 = 0; l156 < 128; l156++) {
+                                    for (long long l157 = 0; l157 < 64; l157++) {
+                                        (arena + 230732)[l154 * 8192 + l155 * 8192 + l156 * 64 + l157] = (arena + 323153)[l154 * 8192 + l155 * 8192 + l156 * 64 + l157];
                                     }
                                 }
                             }
                         }
-                        for (long long l152 = 0; l152 < 1; l152++) {
-                            for (long long l153 = 0; l153 < 1; l153++) {
-                                for (long long l154 = 0; l154 < 128; l154++) {
-                                    for (long long l155 = 0; l155 < 64; l155++) {
-                                        (arena + 239052)[l152 * 8192 + l153 * 8192 + l154 * 64 + l155] = ((arena + 230732)[l152 * 8192 + l153 * 8192 + l154 * 64 + l155] / (arena + 140168)[l152 * 128 + l153 * 128 + l154]);
+                        for (long long l158 = 0; l158 < 1; l158++) {
+                            for (long long l159 = 0; l159 < 1; l159++) {
+                                for (long long l160 = 0; l160 < 128; l160++) {
+                                    for (long long l161 = 0; l161 < 64; l161++) {
+                                        (arena + 239052)[l158 * 8192 + l159 * 8192 + l160 * 64 + l161] = ((arena + 230732)[l158 * 8192 + l159 * 8192 + l160 * 64 + l161] / (arena + 140168)[l158 * 128 + l159 * 128 + l160]);
                                     }
                                 }
                             }
                         }
-                        for (long long l156 = 0; l156 < 1; l156++) {
-                            for (long long l157 = 0; l157 < 1; l157++) {
-                                for (long long l158 = 0; l158 < 128; l158++) {
-                                    for (long long l159 = 0; l159 < 64; l159++) {
-                                        if (o1 + l156 < s0 && o2 + l157 < s1 && o3 + l158 < s2 && o4 + l159 < s4) out[(o1 + l156) * args->output_strides[0] + (o2 + l157) * args->output_strides[1] + (o3 + l158) * args->output_strides[2] + (o4 + l159) * args->output_strides[3]] = dt_store_f16((arena + 239052)[l156 * 8192 + l157 * 8192 + l158 * 64 + l159]);
+                        for (long long l162 = 0; l162 < 1; l162++) {
+                            for (long long l163 = 0; l163 < 1; l163++) {
+                                for (long long l164 = 0; l164 < 128; l164++) {
+                                    for (long long l165 = 0; l165 < 64; l165++) {
+                                        if (o1 + l162 < s0 && o2 + l163 < s1 && o3 + l164 < s2 && o4 + l165 < s4) out[(o1 + l162) * args->output_strides[0] + (o2 + l163) * args->output_strides[1] + (o3 + l164) * args->output_strides[2] + (o4 + l165) * args->output_strides[3]] = dt_store_f16((arena + 239052)[l162 * 8192 + l163 * 8192 + l164 * 64 + l165]);
                                     }
                                 }
                             }
@@ -1281,7 +1326,7 @@ int dt_attention_causal_64_bf16(const dt_args* args, long long first, long long 
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_causal_64 */
-    float* arena = (float*)malloc(sizeof(float) * 339152);
+    float* arena = (float*)malloc(sizeof(float) * 339537);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1307,10 +1352,11 @@ int dt_attention_causal_64_bf16(const dt_args* args, long long first, long long 
         (arena + 37057)[0] = dt_rsqrt((arena + 37056)[0]);
         (arena + 45250)[0] = INFINITY;
         (arena + 45251)[0] = (-(arena + 45250)[0]);
-        (arena + 247500)[0] = (-INFINITY);
-        (arena + 247501)[0] = 0e0f;
-        (arena + 281166)[0] = 1.442695e0f;
-        (arena + 289487)[0] = ((arena + 37057)[0] * (arena + 281166)[0]);
+        (arena + 247372)[0] = 5.5451775e0f;
+        (arena + 247885)[0] = (-INFINITY);
+        (arena + 247886)[0] = 0e0f;
+        (arena + 281551)[0] = 1.442695e0f;
+        (arena + 289872)[0] = ((arena + 37057)[0] * (arena + 281551)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -1324,7 +1370,7 @@ int dt_attention_causal_64_bf16(const dt_args* args, long long first, long long 
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 64; l8++) {
-                                        (arena + 322768)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
+                                        (arena + 323153)[l5 * 8192 + l6 * 8192 + l7 * 64 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -1333,7 +1379,7 @@ int dt_attention_causal_64_bf16(const dt_args* args, long long first, long long 
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 314320)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 314705)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -1341,7 +1387,7 @@ int dt_attention_causal_64_bf16(const dt_args* args, long long first, long long 
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 305872)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 306257)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -1363,7 +1409,7 @@ int dt_attention_causal_64_bf16(const dt_args* args, long long first, long long 
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 128; l22++) {
                                         for (long long l23 = 0; l23 < 64; l23++) {
-                                            (arena + 306000)[l20 * 8192 + l21 * 8192 + l22 * 64 + l23] = 0e0f;
+                                            (arena + 306385)[l20 * 8192 + l21 * 8192 + l22 * 64 + l23] = 0e0f;
                                         }
                                     }
                                 }
@@ -1401,7 +1447,7 @@ int dt_attention_causal_64_bf16(const dt_args* args, long long first, long long 
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 306000)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 306000)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] + (arena + 20672)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
+                                            (arena + 306385)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 306385)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] + (arena + 20672)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
@@ -1410,7 +1456,7 @@ int dt_attention_causal_64_bf16(const dt_args* args, long long first, long long 
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 28864)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (arena + 306000)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45];
+                                            (arena + 28864)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (arena + 306385)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45];
                                         }
                                     }
                                 }
@@ -1419,7 +1465,7 @@ int dt_attention_causal_64_bf16(const dt_args* args, long long first, long long 
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
                                         for (long long l49 = 0; l49 < 64; l49++) {
-                                            (arena + 264654)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = (arena + 192)[l48 * 64 + l49] != 0.0f ? (arena + 28864)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] : (arena + 45251)[0];
+                                            (arena + 265039)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] = (arena + 192)[l48 * 64 + l49] != 0.0f ? (arena + 28864)[l46 * 8192 + l47 * 8192 + l48 * 64 + l49] : (arena + 45251)[0];
                                         }
                                     }
                                 }
@@ -1428,7 +1474,7 @@ int dt_attention_causal_64_bf16(const dt_args* args, long long first, long long 
                                 for (long long l51 = 0; l51 < 1; l51++) {
                                     for (long long l52 = 0; l52 < 128; l52++) {
                                         for (long long l53 = 0; l53 < 64; l53++) {
-                                            (arena + 272846)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] = (o15 + l53 < s3) ? (arena + 264654)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] : (-INFINITY);
+                                            (arena + 273231)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] = (o15 + l53 < s3) ? (arena + 265039)[l50 * 8192 + l51 * 8192 + l52 * 64 + l53] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -1437,190 +1483,193 @@ int dt_attention_causal_64_bf16(const dt_args* args, long long first, long long 
                                 for (long long l55 = 0; l55 < 1; l55++) {
                                     for (long long l56 = 0; l56 < 128; l56++) {
                                         float a58 = (-INFINITY);
-                                        for (long long r57 = 0; r57 < 64; r57 += 1) a58 = fmaxf(a58, (arena + 272846)[l54 * 8192 + l55 * 8192 + l56 * 64 + r57 * 1]);
-                                        (arena + 281038)[l54 * 128 + l55 * 128 + l56] = a58;
+                                        for (long long r57 = 0; r57 < 64; r57 += 1) a58 = fmaxf(a58, (arena + 273231)[l54 * 8192 + l55 * 8192 + l56 * 64 + r57 * 1]);
+                                        (arena + 281423)[l54 * 128 + l55 * 128 + l56] = a58;
                                     }
                                 }
                             }
                             for (long long l59 = 0; l59 < 1; l59++) {
                                 for (long long l60 = 0; l60 < 1; l60++) {
                                     for (long long l61 = 0; l61 < 128; l61++) {
-                                        (arena + 61636)[l59 * 128 + l60 * 128 + l61] = ((arena + 281038)[l59 * 128 + l60 * 128 + l61] * (arena + 37057)[0]);
+                                        (arena + 61636)[l59 * 128 + l60 * 128 + l61] = ((arena + 281423)[l59 * 128 + l60 * 128 + l61] * (arena + 37057)[0]);
                                     }
                                 }
                             }
                             for (long long l62 = 0; l62 < 1; l62++) {
                                 for (long long l63 = 0; l63 < 1; l63++) {
                                     for (long long l64 = 0; l64 < 128; l64++) {
-                                        (arena + 247244)[l62 * 128 + l63 * 128 + l64] = (arena + 305872)[l62 * 128 + l63 * 128 + l64];
+                                        (arena + 247244)[l62 * 128 + l63 * 128 + l64] = (arena + 306257)[l62 * 128 + l63 * 128 + l64];
                                     }
                                 }
                             }
                             for (long long l65 = 0; l65 < 1; l65++) {
                                 for (long long l66 = 0; l66 < 1; l66++) {
                                     for (long long l67 = 0; l67 < 128; l67++) {
-                                        (arena + 305872)[l65 * 128 + l66 * 128 + l67] = fmaxf((arena + 305872)[l65 * 128 + l66 * 128 + l67], (arena + 61636)[l65 * 128 + l66 * 128 + l67]);
+                                        (arena + 247373)[l65 * 128 + l66 * 128 + l67] = ((arena + 247244)[l65 * 128 + l66 * 128 + l67] + (arena + 247372)[0]);
                                     }
                                 }
                             }
                             for (long long l68 = 0; l68 < 1; l68++) {
                                 for (long long l69 = 0; l69 < 1; l69++) {
                                     for (long long l70 = 0; l70 < 128; l70++) {
-                                        (arena + 247372)[l68 * 128 + l69 * 128 + l70] = (arena + 305872)[l68 * 128 + l69 * 128 + l70];
+                                        (arena + 247501)[l68 * 128 + l69 * 128 + l70] = (((arena + 61636)[l68 * 128 + l69 * 128 + l70]) > ((arena + 247373)[l68 * 128 + l69 * 128 + l70]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l71 = 0; l71 < 1; l71++) {
                                 for (long long l72 = 0; l72 < 1; l72++) {
                                     for (long long l73 = 0; l73 < 128; l73++) {
-                                        (arena + 247502)[l71 * 128 + l72 * 128 + l73] = (((arena + 247372)[l71 * 128 + l72 * 128 + l73]) == ((arena + 247500)[0]) ? 1.0f : 0.0f);
+                                        (arena + 247629)[l71 * 128 + l72 * 128 + l73] = (arena + 247501)[l71 * 128 + l72 * 128 + l73] != 0.0f ? (arena + 61636)[l71 * 128 + l72 * 128 + l73] : (arena + 247244)[l71 * 128 + l72 * 128 + l73];
                                     }
                                 }
                             }
                             for (long long l74 = 0; l74 < 1; l74++) {
                                 for (long long l75 = 0; l75 < 1; l75++) {
                                     for (long long l76 = 0; l76 < 128; l76++) {
-                                        (arena + 247630)[l74 * 128 + l75 * 128 + l76] = (arena + 247502)[l74 * 128 + l75 * 128 + l76] != 0.0f ? (arena + 247501)[0] : (arena + 247372)[l74 * 128 + l75 * 128 + l76];
+                                        (arena + 306257)[l74 * 128 + l75 * 128 + l76] = (arena + 247629)[l74 * 128 + l75 * 128 + l76];
                                     }
                                 }
                             }
                             for (long long l77 = 0; l77 < 1; l77++) {
                                 for (long long l78 = 0; l78 < 1; l78++) {
                                     for (long long l79 = 0; l79 < 128; l79++) {
-                                        (arena + 247758)[l77 * 128 + l78 * 128 + l79] = ((arena + 247244)[l77 * 128 + l78 * 128 + l79] - (arena + 247630)[l77 * 128 + l78 * 128 + l79]);
+                                        (arena + 247887)[l77 * 128 + l78 * 128 + l79] = (((arena + 247629)[l77 * 128 + l78 * 128 + l79]) == ((arena + 247885)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l80 = 0; l80 < 1; l80++) {
                                 for (long long l81 = 0; l81 < 1; l81++) {
                                     for (long long l82 = 0; l82 < 128; l82++) {
-                                        (arena + 247886)[l80 * 128 + l81 * 128 + l82] = expf((arena + 247758)[l80 * 128 + l81 * 128 + l82]);
+                                        (arena + 248015)[l80 * 128 + l81 * 128 + l82] = (arena + 247887)[l80 * 128 + l81 * 128 + l82] != 0.0f ? (arena + 247886)[0] : (arena + 247629)[l80 * 128 + l81 * 128 + l82];
                                     }
                                 }
                             }
                             for (long long l83 = 0; l83 < 1; l83++) {
                                 for (long long l84 = 0; l84 < 1; l84++) {
                                     for (long long l85 = 0; l85 < 128; l85++) {
-                                        (arena + 248014)[l83 * 128 + l84 * 128 + l85] = (arena + 314320)[l83 * 128 + l84 * 128 + l85];
+                                        (arena + 248143)[l83 * 128 + l84 * 128 + l85] = ((arena + 247244)[l83 * 128 + l84 * 128 + l85] - (arena + 248015)[l83 * 128 + l84 * 128 + l85]);
                                     }
                                 }
                             }
                             for (long long l86 = 0; l86 < 1; l86++) {
                                 for (long long l87 = 0; l87 < 1; l87++) {
                                     for (long long l88 = 0; l88 < 128; l88++) {
-                                        (arena + 248142)[l86 * 128 + l87 * 128 + l88] = ((arena + 248014)[l86 * 128 + l87 * 128 + l88] * (arena + 247886)[l86 * 128 + l87 * 128 + l88]);
+                                        (arena + 248271)[l86 * 128 + l87 * 128 + l88] = expf((arena + 248143)[l86 * 128 + l87 * 128 + l88]);
                                     }
                                 }
                             }
                             for (long long l89 = 0; l89 < 1; l89++) {
                                 for (long long l90 = 0; l90 < 1; l90++) {
                                     for (long long l91 = 0; l91 < 128; l91++) {
-                                        (arena + 314320)[l89 * 128 + l90 * 128 + l91] = (arena + 248142)[l89 * 128 + l90 * 128 + l91];
+                                        (arena + 248399)[l89 * 128 + l90 * 128 + l91] = (arena + 314705)[l89 * 128 + l90 * 128 + l91];
                                     }
                                 }
                             }
                             for (long long l92 = 0; l92 < 1; l92++) {
                                 for (long long l93 = 0; l93 < 1; l93++) {
                                     for (long long l94 = 0; l94 < 128; l94++) {
-                                        (arena + 281167)[l92 * 128 + l93 * 128 + l94] = ((arena + 247630)[l92 * 128 + l93 * 128 + l94] * (arena + 281166)[0]);
+                                        (arena + 248527)[l92 * 128 + l93 * 128 + l94] = ((arena + 248399)[l92 * 128 + l93 * 128 + l94] * (arena + 248271)[l92 * 128 + l93 * 128 + l94]);
                                     }
                                 }
                             }
                             for (long long l95 = 0; l95 < 1; l95++) {
                                 for (long long l96 = 0; l96 < 1; l96++) {
                                     for (long long l97 = 0; l97 < 128; l97++) {
-                                        for (long long l98 = 0; l98 < 64; l98++) {
-                                            (arena + 289488)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98] = ((arena + 264654)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98] * (arena + 289487)[0]);
+                                        (arena + 314705)[l95 * 128 + l96 * 128 + l97] = (arena + 248527)[l95 * 128 + l96 * 128 + l97];
+                                    }
+                                }
+                            }
+                            for (long long l98 = 0; l98 < 1; l98++) {
+                                for (long long l99 = 0; l99 < 1; l99++) {
+                                    for (long long l100 = 0; l100 < 128; l100++) {
+                                        (arena + 281552)[l98 * 128 + l99 * 128 + l100] = ((arena + 248015)[l98 * 128 + l99 * 128 + l100] * (arena + 281551)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l101 = 0; l101 < 1; l101++) {
+                                for (long long l102 = 0; l102 < 1; l102++) {
+                                    for (long long l103 = 0; l103 < 128; l103++) {
+                                        for (long long l104 = 0; l104 < 64; l104++) {
+                                            (arena + 289873)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104] = ((arena + 265039)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104] * (arena + 289872)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l99 = 0; l99 < 1; l99++) {
-                                for (long long l100 = 0; l100 < 1; l100++) {
-                                    for (long long l101 = 0; l101 < 128; l101++) {
-                                        for (long long l102 = 0; l102 < 64; l102++) {
-                                            (arena + 297680)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] = ((arena + 289488)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] - (arena + 281167)[l99 * 128 + l100 * 128 + l101]);
+                            for (long long l105 = 0; l105 < 1; l105++) {
+                                for (long long l106 = 0; l106 < 1; l106++) {
+                                    for (long long l107 = 0; l107 < 128; l107++) {
+                                        for (long long l108 = 0; l108 < 64; l108++) {
+                                            (arena + 298065)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108] = ((arena + 289873)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108] - (arena + 281552)[l105 * 128 + l106 * 128 + l107]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l103 = 0; l103 < 1; l103++) {
-                                for (long long l104 = 0; l104 < 1; l104++) {
-                                    for (long long l105 = 0; l105 < 128; l105++) {
-                                        for (long long l106 = 0; l106 < 64; l106++) {
-                                            (arena + 123656)[l103 * 8192 + l104 * 8192 + l105 * 64 + l106] = exp2f((arena + 297680)[l103 * 8192 + l104 * 8192 + l105 * 64 + l106]);
+                            for (long long l109 = 0; l109 < 1; l109++) {
+                                for (long long l110 = 0; l110 < 1; l110++) {
+                                    for (long long l111 = 0; l111 < 128; l111++) {
+                                        for (long long l112 = 0; l112 < 64; l112++) {
+                                            (arena + 123656)[l109 * 8192 + l110 * 8192 + l111 * 64 + l112] = exp2f((arena + 298065)[l109 * 8192 + l110 * 8192 + l111 * 64 + l112]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l107 = 0; l107 < 1; l107++) {
-                                for (long long l108 = 0; l108 < 1; l108++) {
-                                    for (long long l109 = 0; l109 < 128; l109++) {
-                                        for (long long l110 = 0; l110 < 64; l110++) {
-                                            (arena + 131848)[l107 * 8192 + l108 * 8192 + l109 * 64 + l110] = (o15 + l110 < s3) ? (arena + 123656)[l107 * 8192 + l108 * 8192 + l109 * 64 + l110] : 0e0f;
+                            for (long long l113 = 0; l113 < 1; l113++) {
+                                for (long long l114 = 0; l114 < 1; l114++) {
+                                    for (long long l115 = 0; l115 < 128; l115++) {
+                                        for (long long l116 = 0; l116 < 64; l116++) {
+                                            (arena + 131848)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116] = (o15 + l116 < s3) ? (arena + 123656)[l113 * 8192 + l114 * 8192 + l115 * 64 + l116] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l111 = 0; l111 < 1; l111++) {
-                                for (long long l112 = 0; l112 < 1; l112++) {
-                                    for (long long l113 = 0; l113 < 128; l113++) {
-                                        float a115 = 0e0f;
-                                        for (long long r114 = 0; r114 < 64; r114 += 1) a115 = a115 + (arena + 131848)[l111 * 8192 + l112 * 8192 + l113 * 64 + r114 * 1];
-                                        (arena + 140040)[l111 * 128 + l112 * 128 + l113] = a115;
+                            for (long long l117 = 0; l117 < 1; l117++) {
+                                for (long long l118 = 0; l118 < 1; l118++) {
+                                    for (long long l119 = 0; l119 < 128; l119++) {
+                                        float a121 = 0e0f;
+                                        for (long long r120 = 0; r120 < 64; r120 += 1) a121 = a121 + (arena + 131848)[l117 * 8192 + l118 * 8192 + l119 * 64 + r120 * 1];
+                                        (arena + 140040)[l117 * 128 + l118 * 128 + l119] = a121;
                                     }
                                 }
                             }
-                            for (long long l116 = 0; l116 < 1; l116++) {
-                                for (long long l117 = 0; l117 < 1; l117++) {
-                                    for (long long l118 = 0; l118 < 128; l118++) {
-                                        (arena + 314320)[l116 * 128 + l117 * 128 + l118] = (arena + 314320)[l116 * 128 + l117 * 128 + l118] + (arena + 140040)[l116 * 128 + l117 * 128 + l118];
+                            for (long long l122 = 0; l122 < 1; l122++) {
+                                for (long long l123 = 0; l123 < 1; l123++) {
+                                    for (long long l124 = 0; l124 < 128; l124++) {
+                                        (arena + 314705)[l122 * 128 + l123 * 128 + l124] = (arena + 314705)[l122 * 128 + l123 * 128 + l124] + (arena + 140040)[l122 * 128 + l123 * 128 + l124];
                                     }
                                 }
                             }
-                            for (long long l119 = 0; l119 < 1; l119++) {
-                                for (long long l120 = 0; l120 < 1; l120++) {
-                                    for (long long l121 = 0; l121 < 128; l121++) {
-                                        for (long long l122 = 0; l122 < 64; l122++) {
-                                            (arena + 248270)[l119 * 8192 + l120 * 8192 + l121 * 64 + l122] = (arena + 322768)[l119 * 8192 + l120 * 8192 + l121 * 64 + l122];
+                            for (long long l125 = 0; l125 < 1; l125++) {
+                                for (long long l126 = 0; l126 < 1; l126++) {
+                                    for (long long l127 = 0; l127 < 128; l127++) {
+                                        for (long long l128 = 0; l128 < 64; l128++) {
+                                            (arena + 248655)[l125 * 8192 + l126 * 8192 + l127 * 64 + l128] = (arena + 323153)[l125 * 8192 + l126 * 8192 + l127 * 64 + l128];
                                         }
                                     }
                                 }
                             }
-                            for (long long l123 = 0; l123 < 1; l123++) {
-                                for (long long l124 = 0; l124 < 1; l124++) {
-                                    for (long long l125 = 0; l125 < 128; l125++) {
-                                        for (long long l126 = 0; l126 < 64; l126++) {
-                                            (arena + 256462)[l123 * 8192 + l124 * 8192 + l125 * 64 + l126] = ((arena + 248270)[l123 * 8192 + l124 * 8192 + l125 * 64 + l126] * (arena + 247886)[l123 * 128 + l124 * 128 + l125]);
+                            for (long long l129 = 0; l129 < 1; l129++) {
+                                for (long long l130 = 0; l130 < 1; l130++) {
+                                    for (long long l131 = 0; l131 < 128; l131++) {
+                                        for (long long l132 = 0; l132 < 64; l132++) {
+                                            (arena + 256847)[l129 * 8192 + l130 * 8192 + l131 * 64 + l132] = ((arena + 248655)[l129 * 8192 + l130 * 8192 + l131 * 64 + l132] * (arena + 248271)[l129 * 128 + l130 * 128 + l131]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l127 = 0; l127 < 1; l127++) {
-                                for (long long l128 = 0; l128 < 1; l128++) {
-                                    for (long long l129 = 0; l129 < 128; l129++) {
-                                        for (long long l130 = 0; l130 < 64; l130++) {
-                                            (arena + 322768)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130] = (arena + 256462)[l127 * 8192 + l128 * 8192 + l129 * 64 + l130];
+                            for (long long l133 = 0; l133 < 1; l133++) {
+                                for (long long l134 = 0; l134 < 1; l134++) {
+                                    for (long long l135 = 0; l135 < 128; l135++) {
+                                        for (long long l136 = 0; l136 < 64; l136++) {
+                                            (arena + 323153)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136] = (arena + 256847)[l133 * 8192 + l134 * 8192 + l135 * 64 + l136];
                                         }
                                     }
                                 }
                             }
-                            for (long long l131 = 0; l131 < 1; l131++) {
-                                for (long long l132 = 0; l132 < 1; l132++) {
-                                    for (long long l133 = 0; l133 < 64; l133++) {
-                                        for (long long l134 = 0; l134 < 64; l134++) {
-                                            (arena + 218444)[l131 * 4096 + l132 * 4096 + l133 * 64 + l134] = (o1 + l131 < s0 && o2 + l132 < s1 && o15 + l134 < s3 && o4 + l133 < s4) ? dt_load_bf16(in2[(o1 + l131) * args->input_strides[2][0] + (o2 + l132) * args->input_strides[2][1] + (o15 + l134) * args->input_strides[2][2] + (o4 + l133) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l135 = 0; l135 < 1; l135++) {
-                                for (long long l136 = 0; l136 < 1; l136++) {
-                                    for (long long l137 = 0; l137 < 128; l137++) {
-                                        for (long long l138 = 0; l138 < 64; l138++) {
-                                            float a140 = 0.0f;
-                                            for (long long r139 = 0; r139 < 64; r139++) a140 += (arena + 131848)[l135 * 8192 + l136 * 8192 + l137 * 64 + r139 * 1] * (arena + 218444)[l135 * 4096 + l136 * 4096 + l138 * 64 + r139 * 1];
-                                            (arena + 222540)[l135 * 8192 + l136 * 8192 + l137 * 64 + l138] = a140;
+                            for (long long l137 = 0; l137 < 1; l137++) {
+                                for (long long l138 = 0; l138 < 1; l138++) {
+                                    for (long long l139 = 0; l139 < 64; l139++) {
+                                        for (long long l140 = 0; l140 < 64; l140++) {
+                                            (arena + 218444)[l137 * 4096 + l138 * 4096 + l139 * 64 + l140] = (o1 + l137 < s0 && o2 + l138 < s1 && o15 + l140 < s3 && o4 + l139 < s4) ? dt_load_bf16(in2[(o1 + l137) * args->input_strides[2][0] + (o2 + l138) * args->input_strides[2][1] + (o15 + l140) * args->input_strides[2][2] + (o4 + l139) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -1629,42 +1678,53 @@ int dt_attention_causal_64_bf16(const dt_args* args, long long first, long long 
                                 for (long long l142 = 0; l142 < 1; l142++) {
                                     for (long long l143 = 0; l143 < 128; l143++) {
                                         for (long long l144 = 0; l144 < 64; l144++) {
-                                            (arena + 322768)[l141 * 8192 + l142 * 8192 + l143 * 64 + l144] = (arena + 322768)[l141 * 8192 + l142 * 8192 + l143 * 64 + l144] + (arena + 222540)[l141 * 8192 + l142 * 8192 + l143 * 64 + l144];
+                                            float a146 = 0.0f;
+                                            for (long long r145 = 0; r145 < 64; r145++) a146 += (arena + 131848)[l141 * 8192 + l142 * 8192 + l143 * 64 + r145 * 1] * (arena + 218444)[l141 * 4096 + l142 * 4096 + l144 * 64 + r145 * 1];
+                                            (arena + 222540)[l141 * 8192 + l142 * 8192 + l143 * 64 + l144] = a146;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l147 = 0; l147 < 1; l147++) {
+                                for (long long l148 = 0; l148 < 1; l148++) {
+                                    for (long long l149 = 0; l149 < 128; l149++) {
+                                        for (long long l150 = 0; l150 < 64; l150++) {
+                                            (arena + 323153)[l147 * 8192 + l148 * 8192 + l149 * 64 + l150] = (arena + 323153)[l147 * 8192 + l148 * 8192 + l149 * 64 + l150] + (arena + 222540)[l147 * 8192 + l148 * 8192 + l149 * 64 + l150];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l145 = 0; l145 < 1; l145++) {
-                            for (long long l146 = 0; l146 < 1; l146++) {
-                                for (long long l147 = 0; l147 < 128; l147++) {
-                                    (arena + 140168)[l145 * 128 + l146 * 128 + l147] = (arena + 314320)[l145 * 128 + l146 * 128 + l147];
+                        for (long long l151 = 0; l151 < 1; l151++) {
+                            for (long long l152 = 0; l152 < 1; l152++) {
+                                for (long long l153 = 0; l153 < 128; l153++) {
+                                    (arena + 140168)[l151 * 128 + l152 * 128 + l153] = (arena + 314705)[l151 * 128 + l152 * 128 + l153];
                                 }
                             }
                         }
-                        for (long long l148 = 0; l148 < 1; l148++) {
-                            for (long long l149 = 0; l149 < 1; l149++) {
-                                for (long long l150 = 0; l150 < 128; l150++) {
-                                    for (long long l151 = 0; l151 < 64; l151++) {
-                                        (arena + 230732)[l148 * 8192 + l149 * 8192 + l150 * 64 + l151] = (arena + 322768)[l148 * 8192 + l149 * 8192 + l150 * 64 + l151];
+                        for (long long l154 = 0; l154 < 1; l154++) {
+                            for (long long l155 = 0; l155 < 1; l155++) {
+                                for (long long l156 = 0; l156 < 128; l156++) {
+                                    for (long long l157 = 0; l157 < 64; l157++) {
+                                        (arena + 230732)[l154 * 8192 + l155 * 8192 + l156 * 64 + l157] = (arena + 323153)[l154 * 8192 + l155 * 8192 + l156 * 64 + l157];
                                     }
                                 }
                             }
                         }
-                        for (long long l152 = 0; l152 < 1; l152++) {
-                            for (long long l153 = 0; l153 < 1; l153++) {
-                                for (long long l154 = 0; l154 < 128; l154++) {
-                                    for (long long l155 = 0; l155 < 64; l155++) {
-                                        (arena + 239052)[l152 * 8192 + l153 * 8192 + l154 * 64 + l155] = ((arena + 230732)[l152 * 8192 + l153 * 8192 + l154 * 64 + l155] / (arena + 140168)[l152 * 128 + l153 * 128 + l154]);
+                        for (long long l158 = 0; l158 < 1; l158++) {
+                            for (long long l159 = 0; l159 < 1; l159++) {
+                                for (long long l160 = 0; l160 < 128; l160++) {
+                                    for (long long l161 = 0; l161 < 64; l161++) {
+                                        (arena + 239052)[l158 * 8192 + l159 * 8192 + l160 * 64 + l161] = ((arena + 230732)[l158 * 8192 + l159 * 8192 + l160 * 64 + l161] / (arena + 140168)[l158 * 128 + l159 * 128 + l160]);
                                     }
                                 }
                             }
                         }
-                        for (long long l156 = 0; l156 < 1; l156++) {
-                            for (long long l157 = 0; l157 < 1; l157++) {
-                                for (long long l158 = 0; l158 < 128; l158++) {
-                                    for (long long l159 = 0; l159 < 64; l159++) {
-                                        if (o1 + l156 < s0 && o2 + l157 < s1 && o3 + l158 < s2 && o4 + l159 < s4) out[(o1 + l156) * args->output_strides[0] + (o2 + l157) * args->output_strides[1] + (o3 + l158) * args->output_strides[2] + (o4 + l159) * args->output_strides[3]] = dt_store_bf16((arena + 239052)[l156 * 8192 + l157 * 8192 + l158 * 64 + l159]);
+                        for (long long l162 = 0; l162 < 1; l162++) {
+                            for (long long l163 = 0; l163 < 1; l163++) {
+                                for (long long l164 = 0; l164 < 128; l164++) {
+                                    for (long long l165 = 0; l165 < 64; l165++) {
+                                        if (o1 + l162 < s0 && o2 + l163 < s1 && o3 + l164 < s2 && o4 + l165 < s4) out[(o1 + l162) * args->output_strides[0] + (o2 + l163) * args->output_strides[1] + (o3 + l164) * args->output_strides[2] + (o4 + l165) * args->output_strides[3]] = dt_store_bf16((arena + 239052)[l162 * 8192 + l163 * 8192 + l164 * 64 + l165]);
                                     }
                                 }
                             }
@@ -1690,7 +1750,7 @@ int dt_attention_128_f16(const dt_args* args, long long first, long long last) {
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_128 */
-    float* arena = (float*)malloc(sizeof(float) * 363146);
+    float* arena = (float*)malloc(sizeof(float) * 363531);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -1714,10 +1774,11 @@ int dt_attention_128_f16(const dt_args* args, long long first, long long last) {
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
         (arena + 40960)[0] = (float)s5;
         (arena + 40961)[0] = dt_rsqrt((arena + 40960)[0]);
-        (arena + 263302)[0] = (-INFINITY);
-        (arena + 263303)[0] = 0e0f;
-        (arena + 305160)[0] = 1.442695e0f;
-        (arena + 305289)[0] = ((arena + 40961)[0] * (arena + 305160)[0]);
+        (arena + 263174)[0] = 5.5451775e0f;
+        (arena + 263687)[0] = (-INFINITY);
+        (arena + 263688)[0] = 0e0f;
+        (arena + 305545)[0] = 1.442695e0f;
+        (arena + 305674)[0] = ((arena + 40961)[0] * (arena + 305545)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -1731,7 +1792,7 @@ int dt_attention_128_f16(const dt_args* args, long long first, long long last) {
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 338570)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 338955)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -1740,7 +1801,7 @@ int dt_attention_128_f16(const dt_args* args, long long first, long long last) {
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 330122)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 330507)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -1748,7 +1809,7 @@ int dt_attention_128_f16(const dt_args* args, long long first, long long last) {
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 321674)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 322059)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -1759,7 +1820,7 @@ int dt_attention_128_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l17 = 0; l17 < 1; l17++) {
                                     for (long long l18 = 0; l18 < 128; l18++) {
                                         for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 321802)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
+                                            (arena + 322187)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
@@ -1797,7 +1858,7 @@ int dt_attention_128_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l35 = 0; l35 < 1; l35++) {
                                     for (long long l36 = 0; l36 < 128; l36++) {
                                         for (long long l37 = 0; l37 < 64; l37++) {
-                                            (arena + 321802)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 321802)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 24576)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
+                                            (arena + 322187)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 322187)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 24576)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
                                         }
                                     }
                                 }
@@ -1806,7 +1867,7 @@ int dt_attention_128_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 32768)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 321802)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
+                                            (arena + 32768)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 322187)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
@@ -1815,7 +1876,7 @@ int dt_attention_128_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 296840)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (o15 + l45 < s3) ? (arena + 32768)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] : (-INFINITY);
+                                            (arena + 297225)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (o15 + l45 < s3) ? (arena + 32768)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -1824,190 +1885,193 @@ int dt_attention_128_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
                                         float a50 = (-INFINITY);
-                                        for (long long r49 = 0; r49 < 64; r49 += 1) a50 = fmaxf(a50, (arena + 296840)[l46 * 8192 + l47 * 8192 + l48 * 64 + r49 * 1]);
-                                        (arena + 305032)[l46 * 128 + l47 * 128 + l48] = a50;
+                                        for (long long r49 = 0; r49 < 64; r49 += 1) a50 = fmaxf(a50, (arena + 297225)[l46 * 8192 + l47 * 8192 + l48 * 64 + r49 * 1]);
+                                        (arena + 305417)[l46 * 128 + l47 * 128 + l48] = a50;
                                     }
                                 }
                             }
                             for (long long l51 = 0; l51 < 1; l51++) {
                                 for (long long l52 = 0; l52 < 1; l52++) {
                                     for (long long l53 = 0; l53 < 128; l53++) {
-                                        (arena + 57346)[l51 * 128 + l52 * 128 + l53] = ((arena + 305032)[l51 * 128 + l52 * 128 + l53] * (arena + 40961)[0]);
+                                        (arena + 57346)[l51 * 128 + l52 * 128 + l53] = ((arena + 305417)[l51 * 128 + l52 * 128 + l53] * (arena + 40961)[0]);
                                     }
                                 }
                             }
                             for (long long l54 = 0; l54 < 1; l54++) {
                                 for (long long l55 = 0; l55 < 1; l55++) {
                                     for (long long l56 = 0; l56 < 128; l56++) {
-                                        (arena + 263046)[l54 * 128 + l55 * 128 + l56] = (arena + 321674)[l54 * 128 + l55 * 128 + l56];
+                                        (arena + 263046)[l54 * 128 + l55 * 128 + l56] = (arena + 322059)[l54 * 128 + l55 * 128 + l56];
                                     }
                                 }
                             }
                             for (long long l57 = 0; l57 < 1; l57++) {
                                 for (long long l58 = 0; l58 < 1; l58++) {
                                     for (long long l59 = 0; l59 < 128; l59++) {
-                                        (arena + 321674)[l57 * 128 + l58 * 128 + l59] = fmaxf((arena + 321674)[l57 * 128 + l58 * 128 + l59], (arena + 57346)[l57 * 128 + l58 * 128 + l59]);
+                                        (arena + 263175)[l57 * 128 + l58 * 128 + l59] = ((arena + 263046)[l57 * 128 + l58 * 128 + l59] + (arena + 263174)[0]);
                                     }
                                 }
                             }
                             for (long long l60 = 0; l60 < 1; l60++) {
                                 for (long long l61 = 0; l61 < 1; l61++) {
                                     for (long long l62 = 0; l62 < 128; l62++) {
-                                        (arena + 263174)[l60 * 128 + l61 * 128 + l62] = (arena + 321674)[l60 * 128 + l61 * 128 + l62];
+                                        (arena + 263303)[l60 * 128 + l61 * 128 + l62] = (((arena + 57346)[l60 * 128 + l61 * 128 + l62]) > ((arena + 263175)[l60 * 128 + l61 * 128 + l62]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l63 = 0; l63 < 1; l63++) {
                                 for (long long l64 = 0; l64 < 1; l64++) {
                                     for (long long l65 = 0; l65 < 128; l65++) {
-                                        (arena + 263304)[l63 * 128 + l64 * 128 + l65] = (((arena + 263174)[l63 * 128 + l64 * 128 + l65]) == ((arena + 263302)[0]) ? 1.0f : 0.0f);
+                                        (arena + 263431)[l63 * 128 + l64 * 128 + l65] = (arena + 263303)[l63 * 128 + l64 * 128 + l65] != 0.0f ? (arena + 57346)[l63 * 128 + l64 * 128 + l65] : (arena + 263046)[l63 * 128 + l64 * 128 + l65];
                                     }
                                 }
                             }
                             for (long long l66 = 0; l66 < 1; l66++) {
                                 for (long long l67 = 0; l67 < 1; l67++) {
                                     for (long long l68 = 0; l68 < 128; l68++) {
-                                        (arena + 263432)[l66 * 128 + l67 * 128 + l68] = (arena + 263304)[l66 * 128 + l67 * 128 + l68] != 0.0f ? (arena + 263303)[0] : (arena + 263174)[l66 * 128 + l67 * 128 + l68];
+                                        (arena + 322059)[l66 * 128 + l67 * 128 + l68] = (arena + 263431)[l66 * 128 + l67 * 128 + l68];
                                     }
                                 }
                             }
                             for (long long l69 = 0; l69 < 1; l69++) {
                                 for (long long l70 = 0; l70 < 1; l70++) {
                                     for (long long l71 = 0; l71 < 128; l71++) {
-                                        (arena + 263560)[l69 * 128 + l70 * 128 + l71] = ((arena + 263046)[l69 * 128 + l70 * 128 + l71] - (arena + 263432)[l69 * 128 + l70 * 128 + l71]);
+                                        (arena + 263689)[l69 * 128 + l70 * 128 + l71] = (((arena + 263431)[l69 * 128 + l70 * 128 + l71]) == ((arena + 263687)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l72 = 0; l72 < 1; l72++) {
                                 for (long long l73 = 0; l73 < 1; l73++) {
                                     for (long long l74 = 0; l74 < 128; l74++) {
-                                        (arena + 263688)[l72 * 128 + l73 * 128 + l74] = expf((arena + 263560)[l72 * 128 + l73 * 128 + l74]);
+                                        (arena + 263817)[l72 * 128 + l73 * 128 + l74] = (arena + 263689)[l72 * 128 + l73 * 128 + l74] != 0.0f ? (arena + 263688)[0] : (arena + 263431)[l72 * 128 + l73 * 128 + l74];
                                     }
                                 }
                             }
                             for (long long l75 = 0; l75 < 1; l75++) {
                                 for (long long l76 = 0; l76 < 1; l76++) {
                                     for (long long l77 = 0; l77 < 128; l77++) {
-                                        (arena + 263816)[l75 * 128 + l76 * 128 + l77] = (arena + 330122)[l75 * 128 + l76 * 128 + l77];
+                                        (arena + 263945)[l75 * 128 + l76 * 128 + l77] = ((arena + 263046)[l75 * 128 + l76 * 128 + l77] - (arena + 263817)[l75 * 128 + l76 * 128 + l77]);
                                     }
                                 }
                             }
                             for (long long l78 = 0; l78 < 1; l78++) {
                                 for (long long l79 = 0; l79 < 1; l79++) {
                                     for (long long l80 = 0; l80 < 128; l80++) {
-                                        (arena + 263944)[l78 * 128 + l79 * 128 + l80] = ((arena + 263816)[l78 * 128 + l79 * 128 + l80] * (arena + 263688)[l78 * 128 + l79 * 128 + l80]);
+                                        (arena + 264073)[l78 * 128 + l79 * 128 + l80] = expf((arena + 263945)[l78 * 128 + l79 * 128 + l80]);
                                     }
                                 }
                             }
                             for (long long l81 = 0; l81 < 1; l81++) {
                                 for (long long l82 = 0; l82 < 1; l82++) {
                                     for (long long l83 = 0; l83 < 128; l83++) {
-                                        (arena + 330122)[l81 * 128 + l82 * 128 + l83] = (arena + 263944)[l81 * 128 + l82 * 128 + l83];
+                                        (arena + 264201)[l81 * 128 + l82 * 128 + l83] = (arena + 330507)[l81 * 128 + l82 * 128 + l83];
                                     }
                                 }
                             }
                             for (long long l84 = 0; l84 < 1; l84++) {
                                 for (long long l85 = 0; l85 < 1; l85++) {
                                     for (long long l86 = 0; l86 < 128; l86++) {
-                                        (arena + 305161)[l84 * 128 + l85 * 128 + l86] = ((arena + 263432)[l84 * 128 + l85 * 128 + l86] * (arena + 305160)[0]);
+                                        (arena + 264329)[l84 * 128 + l85 * 128 + l86] = ((arena + 264201)[l84 * 128 + l85 * 128 + l86] * (arena + 264073)[l84 * 128 + l85 * 128 + l86]);
                                     }
                                 }
                             }
                             for (long long l87 = 0; l87 < 1; l87++) {
                                 for (long long l88 = 0; l88 < 1; l88++) {
                                     for (long long l89 = 0; l89 < 128; l89++) {
-                                        for (long long l90 = 0; l90 < 64; l90++) {
-                                            (arena + 305290)[l87 * 8192 + l88 * 8192 + l89 * 64 + l90] = ((arena + 32768)[l87 * 8192 + l88 * 8192 + l89 * 64 + l90] * (arena + 305289)[0]);
+                                        (arena + 330507)[l87 * 128 + l88 * 128 + l89] = (arena + 264329)[l87 * 128 + l88 * 128 + l89];
+                                    }
+                                }
+                            }
+                            for (long long l90 = 0; l90 < 1; l90++) {
+                                for (long long l91 = 0; l91 < 1; l91++) {
+                                    for (long long l92 = 0; l92 < 128; l92++) {
+                                        (arena + 305546)[l90 * 128 + l91 * 128 + l92] = ((arena + 263817)[l90 * 128 + l91 * 128 + l92] * (arena + 305545)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l93 = 0; l93 < 1; l93++) {
+                                for (long long l94 = 0; l94 < 1; l94++) {
+                                    for (long long l95 = 0; l95 < 128; l95++) {
+                                        for (long long l96 = 0; l96 < 64; l96++) {
+                                            (arena + 305675)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] = ((arena + 32768)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] * (arena + 305674)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l91 = 0; l91 < 1; l91++) {
-                                for (long long l92 = 0; l92 < 1; l92++) {
-                                    for (long long l93 = 0; l93 < 128; l93++) {
-                                        for (long long l94 = 0; l94 < 64; l94++) {
-                                            (arena + 313482)[l91 * 8192 + l92 * 8192 + l93 * 64 + l94] = ((arena + 305290)[l91 * 8192 + l92 * 8192 + l93 * 64 + l94] - (arena + 305161)[l91 * 128 + l92 * 128 + l93]);
+                            for (long long l97 = 0; l97 < 1; l97++) {
+                                for (long long l98 = 0; l98 < 1; l98++) {
+                                    for (long long l99 = 0; l99 < 128; l99++) {
+                                        for (long long l100 = 0; l100 < 64; l100++) {
+                                            (arena + 313867)[l97 * 8192 + l98 * 8192 + l99 * 64 + l100] = ((arena + 305675)[l97 * 8192 + l98 * 8192 + l99 * 64 + l100] - (arena + 305546)[l97 * 128 + l98 * 128 + l99]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l95 = 0; l95 < 1; l95++) {
-                                for (long long l96 = 0; l96 < 1; l96++) {
-                                    for (long long l97 = 0; l97 < 128; l97++) {
-                                        for (long long l98 = 0; l98 < 64; l98++) {
-                                            (arena + 115076)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98] = exp2f((arena + 313482)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98]);
+                            for (long long l101 = 0; l101 < 1; l101++) {
+                                for (long long l102 = 0; l102 < 1; l102++) {
+                                    for (long long l103 = 0; l103 < 128; l103++) {
+                                        for (long long l104 = 0; l104 < 64; l104++) {
+                                            (arena + 115076)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104] = exp2f((arena + 313867)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l99 = 0; l99 < 1; l99++) {
-                                for (long long l100 = 0; l100 < 1; l100++) {
-                                    for (long long l101 = 0; l101 < 128; l101++) {
-                                        for (long long l102 = 0; l102 < 64; l102++) {
-                                            (arena + 123268)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] = (o15 + l102 < s3) ? (arena + 115076)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] : 0e0f;
+                            for (long long l105 = 0; l105 < 1; l105++) {
+                                for (long long l106 = 0; l106 < 1; l106++) {
+                                    for (long long l107 = 0; l107 < 128; l107++) {
+                                        for (long long l108 = 0; l108 < 64; l108++) {
+                                            (arena + 123268)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108] = (o15 + l108 < s3) ? (arena + 115076)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l103 = 0; l103 < 1; l103++) {
-                                for (long long l104 = 0; l104 < 1; l104++) {
-                                    for (long long l105 = 0; l105 < 128; l105++) {
-                                        float a107 = 0e0f;
-                                        for (long long r106 = 0; r106 < 64; r106 += 1) a107 = a107 + (arena + 123268)[l103 * 8192 + l104 * 8192 + l105 * 64 + r106 * 1];
-                                        (arena + 131460)[l103 * 128 + l104 * 128 + l105] = a107;
+                            for (long long l109 = 0; l109 < 1; l109++) {
+                                for (long long l110 = 0; l110 < 1; l110++) {
+                                    for (long long l111 = 0; l111 < 128; l111++) {
+                                        float a113 = 0e0f;
+                                        for (long long r112 = 0; r112 < 64; r112 += 1) a113 = a113 + (arena + 123268)[l109 * 8192 + l110 * 8192 + l111 * 64 + r112 * 1];
+                                        (arena + 131460)[l109 * 128 + l110 * 128 + l111] = a113;
                                     }
                                 }
                             }
-                            for (long long l108 = 0; l108 < 1; l108++) {
-                                for (long long l109 = 0; l109 < 1; l109++) {
-                                    for (long long l110 = 0; l110 < 128; l110++) {
-                                        (arena + 330122)[l108 * 128 + l109 * 128 + l110] = (arena + 330122)[l108 * 128 + l109 * 128 + l110] + (arena + 131460)[l108 * 128 + l109 * 128 + l110];
+                            for (long long l114 = 0; l114 < 1; l114++) {
+                                for (long long l115 = 0; l115 < 1; l115++) {
+                                    for (long long l116 = 0; l116 < 128; l116++) {
+                                        (arena + 330507)[l114 * 128 + l115 * 128 + l116] = (arena + 330507)[l114 * 128 + l115 * 128 + l116] + (arena + 131460)[l114 * 128 + l115 * 128 + l116];
                                     }
                                 }
                             }
-                            for (long long l111 = 0; l111 < 1; l111++) {
-                                for (long long l112 = 0; l112 < 1; l112++) {
-                                    for (long long l113 = 0; l113 < 128; l113++) {
-                                        for (long long l114 = 0; l114 < 128; l114++) {
-                                            (arena + 264072)[l111 * 16384 + l112 * 16384 + l113 * 128 + l114] = (arena + 338570)[l111 * 16384 + l112 * 16384 + l113 * 128 + l114];
+                            for (long long l117 = 0; l117 < 1; l117++) {
+                                for (long long l118 = 0; l118 < 1; l118++) {
+                                    for (long long l119 = 0; l119 < 128; l119++) {
+                                        for (long long l120 = 0; l120 < 128; l120++) {
+                                            (arena + 264457)[l117 * 16384 + l118 * 16384 + l119 * 128 + l120] = (arena + 338955)[l117 * 16384 + l118 * 16384 + l119 * 128 + l120];
                                         }
                                     }
                                 }
                             }
-                            for (long long l115 = 0; l115 < 1; l115++) {
-                                for (long long l116 = 0; l116 < 1; l116++) {
-                                    for (long long l117 = 0; l117 < 128; l117++) {
-                                        for (long long l118 = 0; l118 < 128; l118++) {
-                                            (arena + 280456)[l115 * 16384 + l116 * 16384 + l117 * 128 + l118] = ((arena + 264072)[l115 * 16384 + l116 * 16384 + l117 * 128 + l118] * (arena + 263688)[l115 * 128 + l116 * 128 + l117]);
+                            for (long long l121 = 0; l121 < 1; l121++) {
+                                for (long long l122 = 0; l122 < 1; l122++) {
+                                    for (long long l123 = 0; l123 < 128; l123++) {
+                                        for (long long l124 = 0; l124 < 128; l124++) {
+                                            (arena + 280841)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124] = ((arena + 264457)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124] * (arena + 264073)[l121 * 128 + l122 * 128 + l123]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l119 = 0; l119 < 1; l119++) {
-                                for (long long l120 = 0; l120 < 1; l120++) {
-                                    for (long long l121 = 0; l121 < 128; l121++) {
-                                        for (long long l122 = 0; l122 < 128; l122++) {
-                                            (arena + 338570)[l119 * 16384 + l120 * 16384 + l121 * 128 + l122] = (arena + 280456)[l119 * 16384 + l120 * 16384 + l121 * 128 + l122];
+                            for (long long l125 = 0; l125 < 1; l125++) {
+                                for (long long l126 = 0; l126 < 1; l126++) {
+                                    for (long long l127 = 0; l127 < 128; l127++) {
+                                        for (long long l128 = 0; l128 < 128; l128++) {
+                                            (arena + 338955)[l125 * 16384 + l126 * 16384 + l127 * 128 + l128] = (arena + 280841)[l125 * 16384 + l126 * 16384 + l127 * 128 + l128];
                                         }
                                     }
                                 }
                             }
-                            for (long long l123 = 0; l123 < 1; l123++) {
-                                for (long long l124 = 0; l124 < 1; l124++) {
-                                    for (long long l125 = 0; l125 < 128; l125++) {
-                                        for (long long l126 = 0; l126 < 64; l126++) {
-                                            (arena + 205574)[l123 * 8192 + l124 * 8192 + l125 * 64 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o15 + l126 < s3 && o4 + l125 < s4) ? dt_load_f16(in2[(o1 + l123) * args->input_strides[2][0] + (o2 + l124) * args->input_strides[2][1] + (o15 + l126) * args->input_strides[2][2] + (o4 + l125) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l127 = 0; l127 < 1; l127++) {
-                                for (long long l128 = 0; l128 < 1; l128++) {
-                                    for (long long l129 = 0; l129 < 128; l129++) {
-                                        for (long long l130 = 0; l130 < 128; l130++) {
-                                            float a132 = 0.0f;
-                                            for (long long r131 = 0; r131 < 64; r131++) a132 += (arena + 123268)[l127 * 8192 + l128 * 8192 + l129 * 64 + r131 * 1] * (arena + 205574)[l127 * 8192 + l128 * 8192 + l130 * 64 + r131 * 1];
-                                            (arena + 213766)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] = a132;
+                            for (long long l129 = 0; l129 < 1; l129++) {
+                                for (long long l130 = 0; l130 < 1; l130++) {
+                                    for (long long l131 = 0; l131 < 128; l131++) {
+                                        for (long long l132 = 0; l132 < 64; l132++) {
+                                            (arena + 205574)[l129 * 8192 + l130 * 8192 + l131 * 64 + l132] = (o1 + l129 < s0 && o2 + l130 < s1 && o15 + l132 < s3 && o4 + l131 < s4) ? dt_load_f16(in2[(o1 + l129) * args->input_strides[2][0] + (o2 + l130) * args->input_strides[2][1] + (o15 + l132) * args->input_strides[2][2] + (o4 + l131) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2016,42 +2080,53 @@ int dt_attention_128_f16(const dt_args* args, long long first, long long last) {
                                 for (long long l134 = 0; l134 < 1; l134++) {
                                     for (long long l135 = 0; l135 < 128; l135++) {
                                         for (long long l136 = 0; l136 < 128; l136++) {
-                                            (arena + 338570)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136] = (arena + 338570)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136] + (arena + 213766)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136];
+                                            float a138 = 0.0f;
+                                            for (long long r137 = 0; r137 < 64; r137++) a138 += (arena + 123268)[l133 * 8192 + l134 * 8192 + l135 * 64 + r137 * 1] * (arena + 205574)[l133 * 8192 + l134 * 8192 + l136 * 64 + r137 * 1];
+                                            (arena + 213766)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136] = a138;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l139 = 0; l139 < 1; l139++) {
+                                for (long long l140 = 0; l140 < 1; l140++) {
+                                    for (long long l141 = 0; l141 < 128; l141++) {
+                                        for (long long l142 = 0; l142 < 128; l142++) {
+                                            (arena + 338955)[l139 * 16384 + l140 * 16384 + l141 * 128 + l142] = (arena + 338955)[l139 * 16384 + l140 * 16384 + l141 * 128 + l142] + (arena + 213766)[l139 * 16384 + l140 * 16384 + l141 * 128 + l142];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l137 = 0; l137 < 1; l137++) {
-                            for (long long l138 = 0; l138 < 1; l138++) {
-                                for (long long l139 = 0; l139 < 128; l139++) {
-                                    (arena + 131588)[l137 * 128 + l138 * 128 + l139] = (arena + 330122)[l137 * 128 + l138 * 128 + l139];
+                        for (long long l143 = 0; l143 < 1; l143++) {
+                            for (long long l144 = 0; l144 < 1; l144++) {
+                                for (long long l145 = 0; l145 < 128; l145++) {
+                                    (arena + 131588)[l143 * 128 + l144 * 128 + l145] = (arena + 330507)[l143 * 128 + l144 * 128 + l145];
                                 }
                             }
                         }
-                        for (long long l140 = 0; l140 < 1; l140++) {
-                            for (long long l141 = 0; l141 < 1; l141++) {
-                                for (long long l142 = 0; l142 < 128; l142++) {
-                                    for (long long l143 = 0; l143 < 128; l143++) {
-                                        (arena + 230150)[l140 * 16384 + l141 * 16384 + l142 * 128 + l143] = (arena + 338570)[l140 * 16384 + l141 * 16384 + l142 * 128 + l143];
+                        for (long long l146 = 0; l146 < 1; l146++) {
+                            for (long long l147 = 0; l147 < 1; l147++) {
+                                for (long long l148 = 0; l148 < 128; l148++) {
+                                    for (long long l149 = 0; l149 < 128; l149++) {
+                                        (arena + 230150)[l146 * 16384 + l147 * 16384 + l148 * 128 + l149] = (arena + 338955)[l146 * 16384 + l147 * 16384 + l148 * 128 + l149];
                                     }
                                 }
                             }
                         }
-                        for (long long l144 = 0; l144 < 1; l144++) {
-                            for (long long l145 = 0; l145 < 1; l145++) {
-                                for (long long l146 = 0; l146 < 128; l146++) {
-                                    for (long long l147 = 0; l147 < 128; l147++) {
-                                        (arena + 246662)[l144 * 16384 + l145 * 16384 + l146 * 128 + l147] = ((arena + 230150)[l144 * 16384 + l145 * 16384 + l146 * 128 + l147] / (arena + 131588)[l144 * 128 + l145 * 128 + l146]);
+                        for (long long l150 = 0; l150 < 1; l150++) {
+                            for (long long l151 = 0; l151 < 1; l151++) {
+                                for (long long l152 = 0; l152 < 128; l152++) {
+                                    for (long long l153 = 0; l153 < 128; l153++) {
+                                        (arena + 246662)[l150 * 16384 + l151 * 16384 + l152 * 128 + l153] = ((arena + 230150)[l150 * 16384 + l151 * 16384 + l152 * 128 + l153] / (arena + 131588)[l150 * 128 + l151 * 128 + l152]);
                                     }
                                 }
                             }
                         }
-                        for (long long l148 = 0; l148 < 1; l148++) {
-                            for (long long l149 = 0; l149 < 1; l149++) {
-                                for (long long l150 = 0; l150 < 128; l150++) {
-                                    for (long long l151 = 0; l151 < 128; l151++) {
-                                        if (o1 + l148 < s0 && o2 + l149 < s1 && o3 + l150 < s2 && o4 + l151 < s4) out[(o1 + l148) * args->output_strides[0] + (o2 + l149) * args->output_strides[1] + (o3 + l150) * args->output_strides[2] + (o4 + l151) * args->output_strides[3]] = dt_store_f16((arena + 246662)[l148 * 16384 + l149 * 16384 + l150 * 128 + l151]);
+                        for (long long l154 = 0; l154 < 1; l154++) {
+                            for (long long l155 = 0; l155 < 1; l155++) {
+                                for (long long l156 = 0; l156 < 128; l156++) {
+                                    for (long long l157 = 0; l157 < 128; l157++) {
+                                        if (o1 + l154 < s0 && o2 + l155 < s1 && o3 + l156 < s2 && o4 + l157 < s4) out[(o1 + l154) * args->output_strides[0] + (o2 + l155) * args->output_strides[1] + (o3 + l156) * args->output_strides[2] + (o4 + l157) * args->output_strides[3]] = dt_store_f16((arena + 246662)[l154 * 16384 + l155 * 16384 + l156 * 128 + l157]);
                                     }
                                 }
                             }
@@ -2077,7 +2152,7 @@ int dt_attention_128_bf16(const dt_args* args, long long first, long long last) 
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_128 */
-    float* arena = (float*)malloc(sizeof(float) * 363146);
+    float* arena = (float*)malloc(sizeof(float) * 363531);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -2101,10 +2176,11 @@ int dt_attention_128_bf16(const dt_args* args, long long first, long long last) 
         if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
         (arena + 40960)[0] = (float)s5;
         (arena + 40961)[0] = dt_rsqrt((arena + 40960)[0]);
-        (arena + 263302)[0] = (-INFINITY);
-        (arena + 263303)[0] = 0e0f;
-        (arena + 305160)[0] = 1.442695e0f;
-        (arena + 305289)[0] = ((arena + 40961)[0] * (arena + 305160)[0]);
+        (arena + 263174)[0] = 5.5451775e0f;
+        (arena + 263687)[0] = (-INFINITY);
+        (arena + 263688)[0] = 0e0f;
+        (arena + 305545)[0] = 1.442695e0f;
+        (arena + 305674)[0] = ((arena + 40961)[0] * (arena + 305545)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -2118,7 +2194,7 @@ int dt_attention_128_bf16(const dt_args* args, long long first, long long last) 
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 338570)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 338955)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -2127,7 +2203,7 @@ int dt_attention_128_bf16(const dt_args* args, long long first, long long last) 
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 330122)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 330507)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -2135,7 +2211,7 @@ int dt_attention_128_bf16(const dt_args* args, long long first, long long last) 
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 321674)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 322059)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -2146,7 +2222,7 @@ int dt_attention_128_bf16(const dt_args* args, long long first, long long last) 
                                 for (long long l17 = 0; l17 < 1; l17++) {
                                     for (long long l18 = 0; l18 < 128; l18++) {
                                         for (long long l19 = 0; l19 < 64; l19++) {
-                                            (arena + 321802)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
+                                            (arena + 322187)[l16 * 8192 + l17 * 8192 + l18 * 64 + l19] = 0e0f;
                                         }
                                     }
                                 }
@@ -2184,7 +2260,7 @@ int dt_attention_128_bf16(const dt_args* args, long long first, long long last) 
                                 for (long long l35 = 0; l35 < 1; l35++) {
                                     for (long long l36 = 0; l36 < 128; l36++) {
                                         for (long long l37 = 0; l37 < 64; l37++) {
-                                            (arena + 321802)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 321802)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 24576)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
+                                            (arena + 322187)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] = (arena + 322187)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37] + (arena + 24576)[l34 * 8192 + l35 * 8192 + l36 * 64 + l37];
                                         }
                                     }
                                 }
@@ -2193,7 +2269,7 @@ int dt_attention_128_bf16(const dt_args* args, long long first, long long last) 
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 64; l41++) {
-                                            (arena + 32768)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 321802)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
+                                            (arena + 32768)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41] = (arena + 322187)[l38 * 8192 + l39 * 8192 + l40 * 64 + l41];
                                         }
                                     }
                                 }
@@ -2202,7 +2278,7 @@ int dt_attention_128_bf16(const dt_args* args, long long first, long long last) 
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 64; l45++) {
-                                            (arena + 296840)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (o15 + l45 < s3) ? (arena + 32768)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] : (-INFINITY);
+                                            (arena + 297225)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] = (o15 + l45 < s3) ? (arena + 32768)[l42 * 8192 + l43 * 8192 + l44 * 64 + l45] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -2211,190 +2287,193 @@ int dt_attention_128_bf16(const dt_args* args, long long first, long long last) 
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
                                         float a50 = (-INFINITY);
-                                        for (long long r49 = 0; r49 < 64; r49 += 1) a50 = fmaxf(a50, (arena + 296840)[l46 * 8192 + l47 * 8192 + l48 * 64 + r49 * 1]);
-                                        (arena + 305032)[l46 * 128 + l47 * 128 + l48] = a50;
+                                        for (long long r49 = 0; r49 < 64; r49 += 1) a50 = fmaxf(a50, (arena + 297225)[l46 * 8192 + l47 * 8192 + l48 * 64 + r49 * 1]);
+                                        (arena + 305417)[l46 * 128 + l47 * 128 + l48] = a50;
                                     }
                                 }
                             }
                             for (long long l51 = 0; l51 < 1; l51++) {
                                 for (long long l52 = 0; l52 < 1; l52++) {
                                     for (long long l53 = 0; l53 < 128; l53++) {
-                                        (arena + 57346)[l51 * 128 + l52 * 128 + l53] = ((arena + 305032)[l51 * 128 + l52 * 128 + l53] * (arena + 40961)[0]);
+                                        (arena + 57346)[l51 * 128 + l52 * 128 + l53] = ((arena + 305417)[l51 * 128 + l52 * 128 + l53] * (arena + 40961)[0]);
                                     }
                                 }
                             }
                             for (long long l54 = 0; l54 < 1; l54++) {
                                 for (long long l55 = 0; l55 < 1; l55++) {
                                     for (long long l56 = 0; l56 < 128; l56++) {
-                                        (arena + 263046)[l54 * 128 + l55 * 128 + l56] = (arena + 321674)[l54 * 128 + l55 * 128 + l56];
+                                        (arena + 263046)[l54 * 128 + l55 * 128 + l56] = (arena + 322059)[l54 * 128 + l55 * 128 + l56];
                                     }
                                 }
                             }
                             for (long long l57 = 0; l57 < 1; l57++) {
                                 for (long long l58 = 0; l58 < 1; l58++) {
                                     for (long long l59 = 0; l59 < 128; l59++) {
-                                        (arena + 321674)[l57 * 128 + l58 * 128 + l59] = fmaxf((arena + 321674)[l57 * 128 + l58 * 128 + l59], (arena + 57346)[l57 * 128 + l58 * 128 + l59]);
+                                        (arena + 263175)[l57 * 128 + l58 * 128 + l59] = ((arena + 263046)[l57 * 128 + l58 * 128 + l59] + (arena + 263174)[0]);
                                     }
                                 }
                             }
                             for (long long l60 = 0; l60 < 1; l60++) {
                                 for (long long l61 = 0; l61 < 1; l61++) {
                                     for (long long l62 = 0; l62 < 128; l62++) {
-                                        (arena + 263174)[l60 * 128 + l61 * 128 + l62] = (arena + 321674)[l60 * 128 + l61 * 128 + l62];
+                                        (arena + 263303)[l60 * 128 + l61 * 128 + l62] = (((arena + 57346)[l60 * 128 + l61 * 128 + l62]) > ((arena + 263175)[l60 * 128 + l61 * 128 + l62]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l63 = 0; l63 < 1; l63++) {
                                 for (long long l64 = 0; l64 < 1; l64++) {
                                     for (long long l65 = 0; l65 < 128; l65++) {
-                                        (arena + 263304)[l63 * 128 + l64 * 128 + l65] = (((arena + 263174)[l63 * 128 + l64 * 128 + l65]) == ((arena + 263302)[0]) ? 1.0f : 0.0f);
+                                        (arena + 263431)[l63 * 128 + l64 * 128 + l65] = (arena + 263303)[l63 * 128 + l64 * 128 + l65] != 0.0f ? (arena + 57346)[l63 * 128 + l64 * 128 + l65] : (arena + 263046)[l63 * 128 + l64 * 128 + l65];
                                     }
                                 }
                             }
                             for (long long l66 = 0; l66 < 1; l66++) {
                                 for (long long l67 = 0; l67 < 1; l67++) {
                                     for (long long l68 = 0; l68 < 128; l68++) {
-                                        (arena + 263432)[l66 * 128 + l67 * 128 + l68] = (arena + 263304)[l66 * 128 + l67 * 128 + l68] != 0.0f ? (arena + 263303)[0] : (arena + 263174)[l66 * 128 + l67 * 128 + l68];
+                                        (arena + 322059)[l66 * 128 + l67 * 128 + l68] = (arena + 263431)[l66 * 128 + l67 * 128 + l68];
                                     }
                                 }
                             }
                             for (long long l69 = 0; l69 < 1; l69++) {
                                 for (long long l70 = 0; l70 < 1; l70++) {
                                     for (long long l71 = 0; l71 < 128; l71++) {
-                                        (arena + 263560)[l69 * 128 + l70 * 128 + l71] = ((arena + 263046)[l69 * 128 + l70 * 128 + l71] - (arena + 263432)[l69 * 128 + l70 * 128 + l71]);
+                                        (arena + 263689)[l69 * 128 + l70 * 128 + l71] = (((arena + 263431)[l69 * 128 + l70 * 128 + l71]) == ((arena + 263687)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l72 = 0; l72 < 1; l72++) {
                                 for (long long l73 = 0; l73 < 1; l73++) {
                                     for (long long l74 = 0; l74 < 128; l74++) {
-                                        (arena + 263688)[l72 * 128 + l73 * 128 + l74] = expf((arena + 263560)[l72 * 128 + l73 * 128 + l74]);
+                                        (arena + 263817)[l72 * 128 + l73 * 128 + l74] = (arena + 263689)[l72 * 128 + l73 * 128 + l74] != 0.0f ? (arena + 263688)[0] : (arena + 263431)[l72 * 128 + l73 * 128 + l74];
                                     }
                                 }
                             }
                             for (long long l75 = 0; l75 < 1; l75++) {
                                 for (long long l76 = 0; l76 < 1; l76++) {
                                     for (long long l77 = 0; l77 < 128; l77++) {
-                                        (arena + 263816)[l75 * 128 + l76 * 128 + l77] = (arena + 330122)[l75 * 128 + l76 * 128 + l77];
+                                        (arena + 263945)[l75 * 128 + l76 * 128 + l77] = ((arena + 263046)[l75 * 128 + l76 * 128 + l77] - (arena + 263817)[l75 * 128 + l76 * 128 + l77]);
                                     }
                                 }
                             }
                             for (long long l78 = 0; l78 < 1; l78++) {
                                 for (long long l79 = 0; l79 < 1; l79++) {
                                     for (long long l80 = 0; l80 < 128; l80++) {
-                                        (arena + 263944)[l78 * 128 + l79 * 128 + l80] = ((arena + 263816)[l78 * 128 + l79 * 128 + l80] * (arena + 263688)[l78 * 128 + l79 * 128 + l80]);
+                                        (arena + 264073)[l78 * 128 + l79 * 128 + l80] = expf((arena + 263945)[l78 * 128 + l79 * 128 + l80]);
                                     }
                                 }
                             }
                             for (long long l81 = 0; l81 < 1; l81++) {
                                 for (long long l82 = 0; l82 < 1; l82++) {
                                     for (long long l83 = 0; l83 < 128; l83++) {
-                                        (arena + 330122)[l81 * 128 + l82 * 128 + l83] = (arena + 263944)[l81 * 128 + l82 * 128 + l83];
+                                        (arena + 264201)[l81 * 128 + l82 * 128 + l83] = (arena + 330507)[l81 * 128 + l82 * 128 + l83];
                                     }
                                 }
                             }
                             for (long long l84 = 0; l84 < 1; l84++) {
                                 for (long long l85 = 0; l85 < 1; l85++) {
                                     for (long long l86 = 0; l86 < 128; l86++) {
-                                        (arena + 305161)[l84 * 128 + l85 * 128 + l86] = ((arena + 263432)[l84 * 128 + l85 * 128 + l86] * (arena + 305160)[0]);
+                                        (arena + 264329)[l84 * 128 + l85 * 128 + l86] = ((arena + 264201)[l84 * 128 + l85 * 128 + l86] * (arena + 264073)[l84 * 128 + l85 * 128 + l86]);
                                     }
                                 }
                             }
                             for (long long l87 = 0; l87 < 1; l87++) {
                                 for (long long l88 = 0; l88 < 1; l88++) {
                                     for (long long l89 = 0; l89 < 128; l89++) {
-                                        for (long long l90 = 0; l90 < 64; l90++) {
-                                            (arena + 305290)[l87 * 8192 + l88 * 8192 + l89 * 64 + l90] = ((arena + 32768)[l87 * 8192 + l88 * 8192 + l89 * 64 + l90] * (arena + 305289)[0]);
+                                        (arena + 330507)[l87 * 128 + l88 * 128 + l89] = (arena + 264329)[l87 * 128 + l88 * 128 + l89];
+                                    }
+                                }
+                            }
+                            for (long long l90 = 0; l90 < 1; l90++) {
+                                for (long long l91 = 0; l91 < 1; l91++) {
+                                    for (long long l92 = 0; l92 < 128; l92++) {
+                                        (arena + 305546)[l90 * 128 + l91 * 128 + l92] = ((arena + 263817)[l90 * 128 + l91 * 128 + l92] * (arena + 305545)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l93 = 0; l93 < 1; l93++) {
+                                for (long long l94 = 0; l94 < 1; l94++) {
+                                    for (long long l95 = 0; l95 < 128; l95++) {
+                                        for (long long l96 = 0; l96 < 64; l96++) {
+                                            (arena + 305675)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] = ((arena + 32768)[l93 * 8192 + l94 * 8192 + l95 * 64 + l96] * (arena + 305674)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l91 = 0; l91 < 1; l91++) {
-                                for (long long l92 = 0; l92 < 1; l92++) {
-                                    for (long long l93 = 0; l93 < 128; l93++) {
-                                        for (long long l94 = 0; l94 < 64; l94++) {
-                                            (arena + 313482)[l91 * 8192 + l92 * 8192 + l93 * 64 + l94] = ((arena + 305290)[l91 * 8192 + l92 * 8192 + l93 * 64 + l94] - (arena + 305161)[l91 * 128 + l92 * 128 + l93]);
+                            for (long long l97 = 0; l97 < 1; l97++) {
+                                for (long long l98 = 0; l98 < 1; l98++) {
+                                    for (long long l99 = 0; l99 < 128; l99++) {
+                                        for (long long l100 = 0; l100 < 64; l100++) {
+                                            (arena + 313867)[l97 * 8192 + l98 * 8192 + l99 * 64 + l100] = ((arena + 305675)[l97 * 8192 + l98 * 8192 + l99 * 64 + l100] - (arena + 305546)[l97 * 128 + l98 * 128 + l99]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l95 = 0; l95 < 1; l95++) {
-                                for (long long l96 = 0; l96 < 1; l96++) {
-                                    for (long long l97 = 0; l97 < 128; l97++) {
-                                        for (long long l98 = 0; l98 < 64; l98++) {
-                                            (arena + 115076)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98] = exp2f((arena + 313482)[l95 * 8192 + l96 * 8192 + l97 * 64 + l98]);
+                            for (long long l101 = 0; l101 < 1; l101++) {
+                                for (long long l102 = 0; l102 < 1; l102++) {
+                                    for (long long l103 = 0; l103 < 128; l103++) {
+                                        for (long long l104 = 0; l104 < 64; l104++) {
+                                            (arena + 115076)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104] = exp2f((arena + 313867)[l101 * 8192 + l102 * 8192 + l103 * 64 + l104]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l99 = 0; l99 < 1; l99++) {
-                                for (long long l100 = 0; l100 < 1; l100++) {
-                                    for (long long l101 = 0; l101 < 128; l101++) {
-                                        for (long long l102 = 0; l102 < 64; l102++) {
-                                            (arena + 123268)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] = (o15 + l102 < s3) ? (arena + 115076)[l99 * 8192 + l100 * 8192 + l101 * 64 + l102] : 0e0f;
+                            for (long long l105 = 0; l105 < 1; l105++) {
+                                for (long long l106 = 0; l106 < 1; l106++) {
+                                    for (long long l107 = 0; l107 < 128; l107++) {
+                                        for (long long l108 = 0; l108 < 64; l108++) {
+                                            (arena + 123268)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108] = (o15 + l108 < s3) ? (arena + 115076)[l105 * 8192 + l106 * 8192 + l107 * 64 + l108] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l103 = 0; l103 < 1; l103++) {
-                                for (long long l104 = 0; l104 < 1; l104++) {
-                                    for (long long l105 = 0; l105 < 128; l105++) {
-                                        float a107 = 0e0f;
-                                        for (long long r106 = 0; r106 < 64; r106 += 1) a107 = a107 + (arena + 123268)[l103 * 8192 + l104 * 8192 + l105 * 64 + r106 * 1];
-                                        (arena + 131460)[l103 * 128 + l104 * 128 + l105] = a107;
+                            for (long long l109 = 0; l109 < 1; l109++) {
+                                for (long long l110 = 0; l110 < 1; l110++) {
+                                    for (long long l111 = 0; l111 < 128; l111++) {
+                                        float a113 = 0e0f;
+                                        for (long long r112 = 0; r112 < 64; r112 += 1) a113 = a113 + (arena + 123268)[l109 * 8192 + l110 * 8192 + l111 * 64 + r112 * 1];
+                                        (arena + 131460)[l109 * 128 + l110 * 128 + l111] = a113;
                                     }
                                 }
                             }
-                            for (long long l108 = 0; l108 < 1; l108++) {
-                                for (long long l109 = 0; l109 < 1; l109++) {
-                                    for (long long l110 = 0; l110 < 128; l110++) {
-                                        (arena + 330122)[l108 * 128 + l109 * 128 + l110] = (arena + 330122)[l108 * 128 + l109 * 128 + l110] + (arena + 131460)[l108 * 128 + l109 * 128 + l110];
+                            for (long long l114 = 0; l114 < 1; l114++) {
+                                for (long long l115 = 0; l115 < 1; l115++) {
+                                    for (long long l116 = 0; l116 < 128; l116++) {
+                                        (arena + 330507)[l114 * 128 + l115 * 128 + l116] = (arena + 330507)[l114 * 128 + l115 * 128 + l116] + (arena + 131460)[l114 * 128 + l115 * 128 + l116];
                                     }
                                 }
                             }
-                            for (long long l111 = 0; l111 < 1; l111++) {
-                                for (long long l112 = 0; l112 < 1; l112++) {
-                                    for (long long l113 = 0; l113 < 128; l113++) {
-                                        for (long long l114 = 0; l114 < 128; l114++) {
-                                            (arena + 264072)[l111 * 16384 + l112 * 16384 + l113 * 128 + l114] = (arena + 338570)[l111 * 16384 + l112 * 16384 + l113 * 128 + l114];
+                            for (long long l117 = 0; l117 < 1; l117++) {
+                                for (long long l118 = 0; l118 < 1; l118++) {
+                                    for (long long l119 = 0; l119 < 128; l119++) {
+                                        for (long long l120 = 0; l120 < 128; l120++) {
+                                            (arena + 264457)[l117 * 16384 + l118 * 16384 + l119 * 128 + l120] = (arena + 338955)[l117 * 16384 + l118 * 16384 + l119 * 128 + l120];
                                         }
                                     }
                                 }
                             }
-                            for (long long l115 = 0; l115 < 1; l115++) {
-                                for (long long l116 = 0; l116 < 1; l116++) {
-                                    for (long long l117 = 0; l117 < 128; l117++) {
-                                        for (long long l118 = 0; l118 < 128; l118++) {
-                                            (arena + 280456)[l115 * 16384 + l116 * 16384 + l117 * 128 + l118] = ((arena + 264072)[l115 * 16384 + l116 * 16384 + l117 * 128 + l118] * (arena + 263688)[l115 * 128 + l116 * 128 + l117]);
+                            for (long long l121 = 0; l121 < 1; l121++) {
+                                for (long long l122 = 0; l122 < 1; l122++) {
+                                    for (long long l123 = 0; l123 < 128; l123++) {
+                                        for (long long l124 = 0; l124 < 128; l124++) {
+                                            (arena + 280841)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124] = ((arena + 264457)[l121 * 16384 + l122 * 16384 + l123 * 128 + l124] * (arena + 264073)[l121 * 128 + l122 * 128 + l123]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l119 = 0; l119 < 1; l119++) {
-                                for (long long l120 = 0; l120 < 1; l120++) {
-                                    for (long long l121 = 0; l121 < 128; l121++) {
-                                        for (long long l122 = 0; l122 < 128; l122++) {
-                                            (arena + 338570)[l119 * 16384 + l120 * 16384 + l121 * 128 + l122] = (arena + 280456)[l119 * 16384 + l120 * 16384 + l121 * 128 + l122];
+                            for (long long l125 = 0; l125 < 1; l125++) {
+                                for (long long l126 = 0; l126 < 1; l126++) {
+                                    for (long long l127 = 0; l127 < 128; l127++) {
+                                        for (long long l128 = 0; l128 < 128; l128++) {
+                                            (arena + 338955)[l125 * 16384 + l126 * 16384 + l127 * 128 + l128] = (arena + 280841)[l125 * 16384 + l126 * 16384 + l127 * 128 + l128];
                                         }
                                     }
                                 }
                             }
-                            for (long long l123 = 0; l123 < 1; l123++) {
-                                for (long long l124 = 0; l124 < 1; l124++) {
-                                    for (long long l125 = 0; l125 < 128; l125++) {
-                                        for (long long l126 = 0; l126 < 64; l126++) {
-                                            (arena + 205574)[l123 * 8192 + l124 * 8192 + l125 * 64 + l126] = (o1 + l123 < s0 && o2 + l124 < s1 && o15 + l126 < s3 && o4 + l125 < s4) ? dt_load_bf16(in2[(o1 + l123) * args->input_strides[2][0] + (o2 + l124) * args->input_strides[2][1] + (o15 + l126) * args->input_strides[2][2] + (o4 + l125) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l127 = 0; l127 < 1; l127++) {
-                                for (long long l128 = 0; l128 < 1; l128++) {
-                                    for (long long l129 = 0; l129 < 128; l129++) {
-                                        for (long long l130 = 0; l130 < 128; l130++) {
-                                            float a132 = 0.0f;
-                                            for (long long r131 = 0; r131 < 64; r131++) a132 += (arena + 123268)[l127 * 8192 + l128 * 8192 + l129 * 64 + r131 * 1] * (arena + 205574)[l127 * 8192 + l128 * 8192 + l130 * 64 + r131 * 1];
-                                            (arena + 213766)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] = a132;
+                            for (long long l129 = 0; l129 < 1; l129++) {
+                                for (long long l130 = 0; l130 < 1; l130++) {
+                                    for (long long l131 = 0; l131 < 128; l131++) {
+                                        for (long long l132 = 0; l132 < 64; l132++) {
+                                            (arena + 205574)[l129 * 8192 + l130 * 8192 + l131 * 64 + l132] = (o1 + l129 < s0 && o2 + l130 < s1 && o15 + l132 < s3 && o4 + l131 < s4) ? dt_load_bf16(in2[(o1 + l129) * args->input_strides[2][0] + (o2 + l130) * args->input_strides[2][1] + (o15 + l132) * args->input_strides[2][2] + (o4 + l131) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2403,42 +2482,53 @@ int dt_attention_128_bf16(const dt_args* args, long long first, long long last) 
                                 for (long long l134 = 0; l134 < 1; l134++) {
                                     for (long long l135 = 0; l135 < 128; l135++) {
                                         for (long long l136 = 0; l136 < 128; l136++) {
-                                            (arena + 338570)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136] = (arena + 338570)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136] + (arena + 213766)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136];
+                                            float a138 = 0.0f;
+                                            for (long long r137 = 0; r137 < 64; r137++) a138 += (arena + 123268)[l133 * 8192 + l134 * 8192 + l135 * 64 + r137 * 1] * (arena + 205574)[l133 * 8192 + l134 * 8192 + l136 * 64 + r137 * 1];
+                                            (arena + 213766)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136] = a138;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l139 = 0; l139 < 1; l139++) {
+                                for (long long l140 = 0; l140 < 1; l140++) {
+                                    for (long long l141 = 0; l141 < 128; l141++) {
+                                        for (long long l142 = 0; l142 < 128; l142++) {
+                                            (arena + 338955)[l139 * 16384 + l140 * 16384 + l141 * 128 + l142] = (arena + 338955)[l139 * 16384 + l140 * 16384 + l141 * 128 + l142] + (arena + 213766)[l139 * 16384 + l140 * 16384 + l141 * 128 + l142];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l137 = 0; l137 < 1; l137++) {
-                            for (long long l138 = 0; l138 < 1; l138++) {
-                                for (long long l139 = 0; l139 < 128; l139++) {
-                                    (arena + 131588)[l137 * 128 + l138 * 128 + l139] = (arena + 330122)[l137 * 128 + l138 * 128 + l139];
+                        for (long long l143 = 0; l143 < 1; l143++) {
+                            for (long long l144 = 0; l144 < 1; l144++) {
+                                for (long long l145 = 0; l145 < 128; l145++) {
+                                    (arena + 131588)[l143 * 128 + l144 * 128 + l145] = (arena + 330507)[l143 * 128 + l144 * 128 + l145];
                                 }
                             }
                         }
-                        for (long long l140 = 0; l140 < 1; l140++) {
-                            for (long long l141 = 0; l141 < 1; l141++) {
-                                for (long long l142 = 0; l142 < 128; l142++) {
-                                    for (long long l143 = 0; l143 < 128; l143++) {
-                                        (arena + 230150)[l140 * 16384 + l141 * 16384 + l142 * 128 + l143] = (arena + 338570)[l140 * 16384 + l141 * 16384 + l142 * 128 + l143];
+                        for (long long l146 = 0; l146 < 1; l146++) {
+                            for (long long l147 = 0; l147 < 1; l147++) {
+                                for (long long l148 = 0; l148 < 128; l148++) {
+                                    for (long long l149 = 0; l149 < 128; l149++) {
+                                        (arena + 230150)[l146 * 16384 + l147 * 16384 + l148 * 128 + l149] = (arena + 338955)[l146 * 16384 + l147 * 16384 + l148 * 128 + l149];
                                     }
                                 }
                             }
                         }
-                        for (long long l144 = 0; l144 < 1; l144++) {
-                            for (long long l145 = 0; l145 < 1; l145++) {
-                                for (long long l146 = 0; l146 < 128; l146++) {
-                                    for (long long l147 = 0; l147 < 128; l147++) {
-                                        (arena + 246662)[l144 * 16384 + l145 * 16384 + l146 * 128 + l147] = ((arena + 230150)[l144 * 16384 + l145 * 16384 + l146 * 128 + l147] / (arena + 131588)[l144 * 128 + l145 * 128 + l146]);
+                        for (long long l150 = 0; l150 < 1; l150++) {
+                            for (long long l151 = 0; l151 < 1; l151++) {
+                                for (long long l152 = 0; l152 < 128; l152++) {
+                                    for (long long l153 = 0; l153 < 128; l153++) {
+                                        (arena + 246662)[l150 * 16384 + l151 * 16384 + l152 * 128 + l153] = ((arena + 230150)[l150 * 16384 + l151 * 16384 + l152 * 128 + l153] / (arena + 131588)[l150 * 128 + l151 * 128 + l152]);
                                     }
                                 }
                             }
                         }
-                        for (long long l148 = 0; l148 < 1; l148++) {
-                            for (long long l149 = 0; l149 < 1; l149++) {
-                                for (long long l150 = 0; l150 < 128; l150++) {
-                                    for (long long l151 = 0; l151 < 128; l151++) {
-                                        if (o1 + l148 < s0 && o2 + l149 < s1 && o3 + l150 < s2 && o4 + l151 < s4) out[(o1 + l148) * args->output_strides[0] + (o2 + l149) * args->output_strides[1] + (o3 + l150) * args->output_strides[2] + (o4 + l151) * args->output_strides[3]] = dt_store_bf16((arena + 246662)[l148 * 16384 + l149 * 16384 + l150 * 128 + l151]);
+                        for (long long l154 = 0; l154 < 1; l154++) {
+                            for (long long l155 = 0; l155 < 1; l155++) {
+                                for (long long l156 = 0; l156 < 128; l156++) {
+                                    for (long long l157 = 0; l157 < 128; l157++) {
+                                        if (o1 + l154 < s0 && o2 + l155 < s1 && o3 + l156 < s2 && o4 + l157 < s4) out[(o1 + l154) * args->output_strides[0] + (o2 + l155) * args->output_strides[1] + (o3 + l156) * args->output_strides[2] + (o4 + l157) * args->output_strides[3]] = dt_store_bf16((arena + 246662)[l154 * 16384 + l155 * 16384 + l156 * 128 + l157]);
                                     }
                                 }
                             }
@@ -2464,7 +2554,7 @@ int dt_attention_causal_128_f16(const dt_args* args, long long first, long long 
     const dt_f16* in1 = (const dt_f16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_f16* in2 = (const dt_f16*)(uintptr_t)args->inputs[2]; /* V */
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_causal_128 */
-    float* arena = (float*)malloc(sizeof(float) * 289904);
+    float* arena = (float*)malloc(sizeof(float) * 290289);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -2490,10 +2580,11 @@ int dt_attention_causal_128_f16(const dt_args* args, long long first, long long 
         (arena + 32929)[0] = dt_rsqrt((arena + 32928)[0]);
         (arena + 37026)[0] = INFINITY;
         (arena + 37027)[0] = (-(arena + 37026)[0]);
-        (arena + 206444)[0] = (-INFINITY);
-        (arena + 206445)[0] = 0e0f;
-        (arena + 248302)[0] = 1.442695e0f;
-        (arena + 252527)[0] = ((arena + 32929)[0] * (arena + 248302)[0]);
+        (arena + 206316)[0] = 5.5451775e0f;
+        (arena + 206829)[0] = (-INFINITY);
+        (arena + 206830)[0] = 0e0f;
+        (arena + 248687)[0] = 1.442695e0f;
+        (arena + 252912)[0] = ((arena + 32929)[0] * (arena + 248687)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -2507,7 +2598,7 @@ int dt_attention_causal_128_f16(const dt_args* args, long long first, long long 
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 269424)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 269809)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -2516,7 +2607,7 @@ int dt_attention_causal_128_f16(const dt_args* args, long long first, long long 
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 265072)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 265457)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -2524,7 +2615,7 @@ int dt_attention_causal_128_f16(const dt_args* args, long long first, long long 
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 260720)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 261105)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -2546,7 +2637,7 @@ int dt_attention_causal_128_f16(const dt_args* args, long long first, long long 
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 128; l22++) {
                                         for (long long l23 = 0; l23 < 32; l23++) {
-                                            (arena + 260848)[l20 * 4096 + l21 * 4096 + l22 * 32 + l23] = 0e0f;
+                                            (arena + 261233)[l20 * 4096 + l21 * 4096 + l22 * 32 + l23] = 0e0f;
                                         }
                                     }
                                 }
@@ -2584,7 +2675,7 @@ int dt_attention_causal_128_f16(const dt_args* args, long long first, long long 
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 32; l41++) {
-                                            (arena + 260848)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] = (arena + 260848)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] + (arena + 24736)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41];
+                                            (arena + 261233)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] = (arena + 261233)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] + (arena + 24736)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41];
                                         }
                                     }
                                 }
@@ -2593,7 +2684,7 @@ int dt_attention_causal_128_f16(const dt_args* args, long long first, long long 
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 32; l45++) {
-                                            (arena + 28832)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] = (arena + 260848)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45];
+                                            (arena + 28832)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] = (arena + 261233)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45];
                                         }
                                     }
                                 }
@@ -2602,7 +2693,7 @@ int dt_attention_causal_128_f16(const dt_args* args, long long first, long long 
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
                                         for (long long l49 = 0; l49 < 32; l49++) {
-                                            (arena + 239982)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] = (arena + 160)[l48 * 32 + l49] != 0.0f ? (arena + 28832)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] : (arena + 37027)[0];
+                                            (arena + 240367)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] = (arena + 160)[l48 * 32 + l49] != 0.0f ? (arena + 28832)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] : (arena + 37027)[0];
                                         }
                                     }
                                 }
@@ -2611,7 +2702,7 @@ int dt_attention_causal_128_f16(const dt_args* args, long long first, long long 
                                 for (long long l51 = 0; l51 < 1; l51++) {
                                     for (long long l52 = 0; l52 < 128; l52++) {
                                         for (long long l53 = 0; l53 < 32; l53++) {
-                                            (arena + 244078)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] = (o15 + l53 < s3) ? (arena + 239982)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] : (-INFINITY);
+                                            (arena + 244463)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] = (o15 + l53 < s3) ? (arena + 240367)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -2620,190 +2711,193 @@ int dt_attention_causal_128_f16(const dt_args* args, long long first, long long 
                                 for (long long l55 = 0; l55 < 1; l55++) {
                                     for (long long l56 = 0; l56 < 128; l56++) {
                                         float a58 = (-INFINITY);
-                                        for (long long r57 = 0; r57 < 32; r57 += 1) a58 = fmaxf(a58, (arena + 244078)[l54 * 4096 + l55 * 4096 + l56 * 32 + r57 * 1]);
-                                        (arena + 248174)[l54 * 128 + l55 * 128 + l56] = a58;
+                                        for (long long r57 = 0; r57 < 32; r57 += 1) a58 = fmaxf(a58, (arena + 244463)[l54 * 4096 + l55 * 4096 + l56 * 32 + r57 * 1]);
+                                        (arena + 248559)[l54 * 128 + l55 * 128 + l56] = a58;
                                     }
                                 }
                             }
                             for (long long l59 = 0; l59 < 1; l59++) {
                                 for (long long l60 = 0; l60 < 1; l60++) {
                                     for (long long l61 = 0; l61 < 128; l61++) {
-                                        (arena + 45220)[l59 * 128 + l60 * 128 + l61] = ((arena + 248174)[l59 * 128 + l60 * 128 + l61] * (arena + 32929)[0]);
+                                        (arena + 45220)[l59 * 128 + l60 * 128 + l61] = ((arena + 248559)[l59 * 128 + l60 * 128 + l61] * (arena + 32929)[0]);
                                     }
                                 }
                             }
                             for (long long l62 = 0; l62 < 1; l62++) {
                                 for (long long l63 = 0; l63 < 1; l63++) {
                                     for (long long l64 = 0; l64 < 128; l64++) {
-                                        (arena + 206188)[l62 * 128 + l63 * 128 + l64] = (arena + 260720)[l62 * 128 + l63 * 128 + l64];
+                                        (arena + 206188)[l62 * 128 + l63 * 128 + l64] = (arena + 261105)[l62 * 128 + l63 * 128 + l64];
                                     }
                                 }
                             }
                             for (long long l65 = 0; l65 < 1; l65++) {
                                 for (long long l66 = 0; l66 < 1; l66++) {
                                     for (long long l67 = 0; l67 < 128; l67++) {
-                                        (arena + 260720)[l65 * 128 + l66 * 128 + l67] = fmaxf((arena + 260720)[l65 * 128 + l66 * 128 + l67], (arena + 45220)[l65 * 128 + l66 * 128 + l67]);
+                                        (arena + 206317)[l65 * 128 + l66 * 128 + l67] = ((arena + 206188)[l65 * 128 + l66 * 128 + l67] + (arena + 206316)[0]);
                                     }
                                 }
                             }
                             for (long long l68 = 0; l68 < 1; l68++) {
                                 for (long long l69 = 0; l69 < 1; l69++) {
                                     for (long long l70 = 0; l70 < 128; l70++) {
-                                        (arena + 206316)[l68 * 128 + l69 * 128 + l70] = (arena + 260720)[l68 * 128 + l69 * 128 + l70];
+                                        (arena + 206445)[l68 * 128 + l69 * 128 + l70] = (((arena + 45220)[l68 * 128 + l69 * 128 + l70]) > ((arena + 206317)[l68 * 128 + l69 * 128 + l70]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l71 = 0; l71 < 1; l71++) {
                                 for (long long l72 = 0; l72 < 1; l72++) {
                                     for (long long l73 = 0; l73 < 128; l73++) {
-                                        (arena + 206446)[l71 * 128 + l72 * 128 + l73] = (((arena + 206316)[l71 * 128 + l72 * 128 + l73]) == ((arena + 206444)[0]) ? 1.0f : 0.0f);
+                                        (arena + 206573)[l71 * 128 + l72 * 128 + l73] = (arena + 206445)[l71 * 128 + l72 * 128 + l73] != 0.0f ? (arena + 45220)[l71 * 128 + l72 * 128 + l73] : (arena + 206188)[l71 * 128 + l72 * 128 + l73];
                                     }
                                 }
                             }
                             for (long long l74 = 0; l74 < 1; l74++) {
                                 for (long long l75 = 0; l75 < 1; l75++) {
                                     for (long long l76 = 0; l76 < 128; l76++) {
-                                        (arena + 206574)[l74 * 128 + l75 * 128 + l76] = (arena + 206446)[l74 * 128 + l75 * 128 + l76] != 0.0f ? (arena + 206445)[0] : (arena + 206316)[l74 * 128 + l75 * 128 + l76];
+                                        (arena + 261105)[l74 * 128 + l75 * 128 + l76] = (arena + 206573)[l74 * 128 + l75 * 128 + l76];
                                     }
                                 }
                             }
                             for (long long l77 = 0; l77 < 1; l77++) {
                                 for (long long l78 = 0; l78 < 1; l78++) {
                                     for (long long l79 = 0; l79 < 128; l79++) {
-                                        (arena + 206702)[l77 * 128 + l78 * 128 + l79] = ((arena + 206188)[l77 * 128 + l78 * 128 + l79] - (arena + 206574)[l77 * 128 + l78 * 128 + l79]);
+                                        (arena + 206831)[l77 * 128 + l78 * 128 + l79] = (((arena + 206573)[l77 * 128 + l78 * 128 + l79]) == ((arena + 206829)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l80 = 0; l80 < 1; l80++) {
                                 for (long long l81 = 0; l81 < 1; l81++) {
                                     for (long long l82 = 0; l82 < 128; l82++) {
-                                        (arena + 206830)[l80 * 128 + l81 * 128 + l82] = expf((arena + 206702)[l80 * 128 + l81 * 128 + l82]);
+                                        (arena + 206959)[l80 * 128 + l81 * 128 + l82] = (arena + 206831)[l80 * 128 + l81 * 128 + l82] != 0.0f ? (arena + 206830)[0] : (arena + 206573)[l80 * 128 + l81 * 128 + l82];
                                     }
                                 }
                             }
                             for (long long l83 = 0; l83 < 1; l83++) {
                                 for (long long l84 = 0; l84 < 1; l84++) {
                                     for (long long l85 = 0; l85 < 128; l85++) {
-                                        (arena + 206958)[l83 * 128 + l84 * 128 + l85] = (arena + 265072)[l83 * 128 + l84 * 128 + l85];
+                                        (arena + 207087)[l83 * 128 + l84 * 128 + l85] = ((arena + 206188)[l83 * 128 + l84 * 128 + l85] - (arena + 206959)[l83 * 128 + l84 * 128 + l85]);
                                     }
                                 }
                             }
                             for (long long l86 = 0; l86 < 1; l86++) {
                                 for (long long l87 = 0; l87 < 1; l87++) {
                                     for (long long l88 = 0; l88 < 128; l88++) {
-                                        (arena + 207086)[l86 * 128 + l87 * 128 + l88] = ((arena + 206958)[l86 * 128 + l87 * 128 + l88] * (arena + 206830)[l86 * 128 + l87 * 128 + l88]);
+                                        (arena + 207215)[l86 * 128 + l87 * 128 + l88] = expf((arena + 207087)[l86 * 128 + l87 * 128 + l88]);
                                     }
                                 }
                             }
                             for (long long l89 = 0; l89 < 1; l89++) {
                                 for (long long l90 = 0; l90 < 1; l90++) {
                                     for (long long l91 = 0; l91 < 128; l91++) {
-                                        (arena + 265072)[l89 * 128 + l90 * 128 + l91] = (arena + 207086)[l89 * 128 + l90 * 128 + l91];
+                                        (arena + 207343)[l89 * 128 + l90 * 128 + l91] = (arena + 265457)[l89 * 128 + l90 * 128 + l91];
                                     }
                                 }
                             }
                             for (long long l92 = 0; l92 < 1; l92++) {
                                 for (long long l93 = 0; l93 < 1; l93++) {
                                     for (long long l94 = 0; l94 < 128; l94++) {
-                                        (arena + 248303)[l92 * 128 + l93 * 128 + l94] = ((arena + 206574)[l92 * 128 + l93 * 128 + l94] * (arena + 248302)[0]);
+                                        (arena + 207471)[l92 * 128 + l93 * 128 + l94] = ((arena + 207343)[l92 * 128 + l93 * 128 + l94] * (arena + 207215)[l92 * 128 + l93 * 128 + l94]);
                                     }
                                 }
                             }
                             for (long long l95 = 0; l95 < 1; l95++) {
                                 for (long long l96 = 0; l96 < 1; l96++) {
                                     for (long long l97 = 0; l97 < 128; l97++) {
-                                        for (long long l98 = 0; l98 < 32; l98++) {
-                                            (arena + 252528)[l95 * 4096 + l96 * 4096 + l97 * 32 + l98] = ((arena + 239982)[l95 * 4096 + l96 * 4096 + l97 * 32 + l98] * (arena + 252527)[0]);
+                                        (arena + 265457)[l95 * 128 + l96 * 128 + l97] = (arena + 207471)[l95 * 128 + l96 * 128 + l97];
+                                    }
+                                }
+                            }
+                            for (long long l98 = 0; l98 < 1; l98++) {
+                                for (long long l99 = 0; l99 < 1; l99++) {
+                                    for (long long l100 = 0; l100 < 128; l100++) {
+                                        (arena + 248688)[l98 * 128 + l99 * 128 + l100] = ((arena + 206959)[l98 * 128 + l99 * 128 + l100] * (arena + 248687)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l101 = 0; l101 < 1; l101++) {
+                                for (long long l102 = 0; l102 < 1; l102++) {
+                                    for (long long l103 = 0; l103 < 128; l103++) {
+                                        for (long long l104 = 0; l104 < 32; l104++) {
+                                            (arena + 252913)[l101 * 4096 + l102 * 4096 + l103 * 32 + l104] = ((arena + 240367)[l101 * 4096 + l102 * 4096 + l103 * 32 + l104] * (arena + 252912)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l99 = 0; l99 < 1; l99++) {
-                                for (long long l100 = 0; l100 < 1; l100++) {
-                                    for (long long l101 = 0; l101 < 128; l101++) {
-                                        for (long long l102 = 0; l102 < 32; l102++) {
-                                            (arena + 256624)[l99 * 4096 + l100 * 4096 + l101 * 32 + l102] = ((arena + 252528)[l99 * 4096 + l100 * 4096 + l101 * 32 + l102] - (arena + 248303)[l99 * 128 + l100 * 128 + l101]);
+                            for (long long l105 = 0; l105 < 1; l105++) {
+                                for (long long l106 = 0; l106 < 1; l106++) {
+                                    for (long long l107 = 0; l107 < 128; l107++) {
+                                        for (long long l108 = 0; l108 < 32; l108++) {
+                                            (arena + 257009)[l105 * 4096 + l106 * 4096 + l107 * 32 + l108] = ((arena + 252913)[l105 * 4096 + l106 * 4096 + l107 * 32 + l108] - (arena + 248688)[l105 * 128 + l106 * 128 + l107]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l103 = 0; l103 < 1; l103++) {
-                                for (long long l104 = 0; l104 < 1; l104++) {
-                                    for (long long l105 = 0; l105 < 128; l105++) {
-                                        for (long long l106 = 0; l106 < 32; l106++) {
-                                            (arena + 90824)[l103 * 4096 + l104 * 4096 + l105 * 32 + l106] = exp2f((arena + 256624)[l103 * 4096 + l104 * 4096 + l105 * 32 + l106]);
+                            for (long long l109 = 0; l109 < 1; l109++) {
+                                for (long long l110 = 0; l110 < 1; l110++) {
+                                    for (long long l111 = 0; l111 < 128; l111++) {
+                                        for (long long l112 = 0; l112 < 32; l112++) {
+                                            (arena + 90824)[l109 * 4096 + l110 * 4096 + l111 * 32 + l112] = exp2f((arena + 257009)[l109 * 4096 + l110 * 4096 + l111 * 32 + l112]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l107 = 0; l107 < 1; l107++) {
-                                for (long long l108 = 0; l108 < 1; l108++) {
-                                    for (long long l109 = 0; l109 < 128; l109++) {
-                                        for (long long l110 = 0; l110 < 32; l110++) {
-                                            (arena + 94920)[l107 * 4096 + l108 * 4096 + l109 * 32 + l110] = (o15 + l110 < s3) ? (arena + 90824)[l107 * 4096 + l108 * 4096 + l109 * 32 + l110] : 0e0f;
+                            for (long long l113 = 0; l113 < 1; l113++) {
+                                for (long long l114 = 0; l114 < 1; l114++) {
+                                    for (long long l115 = 0; l115 < 128; l115++) {
+                                        for (long long l116 = 0; l116 < 32; l116++) {
+                                            (arena + 94920)[l113 * 4096 + l114 * 4096 + l115 * 32 + l116] = (o15 + l116 < s3) ? (arena + 90824)[l113 * 4096 + l114 * 4096 + l115 * 32 + l116] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l111 = 0; l111 < 1; l111++) {
-                                for (long long l112 = 0; l112 < 1; l112++) {
-                                    for (long long l113 = 0; l113 < 128; l113++) {
-                                        float a115 = 0e0f;
-                                        for (long long r114 = 0; r114 < 32; r114 += 1) a115 = a115 + (arena + 94920)[l111 * 4096 + l112 * 4096 + l113 * 32 + r114 * 1];
-                                        (arena + 99016)[l111 * 128 + l112 * 128 + l113] = a115;
+                            for (long long l117 = 0; l117 < 1; l117++) {
+                                for (long long l118 = 0; l118 < 1; l118++) {
+                                    for (long long l119 = 0; l119 < 128; l119++) {
+                                        float a121 = 0e0f;
+                                        for (long long r120 = 0; r120 < 32; r120 += 1) a121 = a121 + (arena + 94920)[l117 * 4096 + l118 * 4096 + l119 * 32 + r120 * 1];
+                                        (arena + 99016)[l117 * 128 + l118 * 128 + l119] = a121;
                                     }
                                 }
                             }
-                            for (long long l116 = 0; l116 < 1; l116++) {
-                                for (long long l117 = 0; l117 < 1; l117++) {
-                                    for (long long l118 = 0; l118 < 128; l118++) {
-                                        (arena + 265072)[l116 * 128 + l117 * 128 + l118] = (arena + 265072)[l116 * 128 + l117 * 128 + l118] + (arena + 99016)[l116 * 128 + l117 * 128 + l118];
+                            for (long long l122 = 0; l122 < 1; l122++) {
+                                for (long long l123 = 0; l123 < 1; l123++) {
+                                    for (long long l124 = 0; l124 < 128; l124++) {
+                                        (arena + 265457)[l122 * 128 + l123 * 128 + l124] = (arena + 265457)[l122 * 128 + l123 * 128 + l124] + (arena + 99016)[l122 * 128 + l123 * 128 + l124];
                                     }
                                 }
                             }
-                            for (long long l119 = 0; l119 < 1; l119++) {
-                                for (long long l120 = 0; l120 < 1; l120++) {
-                                    for (long long l121 = 0; l121 < 128; l121++) {
-                                        for (long long l122 = 0; l122 < 128; l122++) {
-                                            (arena + 207214)[l119 * 16384 + l120 * 16384 + l121 * 128 + l122] = (arena + 269424)[l119 * 16384 + l120 * 16384 + l121 * 128 + l122];
+                            for (long long l125 = 0; l125 < 1; l125++) {
+                                for (long long l126 = 0; l126 < 1; l126++) {
+                                    for (long long l127 = 0; l127 < 128; l127++) {
+                                        for (long long l128 = 0; l128 < 128; l128++) {
+                                            (arena + 207599)[l125 * 16384 + l126 * 16384 + l127 * 128 + l128] = (arena + 269809)[l125 * 16384 + l126 * 16384 + l127 * 128 + l128];
                                         }
                                     }
                                 }
                             }
-                            for (long long l123 = 0; l123 < 1; l123++) {
-                                for (long long l124 = 0; l124 < 1; l124++) {
-                                    for (long long l125 = 0; l125 < 128; l125++) {
-                                        for (long long l126 = 0; l126 < 128; l126++) {
-                                            (arena + 223598)[l123 * 16384 + l124 * 16384 + l125 * 128 + l126] = ((arena + 207214)[l123 * 16384 + l124 * 16384 + l125 * 128 + l126] * (arena + 206830)[l123 * 128 + l124 * 128 + l125]);
+                            for (long long l129 = 0; l129 < 1; l129++) {
+                                for (long long l130 = 0; l130 < 1; l130++) {
+                                    for (long long l131 = 0; l131 < 128; l131++) {
+                                        for (long long l132 = 0; l132 < 128; l132++) {
+                                            (arena + 223983)[l129 * 16384 + l130 * 16384 + l131 * 128 + l132] = ((arena + 207599)[l129 * 16384 + l130 * 16384 + l131 * 128 + l132] * (arena + 207215)[l129 * 128 + l130 * 128 + l131]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l127 = 0; l127 < 1; l127++) {
-                                for (long long l128 = 0; l128 < 1; l128++) {
-                                    for (long long l129 = 0; l129 < 128; l129++) {
-                                        for (long long l130 = 0; l130 < 128; l130++) {
-                                            (arena + 269424)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] = (arena + 223598)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130];
+                            for (long long l133 = 0; l133 < 1; l133++) {
+                                for (long long l134 = 0; l134 < 1; l134++) {
+                                    for (long long l135 = 0; l135 < 128; l135++) {
+                                        for (long long l136 = 0; l136 < 128; l136++) {
+                                            (arena + 269809)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136] = (arena + 223983)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136];
                                         }
                                     }
                                 }
                             }
-                            for (long long l131 = 0; l131 < 1; l131++) {
-                                for (long long l132 = 0; l132 < 1; l132++) {
-                                    for (long long l133 = 0; l133 < 128; l133++) {
-                                        for (long long l134 = 0; l134 < 32; l134++) {
-                                            (arena + 152812)[l131 * 4096 + l132 * 4096 + l133 * 32 + l134] = (o1 + l131 < s0 && o2 + l132 < s1 && o15 + l134 < s3 && o4 + l133 < s4) ? dt_load_f16(in2[(o1 + l131) * args->input_strides[2][0] + (o2 + l132) * args->input_strides[2][1] + (o15 + l134) * args->input_strides[2][2] + (o4 + l133) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l135 = 0; l135 < 1; l135++) {
-                                for (long long l136 = 0; l136 < 1; l136++) {
-                                    for (long long l137 = 0; l137 < 128; l137++) {
-                                        for (long long l138 = 0; l138 < 128; l138++) {
-                                            float a140 = 0.0f;
-                                            for (long long r139 = 0; r139 < 32; r139++) a140 += (arena + 94920)[l135 * 4096 + l136 * 4096 + l137 * 32 + r139 * 1] * (arena + 152812)[l135 * 4096 + l136 * 4096 + l138 * 32 + r139 * 1];
-                                            (arena + 156908)[l135 * 16384 + l136 * 16384 + l137 * 128 + l138] = a140;
+                            for (long long l137 = 0; l137 < 1; l137++) {
+                                for (long long l138 = 0; l138 < 1; l138++) {
+                                    for (long long l139 = 0; l139 < 128; l139++) {
+                                        for (long long l140 = 0; l140 < 32; l140++) {
+                                            (arena + 152812)[l137 * 4096 + l138 * 4096 + l139 * 32 + l140] = (o1 + l137 < s0 && o2 + l138 < s1 && o15 + l140 < s3 && o4 + l139 < s4) ? dt_load_f16(in2[(o1 + l137) * args->input_strides[2][0] + (o2 + l138) * args->input_strides[2][1] + (o15 + l140) * args->input_strides[2][2] + (o4 + l139) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -2812,42 +2906,53 @@ int dt_attention_causal_128_f16(const dt_args* args, long long first, long long 
                                 for (long long l142 = 0; l142 < 1; l142++) {
                                     for (long long l143 = 0; l143 < 128; l143++) {
                                         for (long long l144 = 0; l144 < 128; l144++) {
-                                            (arena + 269424)[l141 * 16384 + l142 * 16384 + l143 * 128 + l144] = (arena + 269424)[l141 * 16384 + l142 * 16384 + l143 * 128 + l144] + (arena + 156908)[l141 * 16384 + l142 * 16384 + l143 * 128 + l144];
+                                            float a146 = 0.0f;
+                                            for (long long r145 = 0; r145 < 32; r145++) a146 += (arena + 94920)[l141 * 4096 + l142 * 4096 + l143 * 32 + r145 * 1] * (arena + 152812)[l141 * 4096 + l142 * 4096 + l144 * 32 + r145 * 1];
+                                            (arena + 156908)[l141 * 16384 + l142 * 16384 + l143 * 128 + l144] = a146;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l147 = 0; l147 < 1; l147++) {
+                                for (long long l148 = 0; l148 < 1; l148++) {
+                                    for (long long l149 = 0; l149 < 128; l149++) {
+                                        for (long long l150 = 0; l150 < 128; l150++) {
+                                            (arena + 269809)[l147 * 16384 + l148 * 16384 + l149 * 128 + l150] = (arena + 269809)[l147 * 16384 + l148 * 16384 + l149 * 128 + l150] + (arena + 156908)[l147 * 16384 + l148 * 16384 + l149 * 128 + l150];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l145 = 0; l145 < 1; l145++) {
-                            for (long long l146 = 0; l146 < 1; l146++) {
-                                for (long long l147 = 0; l147 < 128; l147++) {
-                                    (arena + 99144)[l145 * 128 + l146 * 128 + l147] = (arena + 265072)[l145 * 128 + l146 * 128 + l147];
+                        for (long long l151 = 0; l151 < 1; l151++) {
+                            for (long long l152 = 0; l152 < 1; l152++) {
+                                for (long long l153 = 0; l153 < 128; l153++) {
+                                    (arena + 99144)[l151 * 128 + l152 * 128 + l153] = (arena + 265457)[l151 * 128 + l152 * 128 + l153];
                                 }
                             }
                         }
-                        for (long long l148 = 0; l148 < 1; l148++) {
-                            for (long long l149 = 0; l149 < 1; l149++) {
-                                for (long long l150 = 0; l150 < 128; l150++) {
-                                    for (long long l151 = 0; l151 < 128; l151++) {
-                                        (arena + 173292)[l148 * 16384 + l149 * 16384 + l150 * 128 + l151] = (arena + 269424)[l148 * 16384 + l149 * 16384 + l150 * 128 + l151];
+                        for (long long l154 = 0; l154 < 1; l154++) {
+                            for (long long l155 = 0; l155 < 1; l155++) {
+                                for (long long l156 = 0; l156 < 128; l156++) {
+                                    for (long long l157 = 0; l157 < 128; l157++) {
+                                        (arena + 173292)[l154 * 16384 + l155 * 16384 + l156 * 128 + l157] = (arena + 269809)[l154 * 16384 + l155 * 16384 + l156 * 128 + l157];
                                     }
                                 }
                             }
                         }
-                        for (long long l152 = 0; l152 < 1; l152++) {
-                            for (long long l153 = 0; l153 < 1; l153++) {
-                                for (long long l154 = 0; l154 < 128; l154++) {
-                                    for (long long l155 = 0; l155 < 128; l155++) {
-                                        (arena + 189804)[l152 * 16384 + l153 * 16384 + l154 * 128 + l155] = ((arena + 173292)[l152 * 16384 + l153 * 16384 + l154 * 128 + l155] / (arena + 99144)[l152 * 128 + l153 * 128 + l154]);
+                        for (long long l158 = 0; l158 < 1; l158++) {
+                            for (long long l159 = 0; l159 < 1; l159++) {
+                                for (long long l160 = 0; l160 < 128; l160++) {
+                                    for (long long l161 = 0; l161 < 128; l161++) {
+                                        (arena + 189804)[l158 * 16384 + l159 * 16384 + l160 * 128 + l161] = ((arena + 173292)[l158 * 16384 + l159 * 16384 + l160 * 128 + l161] / (arena + 99144)[l158 * 128 + l159 * 128 + l160]);
                                     }
                                 }
                             }
                         }
-                        for (long long l156 = 0; l156 < 1; l156++) {
-                            for (long long l157 = 0; l157 < 1; l157++) {
-                                for (long long l158 = 0; l158 < 128; l158++) {
-                                    for (long long l159 = 0; l159 < 128; l159++) {
-                                        if (o1 + l156 < s0 && o2 + l157 < s1 && o3 + l158 < s2 && o4 + l159 < s4) out[(o1 + l156) * args->output_strides[0] + (o2 + l157) * args->output_strides[1] + (o3 + l158) * args->output_strides[2] + (o4 + l159) * args->output_strides[3]] = dt_store_f16((arena + 189804)[l156 * 16384 + l157 * 16384 + l158 * 128 + l159]);
+                        for (long long l162 = 0; l162 < 1; l162++) {
+                            for (long long l163 = 0; l163 < 1; l163++) {
+                                for (long long l164 = 0; l164 < 128; l164++) {
+                                    for (long long l165 = 0; l165 < 128; l165++) {
+                                        if (o1 + l162 < s0 && o2 + l163 < s1 && o3 + l164 < s2 && o4 + l165 < s4) out[(o1 + l162) * args->output_strides[0] + (o2 + l163) * args->output_strides[1] + (o3 + l164) * args->output_strides[2] + (o4 + l165) * args->output_strides[3]] = dt_store_f16((arena + 189804)[l162 * 16384 + l163 * 16384 + l164 * 128 + l165]);
                                     }
                                 }
                             }
@@ -2873,7 +2978,7 @@ int dt_attention_causal_128_bf16(const dt_args* args, long long first, long long
     const dt_bf16* in1 = (const dt_bf16*)(uintptr_t)args->inputs[1]; /* K */
     const dt_bf16* in2 = (const dt_bf16*)(uintptr_t)args->inputs[2]; /* V */
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_causal_128 */
-    float* arena = (float*)malloc(sizeof(float) * 289904);
+    float* arena = (float*)malloc(sizeof(float) * 290289);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
     const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
@@ -2899,10 +3004,11 @@ int dt_attention_causal_128_bf16(const dt_args* args, long long first, long long
         (arena + 32929)[0] = dt_rsqrt((arena + 32928)[0]);
         (arena + 37026)[0] = INFINITY;
         (arena + 37027)[0] = (-(arena + 37026)[0]);
-        (arena + 206444)[0] = (-INFINITY);
-        (arena + 206445)[0] = 0e0f;
-        (arena + 248302)[0] = 1.442695e0f;
-        (arena + 252527)[0] = ((arena + 32929)[0] * (arena + 248302)[0]);
+        (arena + 206316)[0] = 5.5451775e0f;
+        (arena + 206829)[0] = (-INFINITY);
+        (arena + 206830)[0] = 0e0f;
+        (arena + 248687)[0] = 1.442695e0f;
+        (arena + 252912)[0] = ((arena + 32929)[0] * (arena + 248687)[0]);
         /* block(b:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* block(h:1) */
@@ -2916,7 +3022,7 @@ int dt_attention_causal_128_bf16(const dt_args* args, long long first, long long
                             for (long long l6 = 0; l6 < 1; l6++) {
                                 for (long long l7 = 0; l7 < 128; l7++) {
                                     for (long long l8 = 0; l8 < 128; l8++) {
-                                        (arena + 269424)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
+                                        (arena + 269809)[l5 * 16384 + l6 * 16384 + l7 * 128 + l8] = 0e0f;
                                     }
                                 }
                             }
@@ -2925,7 +3031,7 @@ int dt_attention_causal_128_bf16(const dt_args* args, long long first, long long
                         for (long long l9 = 0; l9 < 1; l9++) {
                             for (long long l10 = 0; l10 < 1; l10++) {
                                 for (long long l11 = 0; l11 < 128; l11++) {
-                                    (arena + 265072)[l9 * 128 + l10 * 128 + l11] = 0e0f;
+                                    (arena + 265457)[l9 * 128 + l10 * 128 + l11] = 0e0f;
                                 }
                             }
                         }
@@ -2933,7 +3039,7 @@ int dt_attention_causal_128_bf16(const dt_args* args, long long first, long long
                         for (long long l12 = 0; l12 < 1; l12++) {
                             for (long long l13 = 0; l13 < 1; l13++) {
                                 for (long long l14 = 0; l14 < 128; l14++) {
-                                    (arena + 260720)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
+                                    (arena + 261105)[l12 * 128 + l13 * 128 + l14] = (-INFINITY);
                                 }
                             }
                         }
@@ -2955,7 +3061,7 @@ int dt_attention_causal_128_bf16(const dt_args* args, long long first, long long
                                 for (long long l21 = 0; l21 < 1; l21++) {
                                     for (long long l22 = 0; l22 < 128; l22++) {
                                         for (long long l23 = 0; l23 < 32; l23++) {
-                                            (arena + 260848)[l20 * 4096 + l21 * 4096 + l22 * 32 + l23] = 0e0f;
+                                            (arena + 261233)[l20 * 4096 + l21 * 4096 + l22 * 32 + l23] = 0e0f;
                                         }
                                     }
                                 }
@@ -2993,7 +3099,7 @@ int dt_attention_causal_128_bf16(const dt_args* args, long long first, long long
                                 for (long long l39 = 0; l39 < 1; l39++) {
                                     for (long long l40 = 0; l40 < 128; l40++) {
                                         for (long long l41 = 0; l41 < 32; l41++) {
-                                            (arena + 260848)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] = (arena + 260848)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] + (arena + 24736)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41];
+                                            (arena + 261233)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] = (arena + 261233)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41] + (arena + 24736)[l38 * 4096 + l39 * 4096 + l40 * 32 + l41];
                                         }
                                     }
                                 }
@@ -3002,7 +3108,7 @@ int dt_attention_causal_128_bf16(const dt_args* args, long long first, long long
                                 for (long long l43 = 0; l43 < 1; l43++) {
                                     for (long long l44 = 0; l44 < 128; l44++) {
                                         for (long long l45 = 0; l45 < 32; l45++) {
-                                            (arena + 28832)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] = (arena + 260848)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45];
+                                            (arena + 28832)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45] = (arena + 261233)[l42 * 4096 + l43 * 4096 + l44 * 32 + l45];
                                         }
                                     }
                                 }
@@ -3011,7 +3117,7 @@ int dt_attention_causal_128_bf16(const dt_args* args, long long first, long long
                                 for (long long l47 = 0; l47 < 1; l47++) {
                                     for (long long l48 = 0; l48 < 128; l48++) {
                                         for (long long l49 = 0; l49 < 32; l49++) {
-                                            (arena + 239982)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] = (arena + 160)[l48 * 32 + l49] != 0.0f ? (arena + 28832)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] : (arena + 37027)[0];
+                                            (arena + 240367)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] = (arena + 160)[l48 * 32 + l49] != 0.0f ? (arena + 28832)[l46 * 4096 + l47 * 4096 + l48 * 32 + l49] : (arena + 37027)[0];
                                         }
                                     }
                                 }
@@ -3020,7 +3126,7 @@ int dt_attention_causal_128_bf16(const dt_args* args, long long first, long long
                                 for (long long l51 = 0; l51 < 1; l51++) {
                                     for (long long l52 = 0; l52 < 128; l52++) {
                                         for (long long l53 = 0; l53 < 32; l53++) {
-                                            (arena + 244078)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] = (o15 + l53 < s3) ? (arena + 239982)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] : (-INFINITY);
+                                            (arena + 244463)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] = (o15 + l53 < s3) ? (arena + 240367)[l50 * 4096 + l51 * 4096 + l52 * 32 + l53] : (-INFINITY);
                                         }
                                     }
                                 }
@@ -3029,190 +3135,193 @@ int dt_attention_causal_128_bf16(const dt_args* args, long long first, long long
                                 for (long long l55 = 0; l55 < 1; l55++) {
                                     for (long long l56 = 0; l56 < 128; l56++) {
                                         float a58 = (-INFINITY);
-                                        for (long long r57 = 0; r57 < 32; r57 += 1) a58 = fmaxf(a58, (arena + 244078)[l54 * 4096 + l55 * 4096 + l56 * 32 + r57 * 1]);
-                                        (arena + 248174)[l54 * 128 + l55 * 128 + l56] = a58;
+                                        for (long long r57 = 0; r57 < 32; r57 += 1) a58 = fmaxf(a58, (arena + 244463)[l54 * 4096 + l55 * 4096 + l56 * 32 + r57 * 1]);
+                                        (arena + 248559)[l54 * 128 + l55 * 128 + l56] = a58;
                                     }
                                 }
                             }
                             for (long long l59 = 0; l59 < 1; l59++) {
                                 for (long long l60 = 0; l60 < 1; l60++) {
                                     for (long long l61 = 0; l61 < 128; l61++) {
-                                        (arena + 45220)[l59 * 128 + l60 * 128 + l61] = ((arena + 248174)[l59 * 128 + l60 * 128 + l61] * (arena + 32929)[0]);
+                                        (arena + 45220)[l59 * 128 + l60 * 128 + l61] = ((arena + 248559)[l59 * 128 + l60 * 128 + l61] * (arena + 32929)[0]);
                                     }
                                 }
                             }
                             for (long long l62 = 0; l62 < 1; l62++) {
                                 for (long long l63 = 0; l63 < 1; l63++) {
                                     for (long long l64 = 0; l64 < 128; l64++) {
-                                        (arena + 206188)[l62 * 128 + l63 * 128 + l64] = (arena + 260720)[l62 * 128 + l63 * 128 + l64];
+                                        (arena + 206188)[l62 * 128 + l63 * 128 + l64] = (arena + 261105)[l62 * 128 + l63 * 128 + l64];
                                     }
                                 }
                             }
                             for (long long l65 = 0; l65 < 1; l65++) {
                                 for (long long l66 = 0; l66 < 1; l66++) {
                                     for (long long l67 = 0; l67 < 128; l67++) {
-                                        (arena + 260720)[l65 * 128 + l66 * 128 + l67] = fmaxf((arena + 260720)[l65 * 128 + l66 * 128 + l67], (arena + 45220)[l65 * 128 + l66 * 128 + l67]);
+                                        (arena + 206317)[l65 * 128 + l66 * 128 + l67] = ((arena + 206188)[l65 * 128 + l66 * 128 + l67] + (arena + 206316)[0]);
                                     }
                                 }
                             }
                             for (long long l68 = 0; l68 < 1; l68++) {
                                 for (long long l69 = 0; l69 < 1; l69++) {
                                     for (long long l70 = 0; l70 < 128; l70++) {
-                                        (arena + 206316)[l68 * 128 + l69 * 128 + l70] = (arena + 260720)[l68 * 128 + l69 * 128 + l70];
+                                        (arena + 206445)[l68 * 128 + l69 * 128 + l70] = (((arena + 45220)[l68 * 128 + l69 * 128 + l70]) > ((arena + 206317)[l68 * 128 + l69 * 128 + l70]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l71 = 0; l71 < 1; l71++) {
                                 for (long long l72 = 0; l72 < 1; l72++) {
                                     for (long long l73 = 0; l73 < 128; l73++) {
-                                        (arena + 206446)[l71 * 128 + l72 * 128 + l73] = (((arena + 206316)[l71 * 128 + l72 * 128 + l73]) == ((arena + 206444)[0]) ? 1.0f : 0.0f);
+                                        (arena + 206573)[l71 * 128 + l72 * 128 + l73] = (arena + 206445)[l71 * 128 + l72 * 128 + l73] != 0.0f ? (arena + 45220)[l71 * 128 + l72 * 128 + l73] : (arena + 206188)[l71 * 128 + l72 * 128 + l73];
                                     }
                                 }
                             }
                             for (long long l74 = 0; l74 < 1; l74++) {
                                 for (long long l75 = 0; l75 < 1; l75++) {
                                     for (long long l76 = 0; l76 < 128; l76++) {
-                                        (arena + 206574)[l74 * 128 + l75 * 128 + l76] = (arena + 206446)[l74 * 128 + l75 * 128 + l76] != 0.0f ? (arena + 206445)[0] : (arena + 206316)[l74 * 128 + l75 * 128 + l76];
+                                        (arena + 261105)[l74 * 128 + l75 * 128 + l76] = (arena + 206573)[l74 * 128 + l75 * 128 + l76];
                                     }
                                 }
                             }
                             for (long long l77 = 0; l77 < 1; l77++) {
                                 for (long long l78 = 0; l78 < 1; l78++) {
                                     for (long long l79 = 0; l79 < 128; l79++) {
-                                        (arena + 206702)[l77 * 128 + l78 * 128 + l79] = ((arena + 206188)[l77 * 128 + l78 * 128 + l79] - (arena + 206574)[l77 * 128 + l78 * 128 + l79]);
+                                        (arena + 206831)[l77 * 128 + l78 * 128 + l79] = (((arena + 206573)[l77 * 128 + l78 * 128 + l79]) == ((arena + 206829)[0]) ? 1.0f : 0.0f);
                                     }
                                 }
                             }
                             for (long long l80 = 0; l80 < 1; l80++) {
                                 for (long long l81 = 0; l81 < 1; l81++) {
                                     for (long long l82 = 0; l82 < 128; l82++) {
-                                        (arena + 206830)[l80 * 128 + l81 * 128 + l82] = expf((arena + 206702)[l80 * 128 + l81 * 128 + l82]);
+                                        (arena + 206959)[l80 * 128 + l81 * 128 + l82] = (arena + 206831)[l80 * 128 + l81 * 128 + l82] != 0.0f ? (arena + 206830)[0] : (arena + 206573)[l80 * 128 + l81 * 128 + l82];
                                     }
                                 }
                             }
                             for (long long l83 = 0; l83 < 1; l83++) {
                                 for (long long l84 = 0; l84 < 1; l84++) {
                                     for (long long l85 = 0; l85 < 128; l85++) {
-                                        (arena + 206958)[l83 * 128 + l84 * 128 + l85] = (arena + 265072)[l83 * 128 + l84 * 128 + l85];
+                                        (arena + 207087)[l83 * 128 + l84 * 128 + l85] = ((arena + 206188)[l83 * 128 + l84 * 128 + l85] - (arena + 206959)[l83 * 128 + l84 * 128 + l85]);
                                     }
                                 }
                             }
                             for (long long l86 = 0; l86 < 1; l86++) {
                                 for (long long l87 = 0; l87 < 1; l87++) {
                                     for (long long l88 = 0; l88 < 128; l88++) {
-                                        (arena + 207086)[l86 * 128 + l87 * 128 + l88] = ((arena + 206958)[l86 * 128 + l87 * 128 + l88] * (arena + 206830)[l86 * 128 + l87 * 128 + l88]);
+                                        (arena + 207215)[l86 * 128 + l87 * 128 + l88] = expf((arena + 207087)[l86 * 128 + l87 * 128 + l88]);
                                     }
                                 }
                             }
                             for (long long l89 = 0; l89 < 1; l89++) {
                                 for (long long l90 = 0; l90 < 1; l90++) {
                                     for (long long l91 = 0; l91 < 128; l91++) {
-                                        (arena + 265072)[l89 * 128 + l90 * 128 + l91] = (arena + 207086)[l89 * 128 + l90 * 128 + l91];
+                                        (arena + 207343)[l89 * 128 + l90 * 128 + l91] = (arena + 265457)[l89 * 128 + l90 * 128 + l91];
                                     }
                                 }
                             }
                             for (long long l92 = 0; l92 < 1; l92++) {
                                 for (long long l93 = 0; l93 < 1; l93++) {
                                     for (long long l94 = 0; l94 < 128; l94++) {
-                                        (arena + 248303)[l92 * 128 + l93 * 128 + l94] = ((arena + 206574)[l92 * 128 + l93 * 128 + l94] * (arena + 248302)[0]);
+                                        (arena + 207471)[l92 * 128 + l93 * 128 + l94] = ((arena + 207343)[l92 * 128 + l93 * 128 + l94] * (arena + 207215)[l92 * 128 + l93 * 128 + l94]);
                                     }
                                 }
                             }
                             for (long long l95 = 0; l95 < 1; l95++) {
                                 for (long long l96 = 0; l96 < 1; l96++) {
                                     for (long long l97 = 0; l97 < 128; l97++) {
-                                        for (long long l98 = 0; l98 < 32; l98++) {
-                                            (arena + 252528)[l95 * 4096 + l96 * 4096 + l97 * 32 + l98] = ((arena + 239982)[l95 * 4096 + l96 * 4096 + l97 * 32 + l98] * (arena + 252527)[0]);
+                                        (arena + 265457)[l95 * 128 + l96 * 128 + l97] = (arena + 207471)[l95 * 128 + l96 * 128 + l97];
+                                    }
+                                }
+                            }
+                            for (long long l98 = 0; l98 < 1; l98++) {
+                                for (long long l99 = 0; l99 < 1; l99++) {
+                                    for (long long l100 = 0; l100 < 128; l100++) {
+                                        (arena + 248688)[l98 * 128 + l99 * 128 + l100] = ((arena + 206959)[l98 * 128 + l99 * 128 + l100] * (arena + 248687)[0]);
+                                    }
+                                }
+                            }
+                            for (long long l101 = 0; l101 < 1; l101++) {
+                                for (long long l102 = 0; l102 < 1; l102++) {
+                                    for (long long l103 = 0; l103 < 128; l103++) {
+                                        for (long long l104 = 0; l104 < 32; l104++) {
+                                            (arena + 252913)[l101 * 4096 + l102 * 4096 + l103 * 32 + l104] = ((arena + 240367)[l101 * 4096 + l102 * 4096 + l103 * 32 + l104] * (arena + 252912)[0]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l99 = 0; l99 < 1; l99++) {
-                                for (long long l100 = 0; l100 < 1; l100++) {
-                                    for (long long l101 = 0; l101 < 128; l101++) {
-                                        for (long long l102 = 0; l102 < 32; l102++) {
-                                            (arena + 256624)[l99 * 4096 + l100 * 4096 + l101 * 32 + l102] = ((arena + 252528)[l99 * 4096 + l100 * 4096 + l101 * 32 + l102] - (arena + 248303)[l99 * 128 + l100 * 128 + l101]);
+                            for (long long l105 = 0; l105 < 1; l105++) {
+                                for (long long l106 = 0; l106 < 1; l106++) {
+                                    for (long long l107 = 0; l107 < 128; l107++) {
+                                        for (long long l108 = 0; l108 < 32; l108++) {
+                                            (arena + 257009)[l105 * 4096 + l106 * 4096 + l107 * 32 + l108] = ((arena + 252913)[l105 * 4096 + l106 * 4096 + l107 * 32 + l108] - (arena + 248688)[l105 * 128 + l106 * 128 + l107]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l103 = 0; l103 < 1; l103++) {
-                                for (long long l104 = 0; l104 < 1; l104++) {
-                                    for (long long l105 = 0; l105 < 128; l105++) {
-                                        for (long long l106 = 0; l106 < 32; l106++) {
-                                            (arena + 90824)[l103 * 4096 + l104 * 4096 + l105 * 32 + l106] = exp2f((arena + 256624)[l103 * 4096 + l104 * 4096 + l105 * 32 + l106]);
+                            for (long long l109 = 0; l109 < 1; l109++) {
+                                for (long long l110 = 0; l110 < 1; l110++) {
+                                    for (long long l111 = 0; l111 < 128; l111++) {
+                                        for (long long l112 = 0; l112 < 32; l112++) {
+                                            (arena + 90824)[l109 * 4096 + l110 * 4096 + l111 * 32 + l112] = exp2f((arena + 257009)[l109 * 4096 + l110 * 4096 + l111 * 32 + l112]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l107 = 0; l107 < 1; l107++) {
-                                for (long long l108 = 0; l108 < 1; l108++) {
-                                    for (long long l109 = 0; l109 < 128; l109++) {
-                                        for (long long l110 = 0; l110 < 32; l110++) {
-                                            (arena + 94920)[l107 * 4096 + l108 * 4096 + l109 * 32 + l110] = (o15 + l110 < s3) ? (arena + 90824)[l107 * 4096 + l108 * 4096 + l109 * 32 + l110] : 0e0f;
+                            for (long long l113 = 0; l113 < 1; l113++) {
+                                for (long long l114 = 0; l114 < 1; l114++) {
+                                    for (long long l115 = 0; l115 < 128; l115++) {
+                                        for (long long l116 = 0; l116 < 32; l116++) {
+                                            (arena + 94920)[l113 * 4096 + l114 * 4096 + l115 * 32 + l116] = (o15 + l116 < s3) ? (arena + 90824)[l113 * 4096 + l114 * 4096 + l115 * 32 + l116] : 0e0f;
                                         }
                                     }
                                 }
                             }
-                            for (long long l111 = 0; l111 < 1; l111++) {
-                                for (long long l112 = 0; l112 < 1; l112++) {
-                                    for (long long l113 = 0; l113 < 128; l113++) {
-                                        float a115 = 0e0f;
-                                        for (long long r114 = 0; r114 < 32; r114 += 1) a115 = a115 + (arena + 94920)[l111 * 4096 + l112 * 4096 + l113 * 32 + r114 * 1];
-                                        (arena + 99016)[l111 * 128 + l112 * 128 + l113] = a115;
+                            for (long long l117 = 0; l117 < 1; l117++) {
+                                for (long long l118 = 0; l118 < 1; l118++) {
+                                    for (long long l119 = 0; l119 < 128; l119++) {
+                                        float a121 = 0e0f;
+                                        for (long long r120 = 0; r120 < 32; r120 += 1) a121 = a121 + (arena + 94920)[l117 * 4096 + l118 * 4096 + l119 * 32 + r120 * 1];
+                                        (arena + 99016)[l117 * 128 + l118 * 128 + l119] = a121;
                                     }
                                 }
                             }
-                            for (long long l116 = 0; l116 < 1; l116++) {
-                                for (long long l117 = 0; l117 < 1; l117++) {
-                                    for (long long l118 = 0; l118 < 128; l118++) {
-                                        (arena + 265072)[l116 * 128 + l117 * 128 + l118] = (arena + 265072)[l116 * 128 + l117 * 128 + l118] + (arena + 99016)[l116 * 128 + l117 * 128 + l118];
+                            for (long long l122 = 0; l122 < 1; l122++) {
+                                for (long long l123 = 0; l123 < 1; l123++) {
+                                    for (long long l124 = 0; l124 < 128; l124++) {
+                                        (arena + 265457)[l122 * 128 + l123 * 128 + l124] = (arena + 265457)[l122 * 128 + l123 * 128 + l124] + (arena + 99016)[l122 * 128 + l123 * 128 + l124];
                                     }
                                 }
                             }
-                            for (long long l119 = 0; l119 < 1; l119++) {
-                                for (long long l120 = 0; l120 < 1; l120++) {
-                                    for (long long l121 = 0; l121 < 128; l121++) {
-                                        for (long long l122 = 0; l122 < 128; l122++) {
-                                            (arena + 207214)[l119 * 16384 + l120 * 16384 + l121 * 128 + l122] = (arena + 269424)[l119 * 16384 + l120 * 16384 + l121 * 128 + l122];
+                            for (long long l125 = 0; l125 < 1; l125++) {
+                                for (long long l126 = 0; l126 < 1; l126++) {
+                                    for (long long l127 = 0; l127 < 128; l127++) {
+                                        for (long long l128 = 0; l128 < 128; l128++) {
+                                            (arena + 207599)[l125 * 16384 + l126 * 16384 + l127 * 128 + l128] = (arena + 269809)[l125 * 16384 + l126 * 16384 + l127 * 128 + l128];
                                         }
                                     }
                                 }
                             }
-                            for (long long l123 = 0; l123 < 1; l123++) {
-                                for (long long l124 = 0; l124 < 1; l124++) {
-                                    for (long long l125 = 0; l125 < 128; l125++) {
-                                        for (long long l126 = 0; l126 < 128; l126++) {
-                                            (arena + 223598)[l123 * 16384 + l124 * 16384 + l125 * 128 + l126] = ((arena + 207214)[l123 * 16384 + l124 * 16384 + l125 * 128 + l126] * (arena + 206830)[l123 * 128 + l124 * 128 + l125]);
+                            for (long long l129 = 0; l129 < 1; l129++) {
+                                for (long long l130 = 0; l130 < 1; l130++) {
+                                    for (long long l131 = 0; l131 < 128; l131++) {
+                                        for (long long l132 = 0; l132 < 128; l132++) {
+                                            (arena + 223983)[l129 * 16384 + l130 * 16384 + l131 * 128 + l132] = ((arena + 207599)[l129 * 16384 + l130 * 16384 + l131 * 128 + l132] * (arena + 207215)[l129 * 128 + l130 * 128 + l131]);
                                         }
                                     }
                                 }
                             }
-                            for (long long l127 = 0; l127 < 1; l127++) {
-                                for (long long l128 = 0; l128 < 1; l128++) {
-                                    for (long long l129 = 0; l129 < 128; l129++) {
-                                        for (long long l130 = 0; l130 < 128; l130++) {
-                                            (arena + 269424)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130] = (arena + 223598)[l127 * 16384 + l128 * 16384 + l129 * 128 + l130];
+                            for (long long l133 = 0; l133 < 1; l133++) {
+                                for (long long l134 = 0; l134 < 1; l134++) {
+                                    for (long long l135 = 0; l135 < 128; l135++) {
+                                        for (long long l136 = 0; l136 < 128; l136++) {
+                                            (arena + 269809)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136] = (arena + 223983)[l133 * 16384 + l134 * 16384 + l135 * 128 + l136];
                                         }
                                     }
                                 }
                             }
-                            for (long long l131 = 0; l131 < 1; l131++) {
-                                for (long long l132 = 0; l132 < 1; l132++) {
-                                    for (long long l133 = 0; l133 < 128; l133++) {
-                                        for (long long l134 = 0; l134 < 32; l134++) {
-                                            (arena + 152812)[l131 * 4096 + l132 * 4096 + l133 * 32 + l134] = (o1 + l131 < s0 && o2 + l132 < s1 && o15 + l134 < s3 && o4 + l133 < s4) ? dt_load_bf16(in2[(o1 + l131) * args->input_strides[2][0] + (o2 + l132) * args->input_strides[2][1] + (o15 + l134) * args->input_strides[2][2] + (o4 + l133) * args->input_strides[2][3]]) : 0e0f;
-                                        }
-                                    }
-                                }
-                            }
-                            for (long long l135 = 0; l135 < 1; l135++) {
-                                for (long long l136 = 0; l136 < 1; l136++) {
-                                    for (long long l137 = 0; l137 < 128; l137++) {
-                                        for (long long l138 = 0; l138 < 128; l138++) {
-                                            float a140 = 0.0f;
-                                            for (long long r139 = 0; r139 < 32; r139++) a140 += (arena + 94920)[l135 * 4096 + l136 * 4096 + l137 * 32 + r139 * 1] * (arena + 152812)[l135 * 4096 + l136 * 4096 + l138 * 32 + r139 * 1];
-                                            (arena + 156908)[l135 * 16384 + l136 * 16384 + l137 * 128 + l138] = a140;
+                            for (long long l137 = 0; l137 < 1; l137++) {
+                                for (long long l138 = 0; l138 < 1; l138++) {
+                                    for (long long l139 = 0; l139 < 128; l139++) {
+                                        for (long long l140 = 0; l140 < 32; l140++) {
+                                            (arena + 152812)[l137 * 4096 + l138 * 4096 + l139 * 32 + l140] = (o1 + l137 < s0 && o2 + l138 < s1 && o15 + l140 < s3 && o4 + l139 < s4) ? dt_load_bf16(in2[(o1 + l137) * args->input_strides[2][0] + (o2 + l138) * args->input_strides[2][1] + (o15 + l140) * args->input_strides[2][2] + (o4 + l139) * args->input_strides[2][3]]) : 0e0f;
                                         }
                                     }
                                 }
@@ -3221,42 +3330,53 @@ int dt_attention_causal_128_bf16(const dt_args* args, long long first, long long
                                 for (long long l142 = 0; l142 < 1; l142++) {
                                     for (long long l143 = 0; l143 < 128; l143++) {
                                         for (long long l144 = 0; l144 < 128; l144++) {
-                                            (arena + 269424)[l141 * 16384 + l142 * 16384 + l143 * 128 + l144] = (arena + 269424)[l141 * 16384 + l142 * 16384 + l143 * 128 + l144] + (arena + 156908)[l141 * 16384 + l142 * 16384 + l143 * 128 + l144];
+                                            float a146 = 0.0f;
+                                            for (long long r145 = 0; r145 < 32; r145++) a146 += (arena + 94920)[l141 * 4096 + l142 * 4096 + l143 * 32 + r145 * 1] * (arena + 152812)[l141 * 4096 + l142 * 4096 + l144 * 32 + r145 * 1];
+                                            (arena + 156908)[l141 * 16384 + l142 * 16384 + l143 * 128 + l144] = a146;
+                                        }
+                                    }
+                                }
+                            }
+                            for (long long l147 = 0; l147 < 1; l147++) {
+                                for (long long l148 = 0; l148 < 1; l148++) {
+                                    for (long long l149 = 0; l149 < 128; l149++) {
+                                        for (long long l150 = 0; l150 < 128; l150++) {
+                                            (arena + 269809)[l147 * 16384 + l148 * 16384 + l149 * 128 + l150] = (arena + 269809)[l147 * 16384 + l148 * 16384 + l149 * 128 + l150] + (arena + 156908)[l147 * 16384 + l148 * 16384 + l149 * 128 + l150];
                                         }
                                     }
                                 }
                             }
                         }
-                        for (long long l145 = 0; l145 < 1; l145++) {
-                            for (long long l146 = 0; l146 < 1; l146++) {
-                                for (long long l147 = 0; l147 < 128; l147++) {
-                                    (arena + 99144)[l145 * 128 + l146 * 128 + l147] = (arena + 265072)[l145 * 128 + l146 * 128 + l147];
+                        for (long long l151 = 0; l151 < 1; l151++) {
+                            for (long long l152 = 0; l152 < 1; l152++) {
+                                for (long long l153 = 0; l153 < 128; l153++) {
+                                    (arena + 99144)[l151 * 128 + l152 * 128 + l153] = (arena + 265457)[l151 * 128 + l152 * 128 + l153];
                                 }
                             }
                         }
-                        for (long long l148 = 0; l148 < 1; l148++) {
-                            for (long long l149 = 0; l149 < 1; l149++) {
-                                for (long long l150 = 0; l150 < 128; l150++) {
-                                    for (long long l151 = 0; l151 < 128; l151++) {
-                                        (arena + 173292)[l148 * 16384 + l149 * 16384 + l150 * 128 + l151] = (arena + 269424)[l148 * 16384 + l149 * 16384 + l150 * 128 + l151];
+                        for (long long l154 = 0; l154 < 1; l154++) {
+                            for (long long l155 = 0; l155 < 1; l155++) {
+                                for (long long l156 = 0; l156 < 128; l156++) {
+                                    for (long long l157 = 0; l157 < 128; l157++) {
+                                        (arena + 173292)[l154 * 16384 + l155 * 16384 + l156 * 128 + l157] = (arena + 269809)[l154 * 16384 + l155 * 16384 + l156 * 128 + l157];
                                     }
                                 }
                             }
                         }
-                        for (long long l152 = 0; l152 < 1; l152++) {
-                            for (long long l153 = 0; l153 < 1; l153++) {
-                                for (long long l154 = 0; l154 < 128; l154++) {
-                                    for (long long l155 = 0; l155 < 128; l155++) {
-                                        (arena + 189804)[l152 * 16384 + l153 * 16384 + l154 * 128 + l155] = ((arena + 173292)[l152 * 16384 + l153 * 16384 + l154 * 128 + l155] / (arena + 99144)[l152 * 128 + l153 * 128 + l154]);
+                        for (long long l158 = 0; l158 < 1; l158++) {
+                            for (long long l159 = 0; l159 < 1; l159++) {
+                                for (long long l160 = 0; l160 < 128; l160++) {
+                                    for (long long l161 = 0; l161 < 128; l161++) {
+                                        (arena + 189804)[l158 * 16384 + l159 * 16384 + l160 * 128 + l161] = ((arena + 173292)[l158 * 16384 + l159 * 16384 + l160 * 128 + l161] / (arena + 99144)[l158 * 128 + l159 * 128 + l160]);
                                     }
                                 }
                             }
                         }
-                        for (long long l156 = 0; l156 < 1; l156++) {
-                            for (long long l157 = 0; l157 < 1; l157++) {
-                                for (long long l158 = 0; l158 < 128; l158++) {
-                                    for (long long l159 = 0; l159 < 128; l159++) {
-                                        if (o1 + l156 < s0 && o2 + l157 < s1 && o3 + l158 < s2 && o4 + l159 < s4) out[(o1 + l156) * args->output_strides[0] + (o2 + l157) * args->output_strides[1] + (o3 + l158) * args->output_strides[2] + (o4 + l159) * args->output_strides[3]] = dt_store_bf16((arena + 189804)[l156 * 16384 + l157 * 16384 + l158 * 128 + l159]);
+                        for (long long l162 = 0; l162 < 1; l162++) {
+                            for (long long l163 = 0; l163 < 1; l163++) {
+                                for (long long l164 = 0; l164 < 128; l164++) {
+                                    for (long long l165 = 0; l165 < 128; l165++) {
+                                        if (o1 + l162 < s0 && o2 + l163 < s1 && o3 + l164 < s2 && o4 + l165 < s4) out[(o1 + l162) * args->output_strides[0] + (o2 + l163) * args->output_strides[1] + (o3 + l164) * args->output_strides[2] + (o4 + l165) * args->output_strides[3]] = dt_store_bf16((arena + 189804)[l162 * 16384 + l163 * 16384 + l164 * 128 + l165]);
                                     }
                                 }
                             }

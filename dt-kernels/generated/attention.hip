@@ -869,29 +869,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
         (void)r; (void)e;
         v5[r] = dt_fast_rsqrt(v4[0]);
     }
-    float v41[1];
+    float v40[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v41[r] = (-INFINITY);
+        v40[r] = 5.5451775e0f;
     }
-    float v42[1];
+    float v45[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v42[r] = 0e0f;
+        v45[r] = (-INFINITY);
     }
-    float v53[1];
+    float v46[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v53[r] = 1.442695e0f;
+        v46[r] = 0e0f;
     }
-    float v55[1];
+    float v57[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v55[r] = (v5[0] * v53[0]);
+        v57[r] = 1.442695e0f;
+    }
+    float v59[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v59[r] = (v5[0] * v57[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -1004,106 +1010,116 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                         for (int r = 0; r < 32; r++) {
                             v3[r] = acc1[r];
                         }
-                        float v51[32];
+                        float v55[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int l37 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v51[r] = ((unsigned)(o15 + l37) < (unsigned)s3) ? v3[r] : (-INFINITY);
+                            v55[r] = ((unsigned)(o15 + l37) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v52[8];
+                        float v56[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[8];
                             #pragma unroll
                             for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v51[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v55[r]); }
                             #pragma unroll
                             for (int s = 0; s < 8; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) v52[s] = p[s];
+                            for (int s = 0; s < 8; s++) v56[s] = p[s];
                         }
                         float v8[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v8[r] = (v52[r] * v5[0]);
+                            v8[r] = (v56[r] * v5[0]);
                         }
                         float v39[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
                             v39[r] = acc0[r];
                         }
+                        float v41[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            acc0[r] = fmaxf(acc0[r], v8[r]);
+                            v41[r] = (v39[r] + v40[0]);
                         }
-                        float v40[8];
+                        float v42[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v40[r] = acc0[r];
+                            v42[r] = ((v8[r]) > (v41[r]) ? 1.0f : 0.0f);
                         }
                         float v43[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                            v43[r] = v42[r] != 0.0f ? v8[r] : v39[r];
                         }
-                        float v44[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
-                        }
-                        float v45[8];
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            v45[r] = (v39[r] - v44[r]);
-                        }
-                        float v46[8];
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            v46[r] = dt_fast_exp(v45[r]);
+                            acc0[r] = v43[r];
                         }
                         float v47[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v47[r] = acc3[r];
+                            v47[r] = ((v43[r]) == (v45[0]) ? 1.0f : 0.0f);
                         }
                         float v48[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v48[r] = (v47[r] * v46[r]);
+                            v48[r] = v47[r] != 0.0f ? v46[0] : v43[r];
+                        }
+                        float v49[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v49[r] = (v39[r] - v48[r]);
+                        }
+                        float v50[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v50[r] = dt_fast_exp(v49[r]);
+                        }
+                        float v51[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v51[r] = acc3[r];
+                        }
+                        float v52[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v52[r] = (v51[r] * v50[r]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            acc3[r] = v48[r];
+                            acc3[r] = v52[r];
                         }
-                        float v54[8];
+                        float v58[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v54[r] = (v44[r] * v53[0]);
+                            v58[r] = (v48[r] * v57[0]);
                         }
-                        float v56[32];
+                        float v60[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v56[r] = (v3[r] * v55[0]);
+                            v60[r] = (v3[r] * v59[0]);
                         }
-                        float v57[32];
+                        float v61[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v57[r] = (v56[r] - v54[(r >> 2) / 4 * 4 + (r & 3)]);
+                            v61[r] = (v60[r] - v58[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         float v19[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v19[r] = dt_fast_exp2(v57[r]);
+                            v19[r] = dt_fast_exp2(v61[r]);
                         }
                         float v20[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l89 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v20[r] = ((unsigned)(o15 + l89) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l95 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v20[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -1125,47 +1141,54 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                         for (int r = 0; r < 8; r++) {
                             acc3[r] = acc3[r] + v21[r];
                         }
-                        float v49[32];
+                        float v53[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v49[r] = acc6[r];
+                            v53[r] = acc6[r];
                         }
-                        float v50[32];
+                        float v54[32];
+                        if (v50[0] != 1.0f || v50[1] != 1.0f || v50[2] != 1.0f || v50[3] != 1.0f || v50[4] != 1.0f || v50[5] != 1.0f || v50[6] != 1.0f || v50[7] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v50[r] = (v49[r] * v46[(r >> 2) / 4 * 4 + (r & 3)]);
+                            v54[r] = v53[r] * v50[(r >> 2) / 4 * 4 + (r & 3)];
+                        }
+                        } else {
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v54[r] = v53[r];
+                        }
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            acc6[r] = v50[r];
+                            acc6[r] = v54[r];
                         }
                         /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l107 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l108 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l107 * 72 + l108] = dt_f32_to_f16(v20[r]);
+                            const int l117 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l118 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l117 * 72 + l118] = dt_f32_to_f16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec109 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec119 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l110 = (int)((unsigned)e / 512u % 1u);
-                                    const int l111 = (int)((unsigned)e / 512u % 1u);
-                                    const int l112 = (int)((unsigned)e / 8u % 64u);
-                                    const int l113 = (int)((unsigned)e / 1u % 8u);
-                                    if (vec109 && (unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l120 = (int)((unsigned)e / 512u % 1u);
+                                    const int l121 = (int)((unsigned)e / 512u % 1u);
+                                    const int l122 = (int)((unsigned)e / 8u % 64u);
+                                    const int l123 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec119 && (unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + (l123 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l122 * 72 + (l123 * 8)], &in2[(unsigned)(o1 + l120) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l121) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l122) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l123 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + (l123 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l122 * 72 + (l123 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4608))[l122 * 72 + (l123 * 8 + q)] = ((unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + (l123 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l120) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l121) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l122) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l123 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1214,11 +1237,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l125 = 0;
-                        const int l126 = 0;
-                        const int l127 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l128 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l127) < (unsigned)s2 && (unsigned)(o4 + l128) < (unsigned)s4) out[(unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l126) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l127) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l128) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                        const int l135 = 0;
+                        const int l136 = 0;
+                        const int l137 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l138 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l137) < (unsigned)s2 && (unsigned)(o4 + l138) < (unsigned)s4) out[(unsigned)(o1 + l135) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l136) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l137) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l138) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
                 }
             }
@@ -1273,29 +1296,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
         (void)r; (void)e;
         v5[r] = dt_fast_rsqrt(v4[0]);
     }
-    float v41[1];
+    float v40[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v41[r] = (-INFINITY);
+        v40[r] = 5.5451775e0f;
     }
-    float v42[1];
+    float v45[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v42[r] = 0e0f;
+        v45[r] = (-INFINITY);
     }
-    float v53[1];
+    float v46[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v53[r] = 1.442695e0f;
+        v46[r] = 0e0f;
     }
-    float v55[1];
+    float v57[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v55[r] = (v5[0] * v53[0]);
+        v57[r] = 1.442695e0f;
+    }
+    float v59[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v59[r] = (v5[0] * v57[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -1408,106 +1437,116 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                         for (int r = 0; r < 32; r++) {
                             v3[r] = acc1[r];
                         }
-                        float v51[32];
+                        float v55[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int l37 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v51[r] = ((unsigned)(o15 + l37) < (unsigned)s3) ? v3[r] : (-INFINITY);
+                            v55[r] = ((unsigned)(o15 + l37) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v52[8];
+                        float v56[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[8];
                             #pragma unroll
                             for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v51[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v55[r]); }
                             #pragma unroll
                             for (int s = 0; s < 8; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) v52[s] = p[s];
+                            for (int s = 0; s < 8; s++) v56[s] = p[s];
                         }
                         float v8[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v8[r] = (v52[r] * v5[0]);
+                            v8[r] = (v56[r] * v5[0]);
                         }
                         float v39[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
                             v39[r] = acc0[r];
                         }
+                        float v41[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            acc0[r] = fmaxf(acc0[r], v8[r]);
+                            v41[r] = (v39[r] + v40[0]);
                         }
-                        float v40[8];
+                        float v42[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v40[r] = acc0[r];
+                            v42[r] = ((v8[r]) > (v41[r]) ? 1.0f : 0.0f);
                         }
                         float v43[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                            v43[r] = v42[r] != 0.0f ? v8[r] : v39[r];
                         }
-                        float v44[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
-                        }
-                        float v45[8];
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            v45[r] = (v39[r] - v44[r]);
-                        }
-                        float v46[8];
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            v46[r] = dt_fast_exp(v45[r]);
+                            acc0[r] = v43[r];
                         }
                         float v47[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v47[r] = acc3[r];
+                            v47[r] = ((v43[r]) == (v45[0]) ? 1.0f : 0.0f);
                         }
                         float v48[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v48[r] = (v47[r] * v46[r]);
+                            v48[r] = v47[r] != 0.0f ? v46[0] : v43[r];
+                        }
+                        float v49[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v49[r] = (v39[r] - v48[r]);
+                        }
+                        float v50[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v50[r] = dt_fast_exp(v49[r]);
+                        }
+                        float v51[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v51[r] = acc3[r];
+                        }
+                        float v52[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v52[r] = (v51[r] * v50[r]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            acc3[r] = v48[r];
+                            acc3[r] = v52[r];
                         }
-                        float v54[8];
+                        float v58[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v54[r] = (v44[r] * v53[0]);
+                            v58[r] = (v48[r] * v57[0]);
                         }
-                        float v56[32];
+                        float v60[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v56[r] = (v3[r] * v55[0]);
+                            v60[r] = (v3[r] * v59[0]);
                         }
-                        float v57[32];
+                        float v61[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v57[r] = (v56[r] - v54[(r >> 2) / 4 * 4 + (r & 3)]);
+                            v61[r] = (v60[r] - v58[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         float v19[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v19[r] = dt_fast_exp2(v57[r]);
+                            v19[r] = dt_fast_exp2(v61[r]);
                         }
                         float v20[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l89 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v20[r] = ((unsigned)(o15 + l89) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l95 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v20[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -1529,47 +1568,54 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                         for (int r = 0; r < 8; r++) {
                             acc3[r] = acc3[r] + v21[r];
                         }
-                        float v49[32];
+                        float v53[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v49[r] = acc6[r];
+                            v53[r] = acc6[r];
                         }
-                        float v50[32];
+                        float v54[32];
+                        if (v50[0] != 1.0f || v50[1] != 1.0f || v50[2] != 1.0f || v50[3] != 1.0f || v50[4] != 1.0f || v50[5] != 1.0f || v50[6] != 1.0f || v50[7] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v50[r] = (v49[r] * v46[(r >> 2) / 4 * 4 + (r & 3)]);
+                            v54[r] = v53[r] * v50[(r >> 2) / 4 * 4 + (r & 3)];
+                        }
+                        } else {
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v54[r] = v53[r];
+                        }
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            acc6[r] = v50[r];
+                            acc6[r] = v54[r];
                         }
                         /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l107 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l108 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l107 * 72 + l108] = dt_f32_to_bf16(v20[r]);
+                            const int l117 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l118 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l117 * 72 + l118] = dt_f32_to_bf16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec109 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec119 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l110 = (int)((unsigned)e / 512u % 1u);
-                                    const int l111 = (int)((unsigned)e / 512u % 1u);
-                                    const int l112 = (int)((unsigned)e / 8u % 64u);
-                                    const int l113 = (int)((unsigned)e / 1u % 8u);
-                                    if (vec109 && (unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l120 = (int)((unsigned)e / 512u % 1u);
+                                    const int l121 = (int)((unsigned)e / 512u % 1u);
+                                    const int l122 = (int)((unsigned)e / 8u % 64u);
+                                    const int l123 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec119 && (unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + (l123 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l122 * 72 + (l123 * 8)], &in2[(unsigned)(o1 + l120) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l121) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l122) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l123 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + (l123 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l122 * 72 + (l123 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4608))[l112 * 72 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4608))[l122 * 72 + (l123 * 8 + q)] = ((unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + (l123 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l120) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l121) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l122) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l123 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -1618,11 +1664,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l125 = 0;
-                        const int l126 = 0;
-                        const int l127 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l128 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l127) < (unsigned)s2 && (unsigned)(o4 + l128) < (unsigned)s4) out[(unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l126) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l127) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l128) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                        const int l135 = 0;
+                        const int l136 = 0;
+                        const int l137 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l138 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l137) < (unsigned)s2 && (unsigned)(o4 + l138) < (unsigned)s4) out[(unsigned)(o1 + l135) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l136) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l137) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l138) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
                 }
             }
@@ -1689,29 +1735,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
         (void)r; (void)e;
         v11[r] = (-v10[0]);
     }
-    float v59[1];
+    float v58[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v59[r] = (-INFINITY);
+        v58[r] = 5.5451775e0f;
     }
-    float v60[1];
+    float v63[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v60[r] = 0e0f;
+        v63[r] = (-INFINITY);
     }
-    float v72[1];
+    float v64[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v72[r] = 1.442695e0f;
+        v64[r] = 0e0f;
     }
-    float v75[1];
+    float v76[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v75[r] = (v8[0] * v72[0]);
+        v76[r] = 1.442695e0f;
+    }
+    float v79[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v79[r] = (v8[0] * v76[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -1833,111 +1885,121 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                         for (int r = 0; r < 32; r++) {
                             v6[r] = acc1[r];
                         }
-                        float v69[32];
+                        float v73[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                            v73[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v70[32];
+                        float v74[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int l43 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v70[r] = ((unsigned)(o15 + l43) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                            v74[r] = ((unsigned)(o15 + l43) < (unsigned)s3) ? v73[r] : (-INFINITY);
                         }
-                        float v71[8];
+                        float v75[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[8];
                             #pragma unroll
                             for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v70[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v74[r]); }
                             #pragma unroll
                             for (int s = 0; s < 8; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) v71[s] = p[s];
+                            for (int s = 0; s < 8; s++) v75[s] = p[s];
                         }
                         float v14[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v14[r] = (v71[r] * v8[0]);
+                            v14[r] = (v75[r] * v8[0]);
                         }
                         float v57[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
                             v57[r] = acc0[r];
                         }
+                        float v59[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            acc0[r] = fmaxf(acc0[r], v14[r]);
+                            v59[r] = (v57[r] + v58[0]);
                         }
-                        float v58[8];
+                        float v60[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v58[r] = acc0[r];
+                            v60[r] = ((v14[r]) > (v59[r]) ? 1.0f : 0.0f);
                         }
                         float v61[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                            v61[r] = v60[r] != 0.0f ? v14[r] : v57[r];
                         }
-                        float v62[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                        }
-                        float v63[8];
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            v63[r] = (v57[r] - v62[r]);
-                        }
-                        float v64[8];
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            v64[r] = dt_fast_exp(v63[r]);
+                            acc0[r] = v61[r];
                         }
                         float v65[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v65[r] = acc3[r];
+                            v65[r] = ((v61[r]) == (v63[0]) ? 1.0f : 0.0f);
                         }
                         float v66[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v66[r] = (v65[r] * v64[r]);
+                            v66[r] = v65[r] != 0.0f ? v64[0] : v61[r];
+                        }
+                        float v67[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v67[r] = (v57[r] - v66[r]);
+                        }
+                        float v68[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v68[r] = dt_fast_exp(v67[r]);
+                        }
+                        float v69[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v69[r] = acc3[r];
+                        }
+                        float v70[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v70[r] = (v69[r] * v68[r]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            acc3[r] = v66[r];
+                            acc3[r] = v70[r];
                         }
-                        float v73[8];
+                        float v77[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v73[r] = (v62[r] * v72[0]);
+                            v77[r] = (v66[r] * v76[0]);
                         }
-                        float v76[32];
+                        float v80[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v76[r] = (v69[r] * v75[0]);
+                            v80[r] = (v73[r] * v79[0]);
                         }
-                        float v77[32];
+                        float v81[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v77[r] = (v76[r] - v73[(r >> 2) / 4 * 4 + (r & 3)]);
+                            v81[r] = (v80[r] - v77[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         float v31[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v31[r] = dt_fast_exp2(v77[r]);
+                            v31[r] = dt_fast_exp2(v81[r]);
                         }
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l95 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v32[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l101 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v32[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -1959,47 +2021,54 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                         for (int r = 0; r < 8; r++) {
                             acc3[r] = acc3[r] + v33[r];
                         }
-                        float v67[32];
+                        float v71[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v67[r] = acc6[r];
+                            v71[r] = acc6[r];
                         }
-                        float v68[32];
+                        float v72[32];
+                        if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f || v68[4] != 1.0f || v68[5] != 1.0f || v68[6] != 1.0f || v68[7] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v68[r] = (v67[r] * v64[(r >> 2) / 4 * 4 + (r & 3)]);
+                            v72[r] = v71[r] * v68[(r >> 2) / 4 * 4 + (r & 3)];
+                        }
+                        } else {
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v72[r] = v71[r];
+                        }
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            acc6[r] = v68[r];
+                            acc6[r] = v72[r];
                         }
                         /* v52: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l113 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l114 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l113 * 72 + l114] = dt_f32_to_f16(v32[r]);
+                            const int l123 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l124 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l123 * 72 + l124] = dt_f32_to_f16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec115 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec125 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l116 = (int)((unsigned)e / 512u % 1u);
-                                    const int l117 = (int)((unsigned)e / 512u % 1u);
-                                    const int l118 = (int)((unsigned)e / 8u % 64u);
-                                    const int l119 = (int)((unsigned)e / 1u % 8u);
-                                    if (vec115 && (unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l118 * 72 + (l119 * 8)], &in2[(unsigned)(o1 + l116) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l117) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l118) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l119 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l118 * 72 + (l119 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l126 = (int)((unsigned)e / 512u % 1u);
+                                    const int l127 = (int)((unsigned)e / 512u % 1u);
+                                    const int l128 = (int)((unsigned)e / 8u % 64u);
+                                    const int l129 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec125 && (unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + (l129 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l128 * 72 + (l129 * 8)], &in2[(unsigned)(o1 + l126) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l127) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l128) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l129 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + (l129 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l128 * 72 + (l129 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4608))[l118 * 72 + (l119 * 8 + q)] = ((unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l116) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l117) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l118) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l119 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4608))[l128 * 72 + (l129 * 8 + q)] = ((unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + (l129 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l126) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l127) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l128) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l129 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2048,11 +2117,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l131 = 0;
-                        const int l132 = 0;
-                        const int l133 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l134 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l133) < (unsigned)s2 && (unsigned)(o4 + l134) < (unsigned)s4) out[(unsigned)(o1 + l131) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l132) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l133) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l134) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l141 = 0;
+                        const int l142 = 0;
+                        const int l143 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l144 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l143) < (unsigned)s2 && (unsigned)(o4 + l144) < (unsigned)s4) out[(unsigned)(o1 + l141) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l142) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l143) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l144) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -2119,29 +2188,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
         (void)r; (void)e;
         v11[r] = (-v10[0]);
     }
-    float v59[1];
+    float v58[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v59[r] = (-INFINITY);
+        v58[r] = 5.5451775e0f;
     }
-    float v60[1];
+    float v63[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v60[r] = 0e0f;
+        v63[r] = (-INFINITY);
     }
-    float v72[1];
+    float v64[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v72[r] = 1.442695e0f;
+        v64[r] = 0e0f;
     }
-    float v75[1];
+    float v76[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v75[r] = (v8[0] * v72[0]);
+        v76[r] = 1.442695e0f;
+    }
+    float v79[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v79[r] = (v8[0] * v76[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -2263,111 +2338,121 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                         for (int r = 0; r < 32; r++) {
                             v6[r] = acc1[r];
                         }
-                        float v69[32];
+                        float v73[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                            v73[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v70[32];
+                        float v74[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
                             const int l43 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v70[r] = ((unsigned)(o15 + l43) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                            v74[r] = ((unsigned)(o15 + l43) < (unsigned)s3) ? v73[r] : (-INFINITY);
                         }
-                        float v71[8];
+                        float v75[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[8];
                             #pragma unroll
                             for (int s = 0; s < 8; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v70[r]); }
+                            for (int r = 0; r < 32; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v74[r]); }
                             #pragma unroll
                             for (int s = 0; s < 8; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 8; s++) v71[s] = p[s];
+                            for (int s = 0; s < 8; s++) v75[s] = p[s];
                         }
                         float v14[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v14[r] = (v71[r] * v8[0]);
+                            v14[r] = (v75[r] * v8[0]);
                         }
                         float v57[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
                             v57[r] = acc0[r];
                         }
+                        float v59[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            acc0[r] = fmaxf(acc0[r], v14[r]);
+                            v59[r] = (v57[r] + v58[0]);
                         }
-                        float v58[8];
+                        float v60[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v58[r] = acc0[r];
+                            v60[r] = ((v14[r]) > (v59[r]) ? 1.0f : 0.0f);
                         }
                         float v61[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                            v61[r] = v60[r] != 0.0f ? v14[r] : v57[r];
                         }
-                        float v62[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                        }
-                        float v63[8];
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            v63[r] = (v57[r] - v62[r]);
-                        }
-                        float v64[8];
-                        #pragma unroll
-                        for (int r = 0; r < 8; r++) {
-                            v64[r] = dt_fast_exp(v63[r]);
+                            acc0[r] = v61[r];
                         }
                         float v65[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v65[r] = acc3[r];
+                            v65[r] = ((v61[r]) == (v63[0]) ? 1.0f : 0.0f);
                         }
                         float v66[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v66[r] = (v65[r] * v64[r]);
+                            v66[r] = v65[r] != 0.0f ? v64[0] : v61[r];
+                        }
+                        float v67[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v67[r] = (v57[r] - v66[r]);
+                        }
+                        float v68[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v68[r] = dt_fast_exp(v67[r]);
+                        }
+                        float v69[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v69[r] = acc3[r];
+                        }
+                        float v70[8];
+                        #pragma unroll
+                        for (int r = 0; r < 8; r++) {
+                            v70[r] = (v69[r] * v68[r]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            acc3[r] = v66[r];
+                            acc3[r] = v70[r];
                         }
-                        float v73[8];
+                        float v77[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v73[r] = (v62[r] * v72[0]);
+                            v77[r] = (v66[r] * v76[0]);
                         }
-                        float v76[32];
+                        float v80[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v76[r] = (v69[r] * v75[0]);
+                            v80[r] = (v73[r] * v79[0]);
                         }
-                        float v77[32];
+                        float v81[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v77[r] = (v76[r] - v73[(r >> 2) / 4 * 4 + (r & 3)]);
+                            v81[r] = (v80[r] - v77[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         float v31[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v31[r] = dt_fast_exp2(v77[r]);
+                            v31[r] = dt_fast_exp2(v81[r]);
                         }
                         float v32[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l95 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v32[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l101 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v32[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[8];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -2389,47 +2474,54 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                         for (int r = 0; r < 8; r++) {
                             acc3[r] = acc3[r] + v33[r];
                         }
-                        float v67[32];
+                        float v71[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v67[r] = acc6[r];
+                            v71[r] = acc6[r];
                         }
-                        float v68[32];
+                        float v72[32];
+                        if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f || v68[4] != 1.0f || v68[5] != 1.0f || v68[6] != 1.0f || v68[7] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v68[r] = (v67[r] * v64[(r >> 2) / 4 * 4 + (r & 3)]);
+                            v72[r] = v71[r] * v68[(r >> 2) / 4 * 4 + (r & 3)];
+                        }
+                        } else {
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v72[r] = v71[r];
+                        }
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            acc6[r] = v68[r];
+                            acc6[r] = v72[r];
                         }
                         /* v52: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            const int l113 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l114 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l113 * 72 + l114] = dt_f32_to_bf16(v32[r]);
+                            const int l123 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l124 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l123 * 72 + l124] = dt_f32_to_bf16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec115 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec125 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l116 = (int)((unsigned)e / 512u % 1u);
-                                    const int l117 = (int)((unsigned)e / 512u % 1u);
-                                    const int l118 = (int)((unsigned)e / 8u % 64u);
-                                    const int l119 = (int)((unsigned)e / 1u % 8u);
-                                    if (vec115 && (unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l118 * 72 + (l119 * 8)], &in2[(unsigned)(o1 + l116) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l117) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l118) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l119 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l118 * 72 + (l119 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l126 = (int)((unsigned)e / 512u % 1u);
+                                    const int l127 = (int)((unsigned)e / 512u % 1u);
+                                    const int l128 = (int)((unsigned)e / 8u % 64u);
+                                    const int l129 = (int)((unsigned)e / 1u % 8u);
+                                    if (vec125 && (unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + (l129 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 4608))[l128 * 72 + (l129 * 8)], &in2[(unsigned)(o1 + l126) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l127) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l128) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l129 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + (l129 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 4608))[l128 * 72 + (l129 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 4608))[l118 * 72 + (l119 * 8 + q)] = ((unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l116) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l117) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l118) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l119 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 4608))[l128 * 72 + (l129 * 8 + q)] = ((unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + (l129 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l126) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l127) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l128) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l129 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2478,11 +2570,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l131 = 0;
-                        const int l132 = 0;
-                        const int l133 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l134 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l133) < (unsigned)s2 && (unsigned)(o4 + l134) < (unsigned)s4) out[(unsigned)(o1 + l131) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l132) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l133) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l134) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l141 = 0;
+                        const int l142 = 0;
+                        const int l143 = (tid >> 6) / 1 * 32 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l144 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l143) < (unsigned)s2 && (unsigned)(o4 + l144) < (unsigned)s4) out[(unsigned)(o1 + l141) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l142) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l143) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l144) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -2537,29 +2629,35 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
         (void)r; (void)e;
         v5[r] = dt_fast_rsqrt(v4[0]);
     }
-    float v41[1];
+    float v40[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v41[r] = (-INFINITY);
+        v40[r] = 5.5451775e0f;
     }
-    float v42[1];
+    float v45[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v42[r] = 0e0f;
+        v45[r] = (-INFINITY);
     }
-    float v53[1];
+    float v46[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v53[r] = 1.442695e0f;
+        v46[r] = 0e0f;
     }
-    float v55[1];
+    float v57[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v55[r] = (v5[0] * v53[0]);
+        v57[r] = 1.442695e0f;
+    }
+    float v59[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v59[r] = (v5[0] * v57[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -2672,106 +2770,116 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                         for (int r = 0; r < 16; r++) {
                             v3[r] = acc1[r];
                         }
-                        float v51[16];
+                        float v55[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int l37 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v51[r] = ((unsigned)(o15 + l37) < (unsigned)s3) ? v3[r] : (-INFINITY);
+                            v55[r] = ((unsigned)(o15 + l37) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v52[4];
+                        float v56[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v51[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v55[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v52[s] = p[s];
+                            for (int s = 0; s < 4; s++) v56[s] = p[s];
                         }
                         float v8[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v8[r] = (v52[r] * v5[0]);
+                            v8[r] = (v56[r] * v5[0]);
                         }
                         float v39[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
                             v39[r] = acc0[r];
                         }
+                        float v41[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            acc0[r] = fmaxf(acc0[r], v8[r]);
+                            v41[r] = (v39[r] + v40[0]);
                         }
-                        float v40[4];
+                        float v42[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v40[r] = acc0[r];
+                            v42[r] = ((v8[r]) > (v41[r]) ? 1.0f : 0.0f);
                         }
                         float v43[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                            v43[r] = v42[r] != 0.0f ? v8[r] : v39[r];
                         }
-                        float v44[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
-                        }
-                        float v45[4];
-                        #pragma unroll
-                        for (int r = 0; r < 4; r++) {
-                            v45[r] = (v39[r] - v44[r]);
-                        }
-                        float v46[4];
-                        #pragma unroll
-                        for (int r = 0; r < 4; r++) {
-                            v46[r] = dt_fast_exp(v45[r]);
+                            acc0[r] = v43[r];
                         }
                         float v47[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v47[r] = acc3[r];
+                            v47[r] = ((v43[r]) == (v45[0]) ? 1.0f : 0.0f);
                         }
                         float v48[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v48[r] = (v47[r] * v46[r]);
+                            v48[r] = v47[r] != 0.0f ? v46[0] : v43[r];
+                        }
+                        float v49[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v49[r] = (v39[r] - v48[r]);
+                        }
+                        float v50[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v50[r] = dt_fast_exp(v49[r]);
+                        }
+                        float v51[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v51[r] = acc3[r];
+                        }
+                        float v52[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v52[r] = (v51[r] * v50[r]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            acc3[r] = v48[r];
+                            acc3[r] = v52[r];
                         }
-                        float v54[4];
+                        float v58[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v54[r] = (v44[r] * v53[0]);
+                            v58[r] = (v48[r] * v57[0]);
                         }
-                        float v56[16];
+                        float v60[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v56[r] = (v3[r] * v55[0]);
+                            v60[r] = (v3[r] * v59[0]);
                         }
-                        float v57[16];
+                        float v61[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v57[r] = (v56[r] - v54[(r >> 2) / 4 * 4 + (r & 3)]);
+                            v61[r] = (v60[r] - v58[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         float v19[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v19[r] = dt_fast_exp2(v57[r]);
+                            v19[r] = dt_fast_exp2(v61[r]);
                         }
                         float v20[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l89 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v20[r] = ((unsigned)(o15 + l89) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l95 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v20[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -2793,47 +2901,54 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                         for (int r = 0; r < 4; r++) {
                             acc3[r] = acc3[r] + v21[r];
                         }
-                        float v49[32];
+                        float v53[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v49[r] = acc6[r];
+                            v53[r] = acc6[r];
                         }
-                        float v50[32];
+                        float v54[32];
+                        if (v50[0] != 1.0f || v50[1] != 1.0f || v50[2] != 1.0f || v50[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v50[r] = (v49[r] * v46[(r >> 2) / 8 * 4 + (r & 3)]);
+                            v54[r] = v53[r] * v50[(r >> 2) / 8 * 4 + (r & 3)];
+                        }
+                        } else {
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v54[r] = v53[r];
+                        }
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            acc6[r] = v50[r];
+                            acc6[r] = v54[r];
                         }
                         /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l107 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l108 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l107 * 72 + l108] = dt_f32_to_f16(v20[r]);
+                            const int l117 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l118 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l117 * 72 + l118] = dt_f32_to_f16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec109 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec119 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l110 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l111 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l112 = (int)((unsigned)e / 16u % 64u);
-                                    const int l113 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec109 && (unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l120 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l121 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l122 = (int)((unsigned)e / 16u % 64u);
+                                    const int l123 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec119 && (unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + (l123 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l122 * 136 + (l123 * 8)], &in2[(unsigned)(o1 + l120) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l121) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l122) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l123 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + (l123 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l122 * 136 + (l123 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 8704))[l122 * 136 + (l123 * 8 + q)] = ((unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + (l123 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l120) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l121) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l122) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l123 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -2882,11 +2997,11 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l125 = 0;
-                        const int l126 = 0;
-                        const int l127 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l128 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l127) < (unsigned)s2 && (unsigned)(o4 + l128) < (unsigned)s4) out[(unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l126) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l127) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l128) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                        const int l135 = 0;
+                        const int l136 = 0;
+                        const int l137 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l138 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l137) < (unsigned)s2 && (unsigned)(o4 + l138) < (unsigned)s4) out[(unsigned)(o1 + l135) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l136) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l137) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l138) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
                 }
             }
@@ -2941,29 +3056,35 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
         (void)r; (void)e;
         v5[r] = dt_fast_rsqrt(v4[0]);
     }
-    float v41[1];
+    float v40[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v41[r] = (-INFINITY);
+        v40[r] = 5.5451775e0f;
     }
-    float v42[1];
+    float v45[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v42[r] = 0e0f;
+        v45[r] = (-INFINITY);
     }
-    float v53[1];
+    float v46[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v53[r] = 1.442695e0f;
+        v46[r] = 0e0f;
     }
-    float v55[1];
+    float v57[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v55[r] = (v5[0] * v53[0]);
+        v57[r] = 1.442695e0f;
+    }
+    float v59[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v59[r] = (v5[0] * v57[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -3076,106 +3197,116 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                         for (int r = 0; r < 16; r++) {
                             v3[r] = acc1[r];
                         }
-                        float v51[16];
+                        float v55[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
                             const int l37 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v51[r] = ((unsigned)(o15 + l37) < (unsigned)s3) ? v3[r] : (-INFINITY);
+                            v55[r] = ((unsigned)(o15 + l37) < (unsigned)s3) ? v3[r] : (-INFINITY);
                         }
-                        float v52[4];
+                        float v56[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v51[r]); }
+                            for (int r = 0; r < 16; r++) { const int s = (r >> 2) / 4 * 4 + (r & 3); p[s] = fmaxf(p[s], v55[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v52[s] = p[s];
+                            for (int s = 0; s < 4; s++) v56[s] = p[s];
                         }
                         float v8[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v8[r] = (v52[r] * v5[0]);
+                            v8[r] = (v56[r] * v5[0]);
                         }
                         float v39[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
                             v39[r] = acc0[r];
                         }
+                        float v41[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            acc0[r] = fmaxf(acc0[r], v8[r]);
+                            v41[r] = (v39[r] + v40[0]);
                         }
-                        float v40[4];
+                        float v42[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v40[r] = acc0[r];
+                            v42[r] = ((v8[r]) > (v41[r]) ? 1.0f : 0.0f);
                         }
                         float v43[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v43[r] = ((v40[r]) == (v41[0]) ? 1.0f : 0.0f);
+                            v43[r] = v42[r] != 0.0f ? v8[r] : v39[r];
                         }
-                        float v44[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v44[r] = v43[r] != 0.0f ? v42[0] : v40[r];
-                        }
-                        float v45[4];
-                        #pragma unroll
-                        for (int r = 0; r < 4; r++) {
-                            v45[r] = (v39[r] - v44[r]);
-                        }
-                        float v46[4];
-                        #pragma unroll
-                        for (int r = 0; r < 4; r++) {
-                            v46[r] = dt_fast_exp(v45[r]);
+                            acc0[r] = v43[r];
                         }
                         float v47[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v47[r] = acc3[r];
+                            v47[r] = ((v43[r]) == (v45[0]) ? 1.0f : 0.0f);
                         }
                         float v48[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v48[r] = (v47[r] * v46[r]);
+                            v48[r] = v47[r] != 0.0f ? v46[0] : v43[r];
+                        }
+                        float v49[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v49[r] = (v39[r] - v48[r]);
+                        }
+                        float v50[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v50[r] = dt_fast_exp(v49[r]);
+                        }
+                        float v51[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v51[r] = acc3[r];
+                        }
+                        float v52[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v52[r] = (v51[r] * v50[r]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            acc3[r] = v48[r];
+                            acc3[r] = v52[r];
                         }
-                        float v54[4];
+                        float v58[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v54[r] = (v44[r] * v53[0]);
+                            v58[r] = (v48[r] * v57[0]);
                         }
-                        float v56[16];
+                        float v60[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v56[r] = (v3[r] * v55[0]);
+                            v60[r] = (v3[r] * v59[0]);
                         }
-                        float v57[16];
+                        float v61[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v57[r] = (v56[r] - v54[(r >> 2) / 4 * 4 + (r & 3)]);
+                            v61[r] = (v60[r] - v58[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         float v19[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            v19[r] = dt_fast_exp2(v57[r]);
+                            v19[r] = dt_fast_exp2(v61[r]);
                         }
                         float v20[16];
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l89 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            v20[r] = ((unsigned)(o15 + l89) < (unsigned)s3) ? v19[r] : 0e0f;
+                            const int l95 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            v20[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v19[r] : 0e0f;
                         }
                         float v21[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -3197,47 +3328,54 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                         for (int r = 0; r < 4; r++) {
                             acc3[r] = acc3[r] + v21[r];
                         }
-                        float v49[32];
+                        float v53[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v49[r] = acc6[r];
+                            v53[r] = acc6[r];
                         }
-                        float v50[32];
+                        float v54[32];
+                        if (v50[0] != 1.0f || v50[1] != 1.0f || v50[2] != 1.0f || v50[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v50[r] = (v49[r] * v46[(r >> 2) / 8 * 4 + (r & 3)]);
+                            v54[r] = v53[r] * v50[(r >> 2) / 8 * 4 + (r & 3)];
+                        }
+                        } else {
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v54[r] = v53[r];
+                        }
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            acc6[r] = v50[r];
+                            acc6[r] = v54[r];
                         }
                         /* v34: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l107 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l108 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l107 * 72 + l108] = dt_f32_to_bf16(v20[r]);
+                            const int l117 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l118 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l117 * 72 + l118] = dt_f32_to_bf16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec109 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec119 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 2; r++) {
                                 const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l110 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l111 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l112 = (int)((unsigned)e / 16u % 64u);
-                                    const int l113 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec109 && (unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8)], &in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l120 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l121 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l122 = (int)((unsigned)e / 16u % 64u);
+                                    const int l123 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec119 && (unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + (l123 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l122 * 136 + (l123 * 8)], &in2[(unsigned)(o1 + l120) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l121) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l122) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l123 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + (l123 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l122 * 136 + (l123 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 8704))[l112 * 136 + (l113 * 8 + q)] = ((unsigned)(o15 + l112) < (unsigned)s3 && (unsigned)(o4 + (l113 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l110) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l111) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l112) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l113 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 8704))[l122 * 136 + (l123 * 8 + q)] = ((unsigned)(o15 + l122) < (unsigned)s3 && (unsigned)(o4 + (l123 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l120) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l121) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l122) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l123 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3286,11 +3424,11 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l125 = 0;
-                        const int l126 = 0;
-                        const int l127 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l128 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l127) < (unsigned)s2 && (unsigned)(o4 + l128) < (unsigned)s4) out[(unsigned)(o1 + l125) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l126) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l127) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l128) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                        const int l135 = 0;
+                        const int l136 = 0;
+                        const int l137 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l138 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l137) < (unsigned)s2 && (unsigned)(o4 + l138) < (unsigned)s4) out[(unsigned)(o1 + l135) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l136) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l137) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l138) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
                 }
             }
@@ -3357,29 +3495,35 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
         (void)r; (void)e;
         v11[r] = (-v10[0]);
     }
-    float v59[1];
+    float v58[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v59[r] = (-INFINITY);
+        v58[r] = 5.5451775e0f;
     }
-    float v60[1];
+    float v63[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v60[r] = 0e0f;
+        v63[r] = (-INFINITY);
     }
-    float v72[1];
+    float v64[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v72[r] = 1.442695e0f;
+        v64[r] = 0e0f;
     }
-    float v75[1];
+    float v76[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v75[r] = (v8[0] * v72[0]);
+        v76[r] = 1.442695e0f;
+    }
+    float v79[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v79[r] = (v8[0] * v76[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -3501,111 +3645,121 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
                         for (int r = 0; r < 8; r++) {
                             v6[r] = acc1[r];
                         }
-                        float v69[8];
+                        float v73[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                            v73[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v70[8];
+                        float v74[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
                             const int l43 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v70[r] = ((unsigned)(o15 + l43) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                            v74[r] = ((unsigned)(o15 + l43) < (unsigned)s3) ? v73[r] : (-INFINITY);
                         }
-                        float v71[4];
+                        float v75[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v70[r]); }
+                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v74[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v71[s] = p[s];
+                            for (int s = 0; s < 4; s++) v75[s] = p[s];
                         }
                         float v14[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v14[r] = (v71[r] * v8[0]);
+                            v14[r] = (v75[r] * v8[0]);
                         }
                         float v57[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
                             v57[r] = acc0[r];
                         }
+                        float v59[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            acc0[r] = fmaxf(acc0[r], v14[r]);
+                            v59[r] = (v57[r] + v58[0]);
                         }
-                        float v58[4];
+                        float v60[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v58[r] = acc0[r];
+                            v60[r] = ((v14[r]) > (v59[r]) ? 1.0f : 0.0f);
                         }
                         float v61[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                            v61[r] = v60[r] != 0.0f ? v14[r] : v57[r];
                         }
-                        float v62[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                        }
-                        float v63[4];
-                        #pragma unroll
-                        for (int r = 0; r < 4; r++) {
-                            v63[r] = (v57[r] - v62[r]);
-                        }
-                        float v64[4];
-                        #pragma unroll
-                        for (int r = 0; r < 4; r++) {
-                            v64[r] = dt_fast_exp(v63[r]);
+                            acc0[r] = v61[r];
                         }
                         float v65[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v65[r] = acc3[r];
+                            v65[r] = ((v61[r]) == (v63[0]) ? 1.0f : 0.0f);
                         }
                         float v66[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v66[r] = (v65[r] * v64[r]);
+                            v66[r] = v65[r] != 0.0f ? v64[0] : v61[r];
+                        }
+                        float v67[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v67[r] = (v57[r] - v66[r]);
+                        }
+                        float v68[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v68[r] = dt_fast_exp(v67[r]);
+                        }
+                        float v69[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v69[r] = acc3[r];
+                        }
+                        float v70[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v70[r] = (v69[r] * v68[r]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            acc3[r] = v66[r];
+                            acc3[r] = v70[r];
                         }
-                        float v73[4];
+                        float v77[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v73[r] = (v62[r] * v72[0]);
+                            v77[r] = (v66[r] * v76[0]);
                         }
-                        float v76[8];
+                        float v80[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v76[r] = (v69[r] * v75[0]);
+                            v80[r] = (v73[r] * v79[0]);
                         }
-                        float v77[8];
+                        float v81[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v77[r] = (v76[r] - v73[(r >> 2) / 2 * 4 + (r & 3)]);
+                            v81[r] = (v80[r] - v77[(r >> 2) / 2 * 4 + (r & 3)]);
                         }
                         float v31[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v31[r] = dt_fast_exp2(v77[r]);
+                            v31[r] = dt_fast_exp2(v81[r]);
                         }
                         float v32[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            const int l95 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v32[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l101 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v32[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -3627,47 +3781,54 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
                         for (int r = 0; r < 4; r++) {
                             acc3[r] = acc3[r] + v33[r];
                         }
-                        float v67[32];
+                        float v71[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v67[r] = acc6[r];
+                            v71[r] = acc6[r];
                         }
-                        float v68[32];
+                        float v72[32];
+                        if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v68[r] = (v67[r] * v64[(r >> 2) / 8 * 4 + (r & 3)]);
+                            v72[r] = v71[r] * v68[(r >> 2) / 8 * 4 + (r & 3)];
+                        }
+                        } else {
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v72[r] = v71[r];
+                        }
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            acc6[r] = v68[r];
+                            acc6[r] = v72[r];
                         }
                         /* v52: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            const int l113 = (tid >> 6) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l114 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l113 * 40 + l114] = dt_f32_to_f16(v32[r]);
+                            const int l123 = (tid >> 6) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l124 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l123 * 40 + l124] = dt_f32_to_f16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec115 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec125 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 1; r++) {
                                 const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l116 = (int)((unsigned)e / 512u % 1u);
-                                    const int l117 = (int)((unsigned)e / 512u % 1u);
-                                    const int l118 = (int)((unsigned)e / 16u % 32u);
-                                    const int l119 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec115 && (unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l118 * 136 + (l119 * 8)], &in2[(unsigned)(o1 + l116) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l117) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l118) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l119 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l118 * 136 + (l119 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l126 = (int)((unsigned)e / 512u % 1u);
+                                    const int l127 = (int)((unsigned)e / 512u % 1u);
+                                    const int l128 = (int)((unsigned)e / 16u % 32u);
+                                    const int l129 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec125 && (unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + (l129 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l128 * 136 + (l129 * 8)], &in2[(unsigned)(o1 + l126) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l127) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l128) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l129 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + (l129 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l128 * 136 + (l129 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 8704))[l118 * 136 + (l119 * 8 + q)] = ((unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l116) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l117) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l118) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l119 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 8704))[l128 * 136 + (l129 * 8 + q)] = ((unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + (l129 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l126) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l127) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l128) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l129 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -3716,11 +3877,11 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l131 = 0;
-                        const int l132 = 0;
-                        const int l133 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l134 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l133) < (unsigned)s2 && (unsigned)(o4 + l134) < (unsigned)s4) out[(unsigned)(o1 + l131) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l132) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l133) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l134) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l141 = 0;
+                        const int l142 = 0;
+                        const int l143 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l144 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l143) < (unsigned)s2 && (unsigned)(o4 + l144) < (unsigned)s4) out[(unsigned)(o1 + l141) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l142) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l143) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l144) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -3787,29 +3948,35 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
         (void)r; (void)e;
         v11[r] = (-v10[0]);
     }
-    float v59[1];
+    float v58[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v59[r] = (-INFINITY);
+        v58[r] = 5.5451775e0f;
     }
-    float v60[1];
+    float v63[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v60[r] = 0e0f;
+        v63[r] = (-INFINITY);
     }
-    float v72[1];
+    float v64[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v72[r] = 1.442695e0f;
+        v64[r] = 0e0f;
     }
-    float v75[1];
+    float v76[1];
     {
         const int r = 0, e = 0;
         (void)r; (void)e;
-        v75[r] = (v8[0] * v72[0]);
+        v76[r] = 1.442695e0f;
+    }
+    float v79[1];
+    {
+        const int r = 0, e = 0;
+        (void)r; (void)e;
+        v79[r] = (v8[0] * v76[0]);
     }
     /* block(b:1) */
     for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -3931,111 +4098,121 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
                         for (int r = 0; r < 8; r++) {
                             v6[r] = acc1[r];
                         }
-                        float v69[8];
+                        float v73[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v69[r] = v2[r] != 0.0f ? v6[r] : v11[0];
+                            v73[r] = v2[r] != 0.0f ? v6[r] : v11[0];
                         }
-                        float v70[8];
+                        float v74[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
                             const int l43 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v70[r] = ((unsigned)(o15 + l43) < (unsigned)s3) ? v69[r] : (-INFINITY);
+                            v74[r] = ((unsigned)(o15 + l43) < (unsigned)s3) ? v73[r] : (-INFINITY);
                         }
-                        float v71[4];
+                        float v75[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
                         {
                             float p[4];
                             #pragma unroll
                             for (int s = 0; s < 4; s++) p[s] = (-INFINITY);
                             #pragma unroll
-                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v70[r]); }
+                            for (int r = 0; r < 8; r++) { const int s = (r >> 2) / 2 * 4 + (r & 3); p[s] = fmaxf(p[s], v74[r]); }
                             #pragma unroll
                             for (int s = 0; s < 4; s++) {
                                 #pragma unroll
                                 for (int m = 1; m < 16; m <<= 1) p[s] = fmaxf(p[s], dt_shfl_xor(p[s], m, 16));
                             }
                             #pragma unroll
-                            for (int s = 0; s < 4; s++) v71[s] = p[s];
+                            for (int s = 0; s < 4; s++) v75[s] = p[s];
                         }
                         float v14[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v14[r] = (v71[r] * v8[0]);
+                            v14[r] = (v75[r] * v8[0]);
                         }
                         float v57[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
                             v57[r] = acc0[r];
                         }
+                        float v59[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            acc0[r] = fmaxf(acc0[r], v14[r]);
+                            v59[r] = (v57[r] + v58[0]);
                         }
-                        float v58[4];
+                        float v60[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v58[r] = acc0[r];
+                            v60[r] = ((v14[r]) > (v59[r]) ? 1.0f : 0.0f);
                         }
                         float v61[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v61[r] = ((v58[r]) == (v59[0]) ? 1.0f : 0.0f);
+                            v61[r] = v60[r] != 0.0f ? v14[r] : v57[r];
                         }
-                        float v62[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v62[r] = v61[r] != 0.0f ? v60[0] : v58[r];
-                        }
-                        float v63[4];
-                        #pragma unroll
-                        for (int r = 0; r < 4; r++) {
-                            v63[r] = (v57[r] - v62[r]);
-                        }
-                        float v64[4];
-                        #pragma unroll
-                        for (int r = 0; r < 4; r++) {
-                            v64[r] = dt_fast_exp(v63[r]);
+                            acc0[r] = v61[r];
                         }
                         float v65[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v65[r] = acc3[r];
+                            v65[r] = ((v61[r]) == (v63[0]) ? 1.0f : 0.0f);
                         }
                         float v66[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v66[r] = (v65[r] * v64[r]);
+                            v66[r] = v65[r] != 0.0f ? v64[0] : v61[r];
+                        }
+                        float v67[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v67[r] = (v57[r] - v66[r]);
+                        }
+                        float v68[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v68[r] = dt_fast_exp(v67[r]);
+                        }
+                        float v69[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v69[r] = acc3[r];
+                        }
+                        float v70[4];
+                        #pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            v70[r] = (v69[r] * v68[r]);
                         }
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            acc3[r] = v66[r];
+                            acc3[r] = v70[r];
                         }
-                        float v73[4];
+                        float v77[4];
                         #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            v73[r] = (v62[r] * v72[0]);
+                            v77[r] = (v66[r] * v76[0]);
                         }
-                        float v76[8];
+                        float v80[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v76[r] = (v69[r] * v75[0]);
+                            v80[r] = (v73[r] * v79[0]);
                         }
-                        float v77[8];
+                        float v81[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v77[r] = (v76[r] - v73[(r >> 2) / 2 * 4 + (r & 3)]);
+                            v81[r] = (v80[r] - v77[(r >> 2) / 2 * 4 + (r & 3)]);
                         }
                         float v31[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            v31[r] = dt_fast_exp2(v77[r]);
+                            v31[r] = dt_fast_exp2(v81[r]);
                         }
                         float v32[8];
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            const int l95 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            v32[r] = ((unsigned)(o15 + l95) < (unsigned)s3) ? v31[r] : 0e0f;
+                            const int l101 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            v32[r] = ((unsigned)(o15 + l101) < (unsigned)s3) ? v31[r] : 0e0f;
                         }
                         float v33[4];
                         /* row reduction of an accumulator tile: registers, shuffles in groups of 16 lanes, 1 warps per row; the result stays in the rows' registers */
@@ -4057,47 +4234,54 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
                         for (int r = 0; r < 4; r++) {
                             acc3[r] = acc3[r] + v33[r];
                         }
-                        float v67[32];
+                        float v71[32];
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v67[r] = acc6[r];
+                            v71[r] = acc6[r];
                         }
-                        float v68[32];
+                        float v72[32];
+                        if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v68[r] = (v67[r] * v64[(r >> 2) / 8 * 4 + (r & 3)]);
+                            v72[r] = v71[r] * v68[(r >> 2) / 8 * 4 + (r & 3)];
+                        }
+                        } else {
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v72[r] = v71[r];
+                        }
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            acc6[r] = v68[r];
+                            acc6[r] = v72[r];
                         }
                         /* v52: loaded by the dot that reads it (staged in shared memory) */
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 8; r++) {
-                            const int l113 = (tid >> 6) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l114 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l113 * 40 + l114] = dt_f32_to_bf16(v32[r]);
+                            const int l123 = (tid >> 6) / 1 * 16 + (r >> 2) / 2 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l124 = (tid >> 6) % 1 * 32 + (r >> 2) % 2 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l123 * 40 + l124] = dt_f32_to_bf16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec115 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec125 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 1; r++) {
                                 const int e = tid + r * 512;
                                 (void)e; {
-                                    const int l116 = (int)((unsigned)e / 512u % 1u);
-                                    const int l117 = (int)((unsigned)e / 512u % 1u);
-                                    const int l118 = (int)((unsigned)e / 16u % 32u);
-                                    const int l119 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec115 && (unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l118 * 136 + (l119 * 8)], &in2[(unsigned)(o1 + l116) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l117) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l118) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l119 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l118 * 136 + (l119 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l126 = (int)((unsigned)e / 512u % 1u);
+                                    const int l127 = (int)((unsigned)e / 512u % 1u);
+                                    const int l128 = (int)((unsigned)e / 16u % 32u);
+                                    const int l129 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec125 && (unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + (l129 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 8704))[l128 * 136 + (l129 * 8)], &in2[(unsigned)(o1 + l126) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l127) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l128) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l129 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + (l129 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 8704))[l128 * 136 + (l129 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 8704))[l118 * 136 + (l119 * 8 + q)] = ((unsigned)(o15 + l118) < (unsigned)s3 && (unsigned)(o4 + (l119 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l116) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l117) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l118) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l119 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 8704))[l128 * 136 + (l129 * 8 + q)] = ((unsigned)(o15 + l128) < (unsigned)s3 && (unsigned)(o4 + (l129 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l126) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l127) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l128) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l129 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -4146,11 +4330,11 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l131 = 0;
-                        const int l132 = 0;
-                        const int l133 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l134 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l133) < (unsigned)s2 && (unsigned)(o4 + l134) < (unsigned)s4) out[(unsigned)(o1 + l131) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l132) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l133) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l134) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l141 = 0;
+                        const int l142 = 0;
+                        const int l143 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l144 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l143) < (unsigned)s2 && (unsigned)(o4 + l144) < (unsigned)s4) out[(unsigned)(o1 + l141) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l142) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l143) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l144) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }
@@ -4453,9 +4637,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                             v49[r] = acc6[r];
                         }
                         float v50[32];
+                        if (v46[0] != 1.0f || v46[1] != 1.0f || v46[2] != 1.0f || v46[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v50[r] = (v49[r] * v46[(r >> 2) / 8 * 4 + (r & 3)]);
+                            v50[r] = v49[r] * v46[(r >> 2) / 8 * 4 + (r & 3)];
+                        }
+                        } else {
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v50[r] = v49[r];
+                        }
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -4465,29 +4656,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l105 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l106 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l105 * 72 + l106] = dt_f32_to_f16(v20[r]);
+                            const int l109 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l110 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l109 * 72 + l110] = dt_f32_to_f16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec107 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec111 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l108 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l109 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l110 = (int)((unsigned)e / 16u % 64u);
-                                    const int l111 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec107 && (unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l110 * 136 + (l111 * 8)], &in2[(unsigned)(o1 + l108) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l109) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l110) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l111 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l110 * 136 + (l111 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l112 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l113 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l114 = (int)((unsigned)e / 16u % 64u);
+                                    const int l115 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec111 && (unsigned)(o15 + l114) < (unsigned)s3 && (unsigned)(o4 + (l115 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l114 * 136 + (l115 * 8)], &in2[(unsigned)(o1 + l112) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l113) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l114) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l115 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l114) < (unsigned)s3 && (unsigned)(o4 + (l115 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l114 * 136 + (l115 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l110 * 136 + (l111 * 8 + q)] = ((unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l108) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l109) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l110) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l111 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l114 * 136 + (l115 * 8 + q)] = ((unsigned)(o15 + l114) < (unsigned)s3 && (unsigned)(o4 + (l115 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l112) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l113) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l114) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l115 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -4536,11 +4727,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l123 = 0;
-                        const int l124 = 0;
-                        const int l125 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l126 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l125) < (unsigned)s2 && (unsigned)(o4 + l126) < (unsigned)s4) out[(unsigned)(o1 + l123) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l124) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l125) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l126) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
+                        const int l127 = 0;
+                        const int l128 = 0;
+                        const int l129 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l130 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l129) < (unsigned)s2 && (unsigned)(o4 + l130) < (unsigned)s4) out[(unsigned)(o1 + l127) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l128) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l129) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l130) * (unsigned)args.output_strides[3]] = dt_store_f16(v38[r]);
                     }
                 }
             }
@@ -4843,9 +5034,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                             v49[r] = acc6[r];
                         }
                         float v50[32];
+                        if (v46[0] != 1.0f || v46[1] != 1.0f || v46[2] != 1.0f || v46[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v50[r] = (v49[r] * v46[(r >> 2) / 8 * 4 + (r & 3)]);
+                            v50[r] = v49[r] * v46[(r >> 2) / 8 * 4 + (r & 3)];
+                        }
+                        } else {
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v50[r] = v49[r];
+                        }
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -4855,29 +5053,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l105 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l106 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l105 * 72 + l106] = dt_f32_to_bf16(v20[r]);
+                            const int l109 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l110 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l109 * 72 + l110] = dt_f32_to_bf16(v20[r]);
                         }
                         /* v34: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec107 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec111 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l108 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l109 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l110 = (int)((unsigned)e / 16u % 64u);
-                                    const int l111 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec107 && (unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l110 * 136 + (l111 * 8)], &in2[(unsigned)(o1 + l108) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l109) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l110) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l111 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l110 * 136 + (l111 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l112 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l113 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l114 = (int)((unsigned)e / 16u % 64u);
+                                    const int l115 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec111 && (unsigned)(o15 + l114) < (unsigned)s3 && (unsigned)(o4 + (l115 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l114 * 136 + (l115 * 8)], &in2[(unsigned)(o1 + l112) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l113) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l114) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l115 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l114) < (unsigned)s3 && (unsigned)(o4 + (l115 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l114 * 136 + (l115 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l110 * 136 + (l111 * 8 + q)] = ((unsigned)(o15 + l110) < (unsigned)s3 && (unsigned)(o4 + (l111 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l108) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l109) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l110) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l111 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l114 * 136 + (l115 * 8 + q)] = ((unsigned)(o15 + l114) < (unsigned)s3 && (unsigned)(o4 + (l115 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l112) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l113) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l114) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l115 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -4926,11 +5124,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l123 = 0;
-                        const int l124 = 0;
-                        const int l125 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l126 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l125) < (unsigned)s2 && (unsigned)(o4 + l126) < (unsigned)s4) out[(unsigned)(o1 + l123) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l124) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l125) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l126) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
+                        const int l127 = 0;
+                        const int l128 = 0;
+                        const int l129 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l130 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l129) < (unsigned)s2 && (unsigned)(o4 + l130) < (unsigned)s4) out[(unsigned)(o1 + l127) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l128) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l129) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l130) * (unsigned)args.output_strides[3]] = dt_store_bf16(v38[r]);
                     }
                 }
             }
@@ -6245,9 +6443,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                             v67[r] = acc6[r];
                         }
                         float v68[32];
+                        if (v64[0] != 1.0f || v64[1] != 1.0f || v64[2] != 1.0f || v64[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v68[r] = (v67[r] * v64[(r >> 2) / 8 * 4 + (r & 3)]);
+                            v68[r] = v67[r] * v64[(r >> 2) / 8 * 4 + (r & 3)];
+                        }
+                        } else {
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v68[r] = v67[r];
+                        }
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -6257,29 +6462,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l115 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l116 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l115 * 72 + l116] = dt_f32_to_f16(v32[r]);
+                            const int l119 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l120 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l119 * 72 + l120] = dt_f32_to_f16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec117 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec121 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l118 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l119 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l120 = (int)((unsigned)e / 16u % 64u);
-                                    const int l121 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec117 && (unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l120 * 136 + (l121 * 8)], &in2[(unsigned)(o1 + l118) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l119) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l120) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l121 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l120 * 136 + (l121 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l122 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l123 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l124 = (int)((unsigned)e / 16u % 64u);
+                                    const int l125 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec121 && (unsigned)(o15 + l124) < (unsigned)s3 && (unsigned)(o4 + (l125 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l124 * 136 + (l125 * 8)], &in2[(unsigned)(o1 + l122) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l123) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l124) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l125 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l124) < (unsigned)s3 && (unsigned)(o4 + (l125 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l124 * 136 + (l125 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l120 * 136 + (l121 * 8 + q)] = ((unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l118) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l119) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l120) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l121 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l124 * 136 + (l125 * 8 + q)] = ((unsigned)(o15 + l124) < (unsigned)s3 && (unsigned)(o4 + (l125 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l122) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l123) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l124) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l125 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -6328,11 +6533,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l133 = 0;
-                        const int l134 = 0;
-                        const int l135 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l136 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o4 + l136) < (unsigned)s4) out[(unsigned)(o1 + l133) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l134) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l135) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l136) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
+                        const int l137 = 0;
+                        const int l138 = 0;
+                        const int l139 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l140 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l139) < (unsigned)s2 && (unsigned)(o4 + l140) < (unsigned)s4) out[(unsigned)(o1 + l137) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l138) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l139) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l140) * (unsigned)args.output_strides[3]] = dt_store_f16(v56[r]);
                     }
                 }
             }
@@ -6666,9 +6871,16 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                             v67[r] = acc6[r];
                         }
                         float v68[32];
+                        if (v64[0] != 1.0f || v64[1] != 1.0f || v64[2] != 1.0f || v64[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v68[r] = (v67[r] * v64[(r >> 2) / 8 * 4 + (r & 3)]);
+                            v68[r] = v67[r] * v64[(r >> 2) / 8 * 4 + (r & 3)];
+                        }
+                        } else {
+                        #pragma unroll
+                        for (int r = 0; r < 32; r++) {
+                            v68[r] = v67[r];
+                        }
                         }
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
@@ -6678,29 +6890,29 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                         __syncthreads();
                         #pragma unroll
                         for (int r = 0; r < 16; r++) {
-                            const int l115 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                            const int l116 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
-                            ((unsigned short*)(dt_smem + 0))[l115 * 72 + l116] = dt_f32_to_bf16(v32[r]);
+                            const int l119 = (tid >> 6) / 1 * 16 + (r >> 2) / 4 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                            const int l120 = (tid >> 6) % 1 * 64 + (r >> 2) % 4 * 16 + (tid & 15);
+                            ((unsigned short*)(dt_smem + 0))[l119 * 72 + l120] = dt_f32_to_bf16(v32[r]);
                         }
                         /* v52: V copied as it is, along its last axis, 16 bytes at a time where it can be */
                         {
-                            const bool vec117 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
+                            const bool vec121 = (args.inputs[2] & 15) == 0 && args.input_strides[2][3] == 1 && (args.input_strides[2][0] & 7) == 0 && (args.input_strides[2][1] & 7) == 0 && (args.input_strides[2][2] & 7) == 0;
                             #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 const int e = tid + r * 256;
                                 (void)e; {
-                                    const int l118 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l119 = (int)((unsigned)e / 1024u % 1u);
-                                    const int l120 = (int)((unsigned)e / 16u % 64u);
-                                    const int l121 = (int)((unsigned)e / 1u % 16u);
-                                    if (vec117 && (unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 8 + 7)) < (unsigned)s4) {
-                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l120 * 136 + (l121 * 8)], &in2[(unsigned)(o1 + l118) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l119) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l120) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l121 * 8)) * (unsigned)args.input_strides[2][3]]);
-                                    } else if (!((unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 8)) < (unsigned)s4)) {
-                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l120 * 136 + (l121 * 8)] = make_uint4(0u, 0u, 0u, 0u);
+                                    const int l122 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l123 = (int)((unsigned)e / 1024u % 1u);
+                                    const int l124 = (int)((unsigned)e / 16u % 64u);
+                                    const int l125 = (int)((unsigned)e / 1u % 16u);
+                                    if (vec121 && (unsigned)(o15 + l124) < (unsigned)s3 && (unsigned)(o4 + (l125 * 8 + 7)) < (unsigned)s4) {
+                                        dt_copy16_to_shared(&((unsigned short*)(dt_smem + 2304))[l124 * 136 + (l125 * 8)], &in2[(unsigned)(o1 + l122) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l123) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l124) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l125 * 8)) * (unsigned)args.input_strides[2][3]]);
+                                    } else if (!((unsigned)(o15 + l124) < (unsigned)s3 && (unsigned)(o4 + (l125 * 8)) < (unsigned)s4)) {
+                                        *(uint4*)&((unsigned short*)(dt_smem + 2304))[l124 * 136 + (l125 * 8)] = make_uint4(0u, 0u, 0u, 0u);
                                     } else {
                                         #pragma unroll
                                         for (int q = 0; q < 8; q++) {
-                                            ((unsigned short*)(dt_smem + 2304))[l120 * 136 + (l121 * 8 + q)] = ((unsigned)(o15 + l120) < (unsigned)s3 && (unsigned)(o4 + (l121 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l118) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l119) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l120) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l121 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
+                                            ((unsigned short*)(dt_smem + 2304))[l124 * 136 + (l125 * 8 + q)] = ((unsigned)(o15 + l124) < (unsigned)s3 && (unsigned)(o4 + (l125 * 8 + q)) < (unsigned)s4) ? in2[(unsigned)(o1 + l122) * (unsigned)args.input_strides[2][0] + (unsigned)(o2 + l123) * (unsigned)args.input_strides[2][1] + (unsigned)(o15 + l124) * (unsigned)args.input_strides[2][2] + (unsigned)(o4 + (l125 * 8 + q)) * (unsigned)args.input_strides[2][3]] : (unsigned short)0;
                                         }
                                     }
                                 }
@@ -6749,11 +6961,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                     }
                     #pragma unroll
                     for (int r = 0; r < 32; r++) {
-                        const int l133 = 0;
-                        const int l134 = 0;
-                        const int l135 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
-                        const int l136 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
-                        if ((unsigned)(o3 + l135) < (unsigned)s2 && (unsigned)(o4 + l136) < (unsigned)s4) out[(unsigned)(o1 + l133) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l134) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l135) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l136) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
+                        const int l137 = 0;
+                        const int l138 = 0;
+                        const int l139 = (tid >> 6) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 63) >> 4) * 4 + (r & 3);
+                        const int l140 = (tid >> 6) % 1 * 128 + (r >> 2) % 8 * 16 + (tid & 15);
+                        if ((unsigned)(o3 + l139) < (unsigned)s2 && (unsigned)(o4 + l140) < (unsigned)s4) out[(unsigned)(o1 + l137) * (unsigned)args.output_strides[0] + (unsigned)(o2 + l138) * (unsigned)args.output_strides[1] + (unsigned)(o3 + l139) * (unsigned)args.output_strides[2] + (unsigned)(o4 + l140) * (unsigned)args.output_strides[3]] = dt_store_bf16(v56[r]);
                     }
                 }
             }

@@ -537,6 +537,12 @@ pub(crate) struct Plan {
     /// through the rings of `super::dot_rings`) but whose buffers of two stages do not fit:
     /// they run with one.
     pub unfitted_stages: Vec<(DimId, u32)>,
+    /// Products `read $acc * f` set back into `$acc`, an accumulator in tensor-core fragments,
+    /// `f` a factor held in its rows (`super::rows`): the online form's rescale of a dot's
+    /// accumulator by `exp(old - new)`, which is exactly 1 in every step whose maximum leaves the
+    /// running one where it was (pass `flash`). The printer skips their products where every
+    /// factor a thread holds is 1.
+    pub unit_rescales: Vec<ValueId>,
 }
 
 impl Plan {
@@ -637,6 +643,7 @@ fn plan_with(k: &Kernel, dtype: DType, dialect: Dialect, ws: Option<&crate::plan
         tensor_maps: Vec::new(),
         target: crate::plan::Target::older(k, dialect),
         unfitted_stages: Vec::new(),
+        unit_rescales: Vec::new(),
     };
     let mut lets = Vec::new();
     let mut updates = Vec::new();

@@ -130,6 +130,9 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
         let rows = if n[4] > 0 { format!(", {} in accumulator rows", n[4]) } else { String::new() };
         format!("{} blocked, {} in accumulator layout, {} replicated, {} in runs{rows}", n[0], n[1], n[2], n[3])
     };
+    for v in &p.unit_rescales {
+        let _ = writeln!(out, "  rescale   %{}: skipped where every factor a thread holds is 1", v.0);
+    }
     let _ = writeln!(out, "  values    {}", count(&values));
     let _ = writeln!(out, "  accs      {}", count(&vars));
 }

@@ -13,6 +13,7 @@
 //! memory, as any tile read under another layout does.
 
 use super::layouts::{collect, computed_from, row_reduced_tile, Plan, RegLayout, RowTile};
+use dt_core::algo::BinOp;
 use dt_core::kir::*;
 
 /// Turns the layout of every value and accumulator that can be held in accumulator rows (see
@@ -66,10 +67,7 @@ pub(crate) fn rows(k: &Kernel, p: &mut Plan) {
             // Updates by values in one row tile, and any others computed element-wise from the
             // accumulator and such values alone (the online form's `$l = $l * scale`).
             let ups: Vec<ValueId> = updates.iter().filter(|(x, _)| x.0 as usize == var).map(|(_, v)| *v).collect();
-            let Some(r) = ups.iter().find_map(|v| match p.values[v.0 as usize] {
-                RegLayout::MmaRows(r) => Some(r),
-                _ => None,
-            }) else {
+            let Some(r) = ups.iter().find_map(|v| rows_under(k, p, *v, &def)) else {
                 continue;
             };
             let held = |v: ValueId| p.values[v.0 as usize] == RegLayout::MmaRows(r);
@@ -82,6 +80,39 @@ pub(crate) fn rows(k: &Kernel, p: &mut Plan) {
         if !changed {
             break;
         }
+    }
+    p.unit_rescales = unit_rescales(k, p, &updates, &def);
+}
+
+/// The rescales of accumulators in tensor-core fragments by factors held in their rows (see
+/// [`Plan::unit_rescales`]): each update `$acc = %v` where `%v = mul (read $acc), %f`.
+fn unit_rescales<'a>(k: &Kernel, p: &Plan, updates: &[(VarId, ValueId)], def: &impl Fn(ValueId) -> Option<&'a Op>) -> Vec<ValueId> {
+    let fragments = |var: VarId| matches!(p.vars[var.0 as usize], RegLayout::Mma(_));
+    updates
+        .iter()
+        .filter(|(var, v)| {
+            let Some(Op::Binary(BinOp::Mul, x, f)) = def(*v) else { return false };
+            fragments(*var)
+                && matches!(def(*x), Some(Op::Var(read)) if read == var)
+                && matches!(p.values[f.0 as usize], RegLayout::MmaRows(_))
+                && k.value(*v).shape == *k.var(*var)
+        })
+        .map(|(_, v)| *v)
+        .collect()
+}
+
+/// The row tile of `v` or of a value of its shape it is computed from element-wise (a lazy
+/// maximum's `select(r > old + margin, r, old)` reads the step's row maximum `r`), if any.
+fn rows_under<'a>(k: &Kernel, p: &Plan, v: ValueId, def: &impl Fn(ValueId) -> Option<&'a Op>) -> Option<RowTile> {
+    if let RegLayout::MmaRows(r) = p.values[v.0 as usize] {
+        return Some(r);
+    }
+    match def(v)? {
+        op @ (Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. }) => {
+            let shape = &k.value(v).shape;
+            op.operands().into_iter().filter(|o| k.value(*o).shape == *shape).find_map(|o| rows_under(k, p, o, def))
+        }
+        _ => None,
     }
 }
 

@@ -125,6 +125,7 @@ mod tests {
             tensor_maps: Vec::new(),
             target: Target::older(k, dialect),
             unfitted_stages: Vec::new(),
+            unit_rescales: Vec::new(),
         }
     }
 

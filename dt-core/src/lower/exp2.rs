@@ -30,8 +30,7 @@ use crate::kir::{Kernel, Op, Shape, Stmt, ValueId};
 use std::collections::HashMap;
 
 pub fn exp_as_exp2(k: &mut Kernel) {
-    let approximates = k.fast_math || (!k.dtypes.is_empty() && k.dtypes.iter().all(|t| t.size_bytes() == 2));
-    if !approximates {
+    if !k.approximates() {
         return;
     }
     edit::rewrite_lets(k, &|k, defs, value, op, out| {

@@ -19,6 +19,17 @@
 //!                                         out = $o / $l
 //! ```
 //!
+//! Where every build approximates `exp` (`Kernel::approximates`: 16-bit element types, or
+//! `fast_math()`), the running maximum moves only when a step's maximum exceeds it by more than
+//! [`MOVE_MARGIN`] (8 ln 2): `%new = select(%r > %old + margin, %r, %old)`. The form is as exact
+//! as before (every accumulator is taken at the same maximum, which need not be the largest
+//! score seen), each term `exp(s - m)` stays below 2^8 (within f16's range, and far within the
+//! f32 accumulators'), and in the steps where the maximum stays, nearly all of them after the
+//! first few, the rescale is exactly `exp(0) = 1`: a target skips multiplying the output's
+//! accumulator by it (`plan::layouts::Plan::unit_rescales` in dt-codegen). Only the roundings
+//! change (each term rounded to 16 bits at another scale), by less than the approximation's error,
+//! so exact builds keep the maximum itself.
+//!
 //! A maximum of -inf (a row that has seen only masked keys) is read as 0 where it is subtracted,
 //! so that `exp(-inf - -inf)` makes no NaN; the scale is then 0 and the accumulators are still 0.
 //! The statistic is a row's (one per query, combined across the tile's keys in each step), since
@@ -43,8 +54,12 @@
 
 use super::edit::{constant, defs, exp_scaled, finite_or_zero, merge_loops, push, renamed, Scaled};
 use crate::algo::{BinOp, DimId, RedOp, UnOp};
-use crate::kir::{reads_var, written_vars, Combine, Diagonal, Kernel, Loop, LoopKind, Op, Stmt, ValueId, VarId};
+use crate::kir::{reads_var, written_vars, Combine, Diagonal, Kernel, Loop, LoopKind, Op, Shape, Stmt, ValueId, VarId};
 use std::collections::{HashMap, HashSet};
+
+/// How far a step's maximum must exceed the running maximum to move it, where the kernel
+/// approximates `exp` (see the module docs): `ln 256`, so that `exp(s - m) < 256`.
+pub const MOVE_MARGIN: f32 = 8.0 * std::f32::consts::LN_2;
 
 /// Runs pass `flash` over kernel `k` (see the module docs).
 pub fn run_dots_online(k: &mut Kernel) {
@@ -314,7 +329,17 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
     let update = first_body.remove(max_update);
     body.extend(first_body);
     let old = push(k, &mut body, stat_shape.clone(), Op::Var(m.max_acc));
-    body.push(update);
+    let Stmt::Update { value: step_max, .. } = update else { unreachable!("the maximum's update") };
+    if k.approximates() {
+        // The running maximum moves only past its margin (see the module docs).
+        let margin = push(k, &mut body, Shape::default(), Op::Const(MOVE_MARGIN));
+        let raised = push(k, &mut body, stat_shape.clone(), Op::Binary(BinOp::Add, old, margin));
+        let moves = push(k, &mut body, stat_shape.clone(), Op::Binary(BinOp::Gt, step_max, raised));
+        let next = push(k, &mut body, stat_shape.clone(), Op::Select(moves, step_max, old));
+        body.push(Stmt::Update { var: m.max_acc, combine: Combine::Set, value: next });
+    } else {
+        body.push(update);
+    }
     let new = push(k, &mut body, stat_shape.clone(), Op::Var(m.max_acc));
     let new0 = finite_or_zero(k, &mut body, new);
     let shift = push(k, &mut body, stat_shape.clone(), Op::Binary(BinOp::Sub, old, new0));
@@ -330,7 +355,7 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
         rename.insert(m.stat, new0);
         body.extend(stmts.into_iter().map(|s| renamed(s, &rename)));
     }
-    let causal = causal_end(k, &body, m.max_acc, dim);
+    let causal = causal_end(k, &body, step_max, dim);
     let merged = Stmt::Loop(Loop {
         dim,
         kind: l1.kind,
@@ -362,21 +387,17 @@ fn merge(k: &mut Kernel, mut stmts: Vec<Stmt>, m: Match) -> Vec<Stmt> {
     out
 }
 
-/// Where the merged loop over `dim` (its body `body`, the maximum's accumulator `max_acc`) may
-/// stop: at the end of this program's block of `i` when the scores are masked causally, `-inf`
+/// Where the merged loop over `dim` (its body `body`, `step_max` the maximum of a step's scores)
+/// may stop: at the end of this program's block of `i` when the scores are masked causally, `-inf`
 /// wherever `dim`'s index exceeds `i`'s (`where(j <= i, s, -inf)`, or `j < i`), `i` blocked,
 /// and the unmasked scores read only through such masks. A step whose keys all lie past the block's
 /// last query then has scores of `-inf` only: the maximum keeps its value, the rescale is 1
 /// (or 0 on accumulators that are still 0), and every sum and dot, scaled by `exp(s - max)`,
 /// adds 0. The causal half of attention's key steps is skipped so. Also returns the mask's
 /// condition, which holds in every lane of the steps below the diagonal ([`Diagonal`]).
-fn causal_end(k: &Kernel, body: &[Stmt], max_acc: VarId, dim: DimId) -> Option<(DimId, Diagonal)> {
+fn causal_end(k: &Kernel, body: &[Stmt], step_max: ValueId, dim: DimId) -> Option<(DimId, Diagonal)> {
     let defs = defs(body);
-    let update = body.iter().find_map(|s| match s {
-        Stmt::Update { var, combine: Combine::Reduce(RedOp::Max), value } if *var == max_acc => Some(*value),
-        _ => None,
-    })?;
-    let Some(Op::Reduce { value, .. }) = defs.get(&update) else { return None };
+    let Some(Op::Reduce { value, .. }) = defs.get(&step_max) else { return None };
     let masked = match defs.get(value) {
         Some(Op::MaskFill { value, .. }) => *value,
         _ => *value,

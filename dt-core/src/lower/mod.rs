@@ -63,6 +63,8 @@ mod nest;
 mod online;
 mod reverse;
 mod single_pass;
+/// How far a step's maximum must pass the running one to move it (pass `flash`).
+pub use flash::MOVE_MARGIN;
 pub mod verify;
 
 use crate::algo::{FuncId, Program};
