@@ -10,7 +10,9 @@
 //! its own row. Without it each statistic went to shared memory in the blocked layout and came
 //! back as a broadcast: two barriers and a shared-memory round trip per statistic per step.
 //! A reader that wants another layout (a store, a blocked tile) gets the vector through shared
-//! memory, as any tile read under another layout does.
+//! memory, as any tile read under another layout does. It also lists the rescales of
+//! accumulators in tensor-core fragments by such row factors ([`Plan::unit_rescales`]), which
+//! the printer skips where the factors are 1.
 
 use super::layouts::{collect, computed_from, row_reduced_tile, Plan, RegLayout, RowTile};
 use dt_core::algo::BinOp;
