@@ -1161,7 +1161,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_90a_64_f16(DT_GRI
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -1374,7 +1374,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_90a_64_f16(DT_GRI
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -1792,7 +1792,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_90a_64_f16_whole(
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -2005,7 +2005,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_90a_64_f16_whole(
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -2435,7 +2435,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_90a_64_bf16(DT_GR
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -2648,7 +2648,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_90a_64_bf16(DT_GR
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -3066,7 +3066,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_90a_64_bf16_whole
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -3279,7 +3279,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_90a_64_bf16_whole
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -3735,7 +3735,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -3962,7 +3962,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -4189,7 +4189,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -4634,7 +4634,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -4861,7 +4861,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -5088,7 +5088,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -5545,7 +5545,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -5772,7 +5772,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -5999,7 +5999,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -6444,7 +6444,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 32; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -6671,7 +6671,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -6898,7 +6898,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -7329,7 +7329,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_90a_80_f16(DT_
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 40; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -7542,7 +7542,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_90a_80_f16(DT_
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 40; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -7960,7 +7960,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_90a_80_f16_who
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 40; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -8173,7 +8173,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_90a_80_f16_who
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 40; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -8591,7 +8591,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_90a_80_bf16(DT
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 40; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -8804,7 +8804,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_90a_80_bf16(DT
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 40; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -9222,7 +9222,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_90a_80_bf16_wh
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 40; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -9435,7 +9435,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_90a_80_bf16_wh
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 40; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -9862,7 +9862,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -10043,7 +10043,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -10490,7 +10490,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -10671,7 +10671,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -11130,7 +11130,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -11311,7 +11311,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -11758,7 +11758,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -11939,7 +11939,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -12415,7 +12415,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_
                                 if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 40; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -12642,7 +12642,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 40; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -12869,7 +12869,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 40; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -13314,7 +13314,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_
                                 if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 40; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -13541,7 +13541,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 40; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -13768,7 +13768,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 40; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -14213,7 +14213,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_
                                 if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 40; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -14440,7 +14440,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 40; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -14667,7 +14667,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 40; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -15112,7 +15112,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_
                                 if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 40; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -15339,7 +15339,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 40; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -15566,7 +15566,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 40; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 10 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -16011,7 +16011,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
                                 if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -16238,7 +16238,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -16465,7 +16465,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -16910,7 +16910,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
                                 if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -17137,7 +17137,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -17364,7 +17364,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -17821,7 +17821,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
                                 if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -18048,7 +18048,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -18275,7 +18275,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -18720,7 +18720,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
                                 if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -18947,7 +18947,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -19174,7 +19174,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -19680,7 +19680,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                                 if (v50[0] != 1.0f || v50[1] != 1.0f || v50[2] != 1.0f || v50[3] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -19892,7 +19892,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
                                 if (v50[0] != 1.0f || v50[1] != 1.0f || v50[2] != 1.0f || v50[3] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -20380,7 +20380,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                                 if (v50[0] != 1.0f || v50[1] != 1.0f || v50[2] != 1.0f || v50[3] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -20592,7 +20592,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
                                 if (v50[0] != 1.0f || v50[1] != 1.0f || v50[2] != 1.0f || v50[3] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -21092,7 +21092,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                                 if (v50[0] != 1.0f || v50[1] != 1.0f || v50[2] != 1.0f || v50[3] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -21304,7 +21304,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
                                 if (v50[0] != 1.0f || v50[1] != 1.0f || v50[2] != 1.0f || v50[3] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -21792,7 +21792,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                                 if (v50[0] != 1.0f || v50[1] != 1.0f || v50[2] != 1.0f || v50[3] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -22004,7 +22004,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
                                 if (v50[0] != 1.0f || v50[1] != 1.0f || v50[2] != 1.0f || v50[3] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -22530,7 +22530,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                 if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -22756,7 +22756,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                     if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -22982,7 +22982,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
                                     if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -23497,7 +23497,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                 if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -23723,7 +23723,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                     if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -23949,7 +23949,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
                                     if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -24476,7 +24476,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                 if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -24702,7 +24702,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                     if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -24928,7 +24928,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
                                     if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -25443,7 +25443,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                 if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -25669,7 +25669,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                     if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -25895,7 +25895,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
                                     if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 8 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -26398,7 +26398,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -26613,7 +26613,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -27104,7 +27104,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -27319,7 +27319,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -27822,7 +27822,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -28037,7 +28037,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -28528,7 +28528,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -28743,7 +28743,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
                                 if (v50[0] != 1.0f || v50[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v54[r] = v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v54[r] = (v53[r] * v50[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -29270,7 +29270,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                                 if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -29496,7 +29496,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -29722,7 +29722,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -30237,7 +30237,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                                 if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -30463,7 +30463,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -30689,7 +30689,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -31216,7 +31216,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                                 if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -31442,7 +31442,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -31668,7 +31668,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -32183,7 +32183,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                                 if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                 #pragma unroll
                                 for (int r = 0; r < 64; r++) {
-                                    v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                    v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                 }
                                 } else {
                                 #pragma unroll
@@ -32409,7 +32409,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -32635,7 +32635,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
                                     if (v68[0] != 1.0f || v68[1] != 1.0f) {
                                     #pragma unroll
                                     for (int r = 0; r < 64; r++) {
-                                        v72[r] = v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                                        v72[r] = (v71[r] * v68[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                                     }
                                     } else {
                                     #pragma unroll
@@ -33019,7 +33019,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
                         if (v46[0] != 1.0f || v46[1] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            v50[r] = v49[r] * v46[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                            v50[r] = (v49[r] * v46[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                         }
                         } else {
                         #pragma unroll
@@ -33410,7 +33410,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
                         if (v46[0] != 1.0f || v46[1] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            v50[r] = v49[r] * v46[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                            v50[r] = (v49[r] * v46[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                         }
                         } else {
                         #pragma unroll
@@ -33813,7 +33813,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
                         if (v46[0] != 1.0f || v46[1] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            v50[r] = v49[r] * v46[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                            v50[r] = (v49[r] * v46[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                         }
                         } else {
                         #pragma unroll
@@ -34204,7 +34204,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
                         if (v46[0] != 1.0f || v46[1] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            v50[r] = v49[r] * v46[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                            v50[r] = (v49[r] * v46[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                         }
                         } else {
                         #pragma unroll
@@ -34612,7 +34612,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
                         if (v46[0] != 1.0f || v46[1] != 1.0f || v46[2] != 1.0f || v46[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            v50[r] = v49[r] * v46[(r >> 4) / 4 * 4 + ((r >> 2) & 3)];
+                            v50[r] = (v49[r] * v46[(r >> 4) / 4 * 4 + ((r >> 2) & 3)]);
                         }
                         } else {
                         #pragma unroll
@@ -35019,7 +35019,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID
                         if (v46[0] != 1.0f || v46[1] != 1.0f || v46[2] != 1.0f || v46[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            v50[r] = v49[r] * v46[(r >> 4) / 4 * 4 + ((r >> 2) & 3)];
+                            v50[r] = (v49[r] * v46[(r >> 4) / 4 * 4 + ((r >> 2) & 3)]);
                         }
                         } else {
                         #pragma unroll
@@ -35451,7 +35451,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
                         if (v64[0] != 1.0f || v64[1] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            v68[r] = v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                            v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                         }
                         } else {
                         #pragma unroll
@@ -35873,7 +35873,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
                         if (v64[0] != 1.0f || v64[1] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            v68[r] = v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                            v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                         }
                         } else {
                         #pragma unroll
@@ -36307,7 +36307,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
                         if (v64[0] != 1.0f || v64[1] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            v68[r] = v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                            v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                         }
                         } else {
                         #pragma unroll
@@ -36729,7 +36729,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
                         if (v64[0] != 1.0f || v64[1] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            v68[r] = v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)];
+                            v68[r] = (v67[r] * v64[(r >> 2) / 16 * 2 + ((r >> 1) & 1)]);
                         }
                         } else {
                         #pragma unroll
@@ -37168,7 +37168,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
                         if (v64[0] != 1.0f || v64[1] != 1.0f || v64[2] != 1.0f || v64[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            v68[r] = v67[r] * v64[(r >> 4) / 4 * 4 + ((r >> 2) & 3)];
+                            v68[r] = (v67[r] * v64[(r >> 4) / 4 * 4 + ((r >> 2) & 3)]);
                         }
                         } else {
                         #pragma unroll
@@ -37606,7 +37606,7 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
                         if (v64[0] != 1.0f || v64[1] != 1.0f || v64[2] != 1.0f || v64[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 64; r++) {
-                            v68[r] = v67[r] * v64[(r >> 4) / 4 * 4 + ((r >> 2) & 3)];
+                            v68[r] = (v67[r] * v64[(r >> 4) / 4 * 4 + ((r >> 2) & 3)]);
                         }
                         } else {
                         #pragma unroll

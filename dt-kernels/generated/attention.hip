@@ -1150,7 +1150,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
                         if (v50[0] != 1.0f || v50[1] != 1.0f || v50[2] != 1.0f || v50[3] != 1.0f || v50[4] != 1.0f || v50[5] != 1.0f || v50[6] != 1.0f || v50[7] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v54[r] = v53[r] * v50[(r >> 2) / 4 * 4 + (r & 3)];
+                            v54[r] = (v53[r] * v50[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         } else {
                         #pragma unroll
@@ -1577,7 +1577,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
                         if (v50[0] != 1.0f || v50[1] != 1.0f || v50[2] != 1.0f || v50[3] != 1.0f || v50[4] != 1.0f || v50[5] != 1.0f || v50[6] != 1.0f || v50[7] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v54[r] = v53[r] * v50[(r >> 2) / 4 * 4 + (r & 3)];
+                            v54[r] = (v53[r] * v50[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         } else {
                         #pragma unroll
@@ -2030,7 +2030,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
                         if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f || v68[4] != 1.0f || v68[5] != 1.0f || v68[6] != 1.0f || v68[7] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v72[r] = v71[r] * v68[(r >> 2) / 4 * 4 + (r & 3)];
+                            v72[r] = (v71[r] * v68[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         } else {
                         #pragma unroll
@@ -2483,7 +2483,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
                         if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f || v68[4] != 1.0f || v68[5] != 1.0f || v68[6] != 1.0f || v68[7] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v72[r] = v71[r] * v68[(r >> 2) / 4 * 4 + (r & 3)];
+                            v72[r] = (v71[r] * v68[(r >> 2) / 4 * 4 + (r & 3)]);
                         }
                         } else {
                         #pragma unroll
@@ -2910,7 +2910,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
                         if (v50[0] != 1.0f || v50[1] != 1.0f || v50[2] != 1.0f || v50[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v54[r] = v53[r] * v50[(r >> 2) / 8 * 4 + (r & 3)];
+                            v54[r] = (v53[r] * v50[(r >> 2) / 8 * 4 + (r & 3)]);
                         }
                         } else {
                         #pragma unroll
@@ -3337,7 +3337,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
                         if (v50[0] != 1.0f || v50[1] != 1.0f || v50[2] != 1.0f || v50[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v54[r] = v53[r] * v50[(r >> 2) / 8 * 4 + (r & 3)];
+                            v54[r] = (v53[r] * v50[(r >> 2) / 8 * 4 + (r & 3)]);
                         }
                         } else {
                         #pragma unroll
@@ -3790,7 +3790,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
                         if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v72[r] = v71[r] * v68[(r >> 2) / 8 * 4 + (r & 3)];
+                            v72[r] = (v71[r] * v68[(r >> 2) / 8 * 4 + (r & 3)]);
                         }
                         } else {
                         #pragma unroll
@@ -4243,7 +4243,7 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
                         if (v68[0] != 1.0f || v68[1] != 1.0f || v68[2] != 1.0f || v68[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v72[r] = v71[r] * v68[(r >> 2) / 8 * 4 + (r & 3)];
+                            v72[r] = (v71[r] * v68[(r >> 2) / 8 * 4 + (r & 3)]);
                         }
                         } else {
                         #pragma unroll
@@ -4640,7 +4640,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
                         if (v46[0] != 1.0f || v46[1] != 1.0f || v46[2] != 1.0f || v46[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v50[r] = v49[r] * v46[(r >> 2) / 8 * 4 + (r & 3)];
+                            v50[r] = (v49[r] * v46[(r >> 2) / 8 * 4 + (r & 3)]);
                         }
                         } else {
                         #pragma unroll
@@ -5037,7 +5037,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
                         if (v46[0] != 1.0f || v46[1] != 1.0f || v46[2] != 1.0f || v46[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v50[r] = v49[r] * v46[(r >> 2) / 8 * 4 + (r & 3)];
+                            v50[r] = (v49[r] * v46[(r >> 2) / 8 * 4 + (r & 3)]);
                         }
                         } else {
                         #pragma unroll
@@ -6446,7 +6446,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
                         if (v64[0] != 1.0f || v64[1] != 1.0f || v64[2] != 1.0f || v64[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v68[r] = v67[r] * v64[(r >> 2) / 8 * 4 + (r & 3)];
+                            v68[r] = (v67[r] * v64[(r >> 2) / 8 * 4 + (r & 3)]);
                         }
                         } else {
                         #pragma unroll
@@ -6874,7 +6874,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
                         if (v64[0] != 1.0f || v64[1] != 1.0f || v64[2] != 1.0f || v64[3] != 1.0f) {
                         #pragma unroll
                         for (int r = 0; r < 32; r++) {
-                            v68[r] = v67[r] * v64[(r >> 2) / 8 * 4 + (r & 3)];
+                            v68[r] = (v67[r] * v64[(r >> 2) / 8 * 4 + (r & 3)]);
                         }
                         } else {
                         #pragma unroll

@@ -803,31 +803,32 @@ impl Emitter<'_> {
                     e.line(&format!("{dst}[r] = {};", unary_in_register(e.k, e.math, *u, &v)));
                 });
             }
-            Op::Binary(_, x, y) if self.plan.unit_rescales.contains(&id) => {
-                // The online form's rescale, skipped where every factor this thread holds is 1.
-                let src = self.sources(Reader::Let(id), &[*x, *y]);
-                self.declare_in(&dst, &shape, layout);
-                let RegLayout::MmaRows(rows) = self.layout(*y) else { unreachable!("a rescale's factor is held in rows") };
-                let ones = (0..rows.slots()).map(|r| format!("v{}[{r}] != 1.0f", y.0)).collect::<Vec<_>>().join(" || ");
-                self.line(&format!("if ({ones}) {{"));
-                self.for_owned(&shape, layout, |e, l| {
-                    let (vx, vy) = (e.read(&src[0], l), e.read(&src[1], l));
-                    e.line(&format!("{dst}[r] = {vx} * {vy};"));
-                });
-                self.line("} else {");
-                self.for_owned(&shape, layout, |e, l| {
-                    let vx = e.read(&src[0], l);
-                    e.line(&format!("{dst}[r] = {vx};"));
-                });
-                self.line("}");
-            }
             Op::Binary(b, x, y) => {
                 let src = self.sources(Reader::Let(id), &[*x, *y]);
                 self.declare_in(&dst, &shape, layout);
+                // The online form's rescale (the plan's `unit_rescales`): skipped, a copy of the
+                // accumulator instead, where every factor this thread holds is 1.
+                let skipped = self.plan.unit_rescales.contains(&id).then(|| match self.layout(*y) {
+                    RegLayout::MmaRows(rows) => {
+                        (0..rows.slots()).map(|r| format!("v{}[{r}] != 1.0f", y.0)).collect::<Vec<_>>().join(" || ")
+                    }
+                    _ => unreachable!("a rescale's factor is held in rows"),
+                });
+                if let Some(any_not_one) = &skipped {
+                    self.line(&format!("if ({any_not_one}) {{"));
+                }
                 self.for_owned(&shape, layout, |e, l| {
                     let (vx, vy) = (e.read(&src[0], l), e.read(&src[1], l));
                     e.line(&format!("{dst}[r] = {};", binary_in(e.math, *b, &vx, &vy)));
                 });
+                if skipped.is_some() {
+                    self.line("} else {");
+                    self.for_owned(&shape, layout, |e, l| {
+                        let vx = e.read(&src[0], l);
+                        e.line(&format!("{dst}[r] = {vx};"));
+                    });
+                    self.line("}");
+                }
             }
             Op::Select(c, x, y) => {
                 let src = self.sources(Reader::Let(id), &[*c, *x, *y]);

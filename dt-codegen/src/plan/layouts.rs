@@ -943,12 +943,22 @@ pub(crate) fn computed_from<'a>(
     }
     match def(v) {
         Some(Op::Var(x)) => *x == var,
-        Some(op @ (Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. })) => {
+        Some(op) => elementwise_operands(k, v, op)
+            .is_some_and(|same| !same.is_empty() && same.iter().all(|o| computed_from(k, *o, var, given, def))),
+        None => false,
+    }
+}
+
+/// Where `op`, defining value `v`, is element-wise (unary, binary, select, mask): its operands
+/// of `v`'s shape, whose lanes `v`'s read one to one (the others are broadcast). None for any
+/// other operation.
+pub(crate) fn elementwise_operands(k: &Kernel, v: ValueId, op: &Op) -> Option<Vec<ValueId>> {
+    match op {
+        Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. } => {
             let shape = &k.value(v).shape;
-            let same: Vec<ValueId> = op.operands().into_iter().filter(|o| k.value(*o).shape == *shape).collect();
-            !same.is_empty() && same.iter().all(|o| computed_from(k, *o, var, given, def))
+            Some(op.operands().into_iter().filter(|o| k.value(*o).shape == *shape).collect())
         }
-        _ => false,
+        _ => None,
     }
 }
 

@@ -14,7 +14,7 @@
 //! accumulators in tensor-core fragments by such row factors ([`Plan::unit_rescales`]), which
 //! the printer skips where the factors are 1.
 
-use super::layouts::{collect, computed_from, row_reduced_tile, Plan, RegLayout, RowTile};
+use super::layouts::{collect, computed_from, elementwise_operands, row_reduced_tile, Plan, RegLayout, RowTile};
 use dt_core::algo::BinOp;
 use dt_core::kir::*;
 
@@ -50,12 +50,8 @@ pub(crate) fn rows(k: &Kernel, p: &mut Plan) {
                     RegLayout::MmaRows(r) => Some(r),
                     _ => None,
                 },
-                Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. } => {
-                    let same: Vec<RegLayout> =
-                        op.operands().into_iter().filter(|o| k.value(*o).shape == *shape).map(|o| p.values[o.0 as usize]).collect();
-                    common_rows(&same)
-                }
-                _ => None,
+                _ => elementwise_operands(k, *id, op)
+                    .and_then(|same| common_rows(&same.iter().map(|o| p.values[o.0 as usize]).collect::<Vec<_>>())),
             };
             if let Some(r) = want.filter(|r| is_rows(shape, *r)) {
                 p.values[i] = RegLayout::MmaRows(r);
@@ -109,13 +105,7 @@ fn rows_under<'a>(k: &Kernel, p: &Plan, v: ValueId, def: &impl Fn(ValueId) -> Op
     if let RegLayout::MmaRows(r) = p.values[v.0 as usize] {
         return Some(r);
     }
-    match def(v)? {
-        op @ (Op::Unary(..) | Op::Binary(..) | Op::Select(..) | Op::MaskFill { .. }) => {
-            let shape = &k.value(v).shape;
-            op.operands().into_iter().filter(|o| k.value(*o).shape == *shape).find_map(|o| rows_under(k, p, o, def))
-        }
-        _ => None,
-    }
+    elementwise_operands(k, v, def(v)?)?.into_iter().find_map(|o| rows_under(k, p, o, def))
 }
 
 /// The one row tile all of `ls` are held in, if any (none for an empty list).
