@@ -270,3 +270,28 @@ fn cluster_meetings_count_against_the_shared_memory_limit() {
         .replace("num_warps(16)", "num_warps(8)");
     assert!(plan_text(&fits).is_ok());
 }
+
+/// A `multicast(i:2)` attention's ring loop shares K and V over the cluster: each program
+/// copies half the lines of each box (32 of 64 keys) into both programs' stages, refilled once
+/// both are done with them; Q, whose rows differ along `i`, stays each program's own. A
+/// `wgmma()` kernel whose loops share nothing this way (a matmul's single pipelined dot) is
+/// refused with why, not built without its cluster's copies.
+#[test]
+fn multicast_ring_loops_share_the_operands_that_do_not_vary_along_the_cluster() {
+    let src = std::fs::read_to_string(format!("{}/tests/cluster/attention_multicast.dt", env!("CARGO_MANIFEST_DIR"))).expect("spec");
+    let text = plan_text(&src).expect("plans");
+    let shared = "box [1, 1, 32, 64]; each of the cluster's 2 programs copies 32 lines of it into all of them";
+    assert!(text.contains(&format!("K copied from global memory, staged [rows][K], K-major descriptors, lines of 64 elements (swizzled in 128-byte atoms), a ring of 2 buffers (bulk tensor copies through map 1, {shared}")), "{text}");
+    assert!(text.contains(&format!("V copied from global memory, staged [K][rows], MN-major descriptors, lines of 64 elements (swizzled in 128-byte atoms), a ring of 2 buffers (bulk tensor copies through map 2, {shared}")), "{text}");
+    assert!(
+        text.contains("held for the loop (one buffer, copied before it, bulk tensor copies through map 0, box [1, 1, 64, 64])"),
+        "{text}"
+    );
+    assert!(text.contains("once every program of the cluster is done with it (barriers `empty` at word"), "{text}");
+    let single = "Func mm; In A, B; Var x, y; RVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\nmm.block(x:128, y:128); mm.tensorize(x:128, y:128, k:64); mm.multicast(y:2); mm.num_warps(8); mm.num_stages(3); mm.wgmma(); mm.dtypes(f16); mm.compile();\n";
+    let err = plan_text(single).expect_err("refused");
+    assert!(
+        err.contains("kernel `mm` is multicast along `y`, but no loop of its bulk copies has an operand that its 2 programs could share"),
+        "{err}"
+    );
+}

@@ -600,8 +600,11 @@ impl<'a, 'd> Checker<'a, 'd> {
             let sched = self.prog.funcs[i].schedule.clone();
             let name = self.prog.funcs[i].name.clone();
             if let (Some(_), Some(s)) = (sched.multicast, spans.multicast) {
-                let refusal = if !sched.warp_specialize {
-                    Some(("the programs of a multicast share their producers' copies", format!("add `{name}.warp_specialize()`")))
+                let refusal = if !sched.warp_specialize && !sched.wgmma {
+                    Some((
+                        "the programs of a multicast share their bulk copies",
+                        format!("add `{name}.warp_specialize()` or `{name}.wgmma()`"),
+                    ))
                 } else if sched.cluster.is_some() {
                     Some(("a kernel has one cluster, and `cluster` makes another", "leave out `cluster` or `multicast`".to_string()))
                 } else if sched.persistent {

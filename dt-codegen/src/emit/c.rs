@@ -71,7 +71,7 @@ pub fn emit_kernel(k: &Kernel, dtype: DType, symbol: &str) -> Result<String, Emi
     e.line(&format!("const long long programs = {};", super::program_count(k)));
     e.line("for (long long pid = first; pid < last && pid < programs; pid++) {");
     e.depth += 1;
-    for l in super::program_coords(k, "continue;", super::CPU_INDEX, None) {
+    for l in super::program_coords(k, "continue;", super::CPU_INDEX, None, None) {
         e.line(&l);
     }
     e.stmts(&k.body)?;

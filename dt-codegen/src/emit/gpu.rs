@@ -228,7 +228,10 @@ fn print_kernel<'k>(
         (Dialect::Cuda, Some(n)) => format!("{threads}, {}", (REGISTERS_PER_SM / (n * threads)).clamp(1, MAX_PROGRAMS_PER_SM)),
         _ => threads.to_string(),
     };
-    let cluster = k.grid.cluster.map_or(String::new(), |(_, n)| format!(" DT_CLUSTER({n})"));
+    let cluster = match k.grid.cluster_programs() {
+        1 => String::new(),
+        n => format!(" DT_CLUSTER({n})"),
+    };
     let args = abi::GpuArgs::of(k).c_type();
     let tensor_maps = e.plan.tensor_maps.clone();
     if tensor_maps.is_empty() {
@@ -266,7 +269,8 @@ fn print_kernel<'k>(
             None
         }
     };
-    for l in program_coords(k, "return;", super::GPU_INDEX, past_grid) {
+    let idle = (k.grid.multicast.is_some() && ws.is_none()).then_some(super::IDLE);
+    for l in program_coords(k, "return;", super::GPU_INDEX, past_grid, idle) {
         e.line(&l);
     }
     e.stmts(&k.body)?;
@@ -581,6 +585,20 @@ impl Emitter<'_> {
     }
 
     fn stmt(&mut self, s: &Stmt) -> Result<(), EmitError> {
+        // A multicast's program past the end (see `program_coords`) computes its cluster's last
+        // block with it, to take part in the shared copies, and stores nothing.
+        if matches!(s, Stmt::Store { .. }) && self.k.grid.multicast.is_some() && self.ws.is_none() {
+            self.line(&format!("if (!{}) {{ /* not past the end of the multicast */", super::IDLE));
+            self.depth += 1;
+            let stored = self.stmt_here(s);
+            self.depth -= 1;
+            self.line("}");
+            return stored;
+        }
+        self.stmt_here(s)
+    }
+
+    fn stmt_here(&mut self, s: &Stmt) -> Result<(), EmitError> {
         match s {
             Stmt::Let { value, op } => self.op(*value, op)?,
             Stmt::Init { var, value, origin } => {

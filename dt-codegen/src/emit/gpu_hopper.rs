@@ -4,7 +4,7 @@
 //! `rdot` loop of `wgmma`. The consumers run the kernel's other statements (the accumulator's
 //! initialization, the epilogue) as every kernel does, in the accumulator's fragment layout.
 
-use super::super::{program_coords, program_count, start_offset, GPU_INDEX};
+use super::super::{program_coords, program_count, start_offset, GPU_INDEX, IDLE};
 use super::{EmitError, Emitter};
 use crate::abi;
 use crate::plan::cluster_waits::WaitPoint;
@@ -31,7 +31,6 @@ const BY_MAP: &str = "dt_by_map";
 const BY_MAPS: &str = "dt_by_maps";
 
 /// Set in a multicast's program past the end (see `program_loop`).
-const IDLE: &str = "dt_idle";
 
 /// The statement by which a consumer warpgroup frees the stage whose `empty` barrier is at
 /// `bar`: in its own program, or in every program of a multicast's cluster, whose producers
@@ -223,7 +222,7 @@ impl Emitter<'_> {
                 format!("{IDLE} = true;")
             }
         };
-        for l in program_coords(self.k, &skip, GPU_INDEX, None) {
+        for l in program_coords(self.k, &skip, GPU_INDEX, None, None) {
             self.line(&l);
         }
         body(self)?;
@@ -664,7 +663,8 @@ impl Emitter<'_> {
                 let r = d.ring.expect("a ring");
                 for i in 0..2 {
                     if let Some(m) = r.maps[i].filter(|_| r.held[i] == want_held) {
-                        self.bulk_copy(d, i, m, if want_held { None } else { Some(buf) });
+                        let slice = r.multicast.and_then(|mc| mc.slice_lines[i].map(|l| (l, mc.programs)));
+                        self.bulk_copy(d, i, m, if want_held { None } else { Some(buf) }, slice);
                     }
                 }
             }
@@ -680,11 +680,14 @@ impl Emitter<'_> {
 
     /// The copies of operand `i` of `d` through tensor map `map` into its buffer `buf` (its one
     /// buffer when held), on barrier `bar`: one per 64-element piece of its lines, the piece's
-    /// block of the buffer (`MmaDot::atom_pieces`) from the tile's offsets.
-    fn bulk_copy(&mut self, d: &MmaDot, i: usize, map: usize, buf: Option<&str>) {
+    /// block of the buffer (`MmaDot::atom_pieces`) from the tile's offsets. `slice`: the lines
+    /// of this program's slice of each piece and the programs of the multicast's cluster, into
+    /// all of whose buffers it copies (`RingBuffers::multicast`).
+    fn bulk_copy(&mut self, d: &MmaDot, i: usize, map: usize, buf: Option<&str>, slice: Option<(u32, u32)>) {
         let k = self.k;
         let load = d.direct[i].as_ref().expect("a copied operand");
         let along = if d.trans(i) { d.rows(i).0 } else { d.k };
+        let line_dim = if d.trans(i) { d.k } else { d.rows(i).0 };
         let (pieces, piece_bytes) = d.atom_pieces(i);
         let coords: Vec<String> = load
             .axes
@@ -692,21 +695,26 @@ impl Emitter<'_> {
             .rev()
             .map(|a| {
                 let at = self.offset(*a);
-                if *a == along && pieces > 1 {
-                    format!("(int)({at} + c * 64)")
-                } else {
-                    format!("(int)({at})")
+                match slice {
+                    _ if *a == along && pieces > 1 => format!("(int)({at} + c * 64)"),
+                    Some((lines, _)) if *a == line_dim => format!("(int)({at} + dt_cluster_rank() * {lines})"),
+                    _ => format!("(int)({at})"),
                 }
             })
             .collect();
         let name = &k.inputs[load.input].name;
         let dst = format!("dt_smem_u32({})", self.buffer(d, i, buf));
-        let call = format!(
-            "dt_tma_load_{}d({dst}{}, &targs.maps[{map}], bar, {});",
-            load.axes.len(),
-            if pieces > 1 { format!(" + c * {piece_bytes}") } else { String::new() },
-            coords.join(", ")
-        );
+        let piece = if pieces > 1 { format!(" + c * {piece_bytes}") } else { String::new() };
+        let call = match slice {
+            Some((lines, programs)) => format!(
+                "dt_tma_load_{}d_multicast({dst}{piece} + dt_cluster_rank() * {}, &targs.maps[{map}], bar, {}, {});",
+                load.axes.len(),
+                lines * 128,
+                (1u32 << programs) - 1,
+                coords.join(", ")
+            ),
+            None => format!("dt_tma_load_{}d({dst}{piece}, &targs.maps[{map}], bar, {});", load.axes.len(), coords.join(", ")),
+        };
         self.line(&format!(
             "/* v{}: {name}, {pieces} piece{} of 64 along its last axis */",
             if i == 0 { d.a.0 } else { d.b.0 },

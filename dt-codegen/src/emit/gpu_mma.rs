@@ -111,19 +111,32 @@ impl Emitter<'_> {
         ));
         self.line("{");
         self.depth += 1;
+        // A multicast's stages (`RingBuffers::multicast`): freed once every program of the
+        // cluster is done with them; `eph` is the parity of buffer `wr`'s phase of those.
+        let multicast = dots[0].1.ring.and_then(|r| r.multicast);
+        let empty = multicast.map(|m| (format!("dt_smem_u32(dt_smem + {})", self.dot_rings + m.empty), m.programs));
+        let eph = self.fresh("eph");
         if let Some(bars) = &bulk {
             let zero = counts.as_ref().map_or(String::new(), |c| format!(" {c}[st] = 0u;"));
+            let empties = empty.as_ref().map_or(String::new(), |(e, n)| format!(" dt_mbar_init({e} + 8 * st, {n});"));
             self.line(&format!(
-                "if (tid == 0) {{ for (int st = 0; st < {s}; st++) {{ dt_mbar_init({bars} + 8 * st, 1);{zero} }} dt_mbar_fence_init(); }}"
+                "if (tid == 0) {{ for (int st = 0; st < {s}; st++) {{ dt_mbar_init({bars} + 8 * st, 1);{empties}{zero} }} dt_mbar_fence_init(); }}"
             ));
         }
         self.barrier();
+        if empty.is_some() {
+            self.line("dt_cluster_arrive_relaxed();");
+            self.line("dt_cluster_wait(); /* every program's barriers are ready before the others' copies and arrivals reach them */");
+        }
         match &counts {
             Some(_) => self.line(&format!("int {rd} = 0;")),
             None => self.line(&format!("int {rd} = 0, {wr} = {};", s - 1)),
         }
         if bulk.is_some() {
             self.line(&format!("unsigned {ph} = 0;"));
+            if empty.is_some() {
+                self.line(&format!("unsigned {eph} = 0;"));
+            }
         } else {
             for (_, d) in dots {
                 for i in 0..2 {
@@ -175,6 +188,13 @@ impl Emitter<'_> {
             self.barrier();
             let ahead = self.fresh("o");
             self.line(&format!("const long long {ahead} = {o} + {};", (s - 1) * step));
+            if let Some((e, n)) = &empty {
+                // Every step, copies or none, so that the last one's wait returns only once no
+                // arrival of another program is still to reach this one's shared memory.
+                self.line(&format!(
+                    "if (tid == 0) {{ dt_mbar_arrive_cluster({e} + 8 * {wr}, {n}); dt_mbar_wait({e} + 8 * {wr}, {eph}); }} /* every program of the cluster is done with buffer {wr} */"
+                ));
+            }
             match &bulk {
                 Some(bars) => self.ring_bulk_copies(dots, l.dim, &ahead, &size, &wr, bars, None, Some("tid == 0")),
                 None => self.ring_copies(dots, l.dim, &ahead, &size, &wr),
@@ -237,6 +257,9 @@ impl Emitter<'_> {
         self.line(&format!("{rd} = {rd} + 1 == {s} ? 0 : {rd} + 1;"));
         if counts.is_none() {
             self.line(&format!("{wr} = {wr} + 1 == {s} ? 0 : {wr} + 1;"));
+            if empty.is_some() {
+                self.line(&format!("{eph} ^= {wr} == {} ? 1u : 0u;", s - 1));
+            }
         }
         if bulk.is_some() {
             self.line(&format!("{ph} ^= {rd} == 0 ? 1u : 0u;"));

@@ -96,8 +96,11 @@ pub fn check_not_hopper_only(k: &Kernel, target: &str) -> Result<(), EmitError> 
 /// count here divides the grid size, so there 32-bit `unsigned` division is exact and spares
 /// the 64-bit division routine; the CPU's program loop uses `long long`. `past_grid`, where a
 /// grid may have more blocks than programs (HIP's rows of blocks), is the statement that skips
-/// a program past the last: what is left of `pid` after the divisions is then not 0.
-pub fn program_coords(k: &Kernel, skip: &str, index: &str, past_grid: Option<&str>) -> Vec<String> {
+/// a program past the last: what is left of `pid` after the divisions is then not 0. `idle`,
+/// in a multicast kernel of bulk-copy rings (not warp-specialized): the flag that a program past
+/// the end of the multicast dimension sets, taking its cluster's last block instead of
+/// skipping it, since the cluster's copies need it.
+pub fn program_coords(k: &Kernel, skip: &str, index: &str, past_grid: Option<&str>, idle: Option<&str>) -> Vec<String> {
     use dt_core::schedule::MapEntry;
     let counts = order_counts(k);
     // A grid of one program (nothing blocked) divides nothing; what is left of `pid` then
@@ -124,6 +127,12 @@ pub fn program_coords(k: &Kernel, skip: &str, index: &str, past_grid: Option<&st
             }
         }
         let slot = k.dim_slot(*d);
+        if let Some(flag) = idle.filter(|_| k.grid.multicast.is_some_and(|(m, _)| m == *d)) {
+            let (g, count) = (parts.join(" + "), block_count(k, *d));
+            out.push(format!("const bool {flag} = {g} >= {count}; /* past the end: copies its slices for the cluster, stores nothing */"));
+            out.push(format!("const long long b{slot} = {flag} ? {count} - 1 : {g}; /* block index along {} */", k.dim_name(*d)));
+            continue;
+        }
         out.push(format!("const long long b{slot} = {}; /* block index along {} */", parts.join(" + "), k.dim_name(*d)));
         if k.grid.cluster_size(*d).is_some() {
             // Every program of a cluster takes part in its reductions, past the end or not.
@@ -133,6 +142,9 @@ pub fn program_coords(k: &Kernel, skip: &str, index: &str, past_grid: Option<&st
     }
     out
 }
+
+/// The flag of a multicast's program past the end, which computes nothing it keeps.
+pub(crate) const IDLE: &str = "dt_idle";
 
 /// The blocks of blocked dimension `d`, as a C expression over its size variable `s<slot>`.
 fn block_count(k: &Kernel, d: dt_core::algo::DimId) -> String {

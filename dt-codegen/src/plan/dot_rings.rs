@@ -25,7 +25,7 @@
 //! its dots are the online attention's, its steps overlap ([`RingBuffers::overlapped`], see
 //! `overlaps`), its two warpgroups taking turns ([`RingBuffers::turns`]).
 
-use super::layouts::{MmaDot, Plan, RingBuffers};
+use super::layouts::{MmaDot, Plan, RingBuffers, RingMulticast};
 use dt_core::kir::*;
 
 /// Shared memory a kernel keeps out of its rings for its slots: 3 KiB.
@@ -121,6 +121,7 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
                 done_counts: None,
                 overlapped: false,
                 turns: false,
+                multicast: None,
             };
             let mut next = start;
             for i in 0..2 {
@@ -135,7 +136,7 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
             p.ring_words = next;
         }
         if k.wgmma {
-            bulk_copies(k, &dots, p);
+            bulk_copies(k, l, &dots, p);
             if overlaps(l, &dots, p) {
                 for v in &dots {
                     if let Some(r) = p.dots.iter_mut().find(|(x, _)| x == v).and_then(|(_, d)| d.ring.as_mut()) {
@@ -203,16 +204,18 @@ fn overlaps(l: &Loop, dots: &[ValueId], p: &Plan) -> bool {
 /// Most elements of one axis of a tensor map's box.
 const MAX_BOX: u32 = 256;
 
-/// Gives the rings of a loop of a `wgmma()` kernel, which feeds `dots`, bulk tensor copies (see
-/// [`RingBuffers::maps`]) where every dot the loop feeds is a warpgroup dot whose copied
+/// Gives the rings of a loop `l` of a `wgmma()` kernel, which feeds `dots`, bulk tensor copies
+/// (see [`RingBuffers::maps`]) where every dot the loop feeds is a warpgroup dot whose copied
 /// operands run along their input's contiguous axis (a [rows][K] operand's K, a [K][rows]
 /// one's rows: each 64-element piece of a line is 128 contiguous bytes) and whose other axes
 /// the tile covers with one element or with its lines, at most 256 of them; and the tensor
 /// maps fit the kernel's argument. Otherwise the rings keep `cp.async` (and the printer refuses
-/// the kernel).
-fn bulk_copies(k: &Kernel, dots: &[ValueId], p: &mut Plan) {
+/// the kernel). In a `multicast(d:N)` kernel the operands copied at every step that do not
+/// vary along `d` are shared by the cluster ([`shared_slices`]).
+fn bulk_copies(k: &Kernel, l: &Loop, dots: &[ValueId], p: &mut Plan) {
     let fed: Vec<usize> = dots.iter().filter_map(|v| p.dots.iter().position(|(x, _)| x == v)).collect();
     let mut maps = Vec::new();
+    let mut slices = Vec::new();
     for x in &fed {
         let d = &p.dots[*x].1;
         if !d.warpgroup {
@@ -245,23 +248,40 @@ fn bulk_copies(k: &Kernel, dots: &[ValueId], p: &mut Plan) {
             {
                 return;
             }
+            let held = d.ring.is_some_and(|r| r.held[i]);
+            let slice = shared_slices(k, l, &load.axes, held, lines);
+            if let Some(slice) = slice {
+                let at = load.axes.iter().position(|a| *a == line_dim).expect("the box spans its lines");
+                boxes[at] = slice;
+            }
+            slices.push((*x, i, slice));
             maps.push((*x, i, dt_core::abi::TensorMapSpec { tensor: Some(load.input), boxes: boxes.into(), swizzle: 128 }));
         }
     }
     if maps.is_empty() || p.tensor_maps.len() + maps.len() > dt_core::abi::MAX_TENSOR_MAPS {
         return;
     }
-    // The barriers after the rings, 8-byte aligned (the buffers are whole swizzle atoms), and
-    // where one program fills a multiprocessor, the stages' counts of warps done after them.
+    // The barriers after the rings, 8-byte aligned (the buffers are whole swizzle atoms): the
+    // stages' `full` barriers; a multicast's `empty` barriers; where one program fills a
+    // multiprocessor (and the cluster does not share the stages), the stages' counts of warps
+    // done after them.
     let stages = p.dots[fed[0]].1.ring.expect("fed by a ring").stages as usize;
     let barriers = p.ring_words.next_multiple_of(2);
-    let counts = barriers + 2 * stages;
-    let done_counts = (!two_programs_fit(&p.target, counts + stages)).then_some(counts);
+    let multicast = k.grid.multicast.filter(|_| slices.iter().any(|(.., s)| s.is_some()));
+    let empty = barriers + 2 * stages;
+    let counts = if multicast.is_some() { empty + 2 * stages } else { empty };
+    let done_counts = (multicast.is_none() && !two_programs_fit(&p.target, counts + stages)).then_some(counts);
     p.ring_words = done_counts.map_or(counts, |c| c + stages);
     for x in &fed {
         if let Some(r) = &mut p.dots[*x].1.ring {
             r.barriers = Some(barriers);
             r.done_counts = done_counts;
+            r.multicast = multicast.map(|(_, programs)| RingMulticast { programs, empty, slice_lines: [None, None] });
+        }
+    }
+    for (x, i, slice) in slices {
+        if let Some(m) = p.dots[x].1.ring.as_mut().and_then(|r| r.multicast.as_mut()) {
+            m.slice_lines[i] = slice;
         }
     }
     for (x, i, spec) in maps {
@@ -270,6 +290,19 @@ fn bulk_copies(k: &Kernel, dots: &[ValueId], p: &mut Plan) {
         }
         p.tensor_maps.push(spec);
     }
+}
+
+/// The lines of each program's slice of a box of `lines` lines of an operand loaded along
+/// `axes` and copied at every step of loop `l` (not `held`), where the kernel is multicast
+/// along a dimension the operand does not vary along, the loop's steps are the same in every
+/// program of the cluster (not bounded by the block, as a causal loop is, nor a share of a
+/// split contraction), and the slices are whole groups of 8 lines, which the 128-byte swizzle
+/// lays out as the whole box would. `None`: each program copies the operand alone.
+fn shared_slices(k: &Kernel, l: &Loop, axes: &[dt_core::algo::DimId], held: bool, lines: u32) -> Option<u32> {
+    let (d, programs) = k.grid.multicast?;
+    let same_steps = l.until.is_none() && l.diagonal.is_none() && !k.grid.reduces_a_cluster_share(l);
+    let slice = lines / programs;
+    (!held && same_steps && !axes.contains(&d) && lines.is_multiple_of(programs) && slice.is_multiple_of(8)).then_some(slice)
 }
 
 /// Whether two programs of a `wgmma()` kernel whose rings take `ring_words` fit one

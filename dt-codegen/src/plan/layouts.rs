@@ -351,6 +351,22 @@ pub(crate) struct RingBuffers {
     /// products (named barriers 2 and 3), the first first: one's softmax runs while the other's
     /// products are on the tensor cores.
     pub turns: bool,
+    /// In a `multicast(d:N)` kernel, the loop's copies of the operands that do not vary along
+    /// `d` are shared by the cluster's programs ([`RingMulticast`]).
+    pub multicast: Option<RingMulticast>,
+}
+
+/// How the programs of a multicast's cluster share a ring loop's copies (`super::dot_rings`):
+/// each of `programs` programs copies `slice_lines[i]` lines of every box of operand `i` (those
+/// from line `rank * slice_lines[i]`) into the same place of every program's stage; an operand
+/// with no slice is copied by each program alone. A stage is refilled once every program of the
+/// cluster is done with it: each arrives on the stage's `empty` barrier (8 bytes, at word
+/// `empty` of the rings' region, one per stage after the `full` ones) in every program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RingMulticast {
+    pub programs: u32,
+    pub empty: usize,
+    pub slice_lines: [Option<u32>; 2],
 }
 
 /// A load of input `input`, axis `i` along `axes[i]`.

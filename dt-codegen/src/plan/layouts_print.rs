@@ -64,7 +64,11 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
                 Some(m) => {
                     let spec = &p.tensor_maps[m];
                     let boxes: Vec<String> = spec.boxes.iter().map(|b| b.to_string()).collect();
-                    format!("bulk tensor copies through map {m}, box [{}]", boxes.join(", "))
+                    let slice = match r.multicast.and_then(|mc| mc.slice_lines[i].map(|l| (l, mc.programs))) {
+                        Some((lines, n)) => format!("; each of the cluster's {n} programs copies {lines} lines of it into all of them"),
+                        None => String::new(),
+                    };
+                    format!("bulk tensor copies through map {m}, box [{}]{slice}", boxes.join(", "))
                 }
                 None => "cp.async".to_string(),
             };
@@ -93,6 +97,13 @@ pub(crate) fn print(k: &Kernel, dtype: DType, p: &Plan, out: &mut String) {
                     r.stages
                 ),
                 None => "thread 0 refills the stage the step before read, after the step's block-wide barrier".to_string(),
+            };
+            let refills = match r.multicast {
+                Some(mc) => format!(
+                    "{refills}, once every program of the cluster is done with it (barriers `empty` at word {}, {} arrivals)",
+                    mc.empty, mc.programs
+                ),
+                None => refills,
             };
             let _ = writeln!(out, "    refills   {refills}");
             if r.overlapped {

@@ -182,6 +182,16 @@ pub(crate) fn plan_older<'k>(
 ) -> Result<OlderPlan<'k>, PlanError> {
     let mapping = layouts::Mapping::of(k, dtype, dialect);
     let registers = register_layouts(k, dtype, dialect, ws.map(|(w, _)| w), mapping);
+    if let (Some((d, n)), None) = (k.grid.multicast, ws) {
+        if dialect == crate::emit::gpu::Dialect::Cuda && !registers.dots.iter().any(|(_, x)| x.ring.is_some_and(|r| r.multicast.is_some()))
+        {
+            return Err(PlanError(format!(
+                "kernel `{}` is multicast along `{}`, but no loop of its bulk copies has an operand that its {n} programs could share",
+                k.name,
+                k.dim_name(d)
+            )));
+        }
+    }
     let publishing = publishing::plan_publishing(k, &registers, mapping);
     let shared = shared::lay_out(k, ws, &publishing.slot_elements, &registers)?;
     let rows = staged_rows::plan_staged_rows(&staged_rows::Inputs {
