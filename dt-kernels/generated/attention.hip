@@ -642,6 +642,28 @@ DT_FN void dt_tma_load_3d_multicast(unsigned dst, const dt_tensor_map* map, unsi
     __trap();
 #endif
 }
+DT_FN void dt_tma_load_4d_multicast(unsigned dst, const dt_tensor_map* map, unsigned bar, unsigned short mask, int c0, int c1, int c2, int c3) {
+#if DT_SM90A
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7}], [%2], %3;" ::"r"(dst),
+        "l"(map), "r"(bar), "h"(mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+#else
+    (void)dst, (void)map, (void)bar, (void)mask, (void)c0, (void)c1, (void)c2, (void)c3;
+    __trap();
+#endif
+}
+DT_FN void dt_tma_load_5d_multicast(unsigned dst, const dt_tensor_map* map, unsigned bar, unsigned short mask, int c0, int c1, int c2, int c3, int c4) {
+#if DT_SM90A
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6, %7, %8}], [%2], %3;" ::"r"(dst),
+        "l"(map), "r"(bar), "h"(mask), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+        : "memory");
+#else
+    (void)dst, (void)map, (void)bar, (void)mask, (void)c0, (void)c1, (void)c2, (void)c3, (void)c4;
+    __trap();
+#endif
+}
 /* This program's rank in its cluster. */
 DT_FN unsigned dt_cluster_rank() {
 #if DT_SM90A

@@ -115,7 +115,7 @@ impl Emitter<'_> {
         // cluster is done with them; `eph` is the parity of buffer `wr`'s phase of those.
         let multicast = dots[0].1.ring.and_then(|r| r.multicast);
         let empty = multicast.map(|m| (format!("dt_smem_u32(dt_smem + {})", self.dot_rings + m.empty), m.programs));
-        let eph = self.fresh("eph");
+        let eph = if empty.is_some() { self.fresh("eph") } else { String::new() };
         if let Some(bars) = &bulk {
             let zero = counts.as_ref().map_or(String::new(), |c| format!(" {c}[st] = 0u;"));
             let empties = empty.as_ref().map_or(String::new(), |(e, n)| format!(" dt_mbar_init({e} + 8 * st, {n});"));
