@@ -30,8 +30,6 @@ const STORE_COUNTER: &str = "dt_stored";
 const BY_MAP: &str = "dt_by_map";
 const BY_MAPS: &str = "dt_by_maps";
 
-/// Set in a multicast's program past the end (see `program_loop`).
-
 /// The statement by which a consumer warpgroup frees the stage whose `empty` barrier is at
 /// `bar`: in its own program, or in every program of a multicast's cluster, whose producers
 /// all copy into it.
