@@ -275,7 +275,9 @@ fn cluster_meetings_count_against_the_shared_memory_limit() {
 /// copies half the lines of each box (32 of 64 keys) into both programs' stages, refilled once
 /// both are done with them; Q, whose rows differ along `i`, stays each program's own. A
 /// `wgmma()` kernel whose loops share nothing this way (a matmul's single pipelined dot) is
-/// refused with why, not built without its cluster's copies.
+/// refused with why, not built without its cluster's copies; so is one whose ring loop lies in
+/// a loop over the queries that runs fewer times in a last, partial block than in the others
+/// (the programs of a cluster would not meet at every step).
 #[test]
 fn multicast_ring_loops_share_the_operands_that_do_not_vary_along_the_cluster() {
     let src = std::fs::read_to_string(format!("{}/tests/cluster/attention_multicast.dt", env!("CARGO_MANIFEST_DIR"))).expect("spec");
@@ -294,4 +296,9 @@ fn multicast_ring_loops_share_the_operands_that_do_not_vary_along_the_cluster() 
         err.contains("kernel `mm` is multicast along `y`, but no loop of its bulk copies has an operand that its 2 programs could share"),
         "{err}"
     );
+    let tiled = src
+        .replace("attention.block(b:1, h:1, i:64, e:64);", "attention.block(b:1, h:1, i:128, e:64);")
+        .replace("attention.tensorize(i:0, e:0, j:64, d:0);", "attention.tensorize(i:64, e:0, j:64, d:0);");
+    let err = plan_text(&tiled).expect_err("refused");
+    assert!(err.contains("kernel `attention` is multicast along `i`, but no loop of its bulk copies has an operand"), "{err}");
 }

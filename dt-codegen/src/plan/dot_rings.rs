@@ -46,9 +46,17 @@ fn ring_bytes(k: &Kernel, target: &crate::plan::Target) -> usize {
 /// Gives the dots of every loop that qualifies (see the module docs) their rings, laid out one
 /// after another from `p.ring_words` on.
 pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
+    plan_rings_in(k, stmts, true, p);
+}
+
+/// [`plan_rings`] over `stmts`; `same_runs`: every loop around them runs as often in every
+/// program of a multicast's cluster (each over the dimension of the multicast takes its whole
+/// block in one step), so that a ring loop among them may share its copies ([`shared_slices`]).
+fn plan_rings_in(k: &Kernel, stmts: &[Stmt], same_runs: bool, p: &mut Plan) {
     for s in stmts {
         let Stmt::Loop(l) = s else { continue };
-        plan_rings(k, &l.body, p);
+        let once_a_block = |(d, _): (dt_core::algo::DimId, u32)| l.dim != d || k.grid.block_extent(d).is_some_and(|b| l.step >= b);
+        plan_rings_in(k, &l.body, same_runs && k.grid.multicast.is_none_or(once_a_block), p);
         // A contraction's loop: over all of it, or over this program's block of it where the
         // cluster splits it (`cluster(k:N)`).
         let contraction = l.kind == LoopKind::Reduction || k.grid.reduces_a_cluster_share(l);
@@ -136,7 +144,7 @@ pub(crate) fn plan_rings(k: &Kernel, stmts: &[Stmt], p: &mut Plan) {
             p.ring_words = next;
         }
         if k.wgmma {
-            bulk_copies(k, l, &dots, p);
+            bulk_copies(k, l, same_runs, &dots, p);
             if overlaps(l, &dots, p) {
                 for v in &dots {
                     if let Some(r) = p.dots.iter_mut().find(|(x, _)| x == v).and_then(|(_, d)| d.ring.as_mut()) {
@@ -212,7 +220,7 @@ const MAX_BOX: u32 = 256;
 /// maps fit the kernel's argument. Otherwise the rings keep `cp.async` (and the printer refuses
 /// the kernel). In a `multicast(d:N)` kernel the operands copied at every step that do not
 /// vary along `d` are shared by the cluster ([`shared_slices`]).
-fn bulk_copies(k: &Kernel, l: &Loop, dots: &[ValueId], p: &mut Plan) {
+fn bulk_copies(k: &Kernel, l: &Loop, same_runs: bool, dots: &[ValueId], p: &mut Plan) {
     let fed: Vec<usize> = dots.iter().filter_map(|v| p.dots.iter().position(|(x, _)| x == v)).collect();
     let mut maps = Vec::new();
     let mut slices = Vec::new();
@@ -249,7 +257,7 @@ fn bulk_copies(k: &Kernel, l: &Loop, dots: &[ValueId], p: &mut Plan) {
                 return;
             }
             let held = d.ring.is_some_and(|r| r.held[i]);
-            let slice = shared_slices(k, l, &load.axes, held, lines);
+            let slice = shared_slices(k, l, &load.axes, held, lines).filter(|_| same_runs);
             if let Some(slice) = slice {
                 let at = load.axes.iter().position(|a| *a == line_dim).expect("the box spans its lines");
                 boxes[at] = slice;
@@ -296,8 +304,9 @@ fn bulk_copies(k: &Kernel, l: &Loop, dots: &[ValueId], p: &mut Plan) {
 /// `axes` and copied at every step of loop `l` (not `held`), where the kernel is multicast
 /// along a dimension the operand does not vary along, the loop's steps are the same in every
 /// program of the cluster (not bounded by the block, as a causal loop is, nor a share of a
-/// split contraction), and the slices are whole groups of 8 lines, which the 128-byte swizzle
-/// lays out as the whole box would. `None`: each program copies the operand alone.
+/// split contraction; the caller checks the loops around it), and the slices are whole groups
+/// of 8 lines, which the 128-byte swizzle lays out as the whole box would. `None`: each program
+/// copies the operand alone.
 fn shared_slices(k: &Kernel, l: &Loop, axes: &[dt_core::algo::DimId], held: bool, lines: u32) -> Option<u32> {
     let (d, programs) = k.grid.multicast?;
     let same_steps = l.until.is_none() && l.diagonal.is_none() && !k.grid.reduces_a_cluster_share(l);
