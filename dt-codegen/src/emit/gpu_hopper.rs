@@ -30,6 +30,21 @@ const STORE_COUNTER: &str = "dt_stored";
 const BY_MAP: &str = "dt_by_map";
 const BY_MAPS: &str = "dt_by_maps";
 
+/// A bulk tensor copy through tensor map `map` (coordinates `coords`, innermost first) to
+/// shared address `dst`, completing on the barrier at `bar`; with `multicast` (the cluster's
+/// programs, this program's slice's bytes), this program's slice, `rank` slices into `dst`,
+/// into every program of the cluster.
+fn tma_load(dst: &str, map: usize, bar: &str, multicast: Option<(u32, u32)>, coords: &[String]) -> String {
+    let (dims, coords) = (coords.len(), coords.join(", "));
+    match multicast {
+        None => format!("dt_tma_load_{dims}d({dst}, &targs.maps[{map}], {bar}, {coords});"),
+        Some((programs, bytes)) => format!(
+            "dt_tma_load_{dims}d_multicast({dst} + dt_cluster_rank() * {bytes}, &targs.maps[{map}], {bar}, {}, {coords});",
+            (1u32 << programs) - 1
+        ),
+    }
+}
+
 /// The statement by which a consumer warpgroup frees the stage whose `empty` barrier is at
 /// `bar`: in its own program, or in every program of a multicast's cluster, whose producers
 /// all copy into it.
@@ -351,15 +366,10 @@ impl Emitter<'_> {
             })
             .collect();
         let copy = if op.copies > 1 { format!(" + c * {}", op.copy_bytes) } else { String::new() };
+        let dst = format!("stage + {}{copy}", op.offset);
+        let bar = format!("dt_ring + {} + 8 * st", w.full.offset);
         let call = match op.multicast {
-            None => format!(
-                "dt_tma_load_{}d(stage + {}{copy}, &targs.maps[{}], dt_ring + {} + 8 * st, {});",
-                op.axes.len(),
-                op.offset,
-                op.map,
-                w.full.offset,
-                coords.join(", ")
-            ),
+            None => tma_load(&dst, op.map, &bar, None, &coords),
             Some(m) => {
                 // This program's slice: its lines of the box, from line `rank * extent`.
                 self.line(&format!("/* this program's {} lines of each, into all {} programs of the cluster */", m.extent, m.programs));
@@ -369,16 +379,7 @@ impl Emitter<'_> {
                     .enumerate()
                     .map(|(i, c)| if i == sliced { format!("{c} + (int)dt_cluster_rank() * {}", m.extent) } else { c.clone() })
                     .collect();
-                format!(
-                    "dt_tma_load_{}d_multicast(stage + {}{copy} + dt_cluster_rank() * {}, &targs.maps[{}], dt_ring + {} + 8 * st, {}, {});",
-                    op.axes.len(),
-                    op.offset,
-                    m.bytes,
-                    op.map,
-                    w.full.offset,
-                    (1u32 << m.programs) - 1,
-                    coords.join(", ")
-                )
+                tma_load(&dst, op.map, &bar, Some((m.programs, m.bytes)), &coords)
             }
         };
         if op.copies > 1 {
@@ -703,16 +704,7 @@ impl Emitter<'_> {
         let name = &k.inputs[load.input].name;
         let dst = format!("dt_smem_u32({})", self.buffer(d, i, buf));
         let piece = if pieces > 1 { format!(" + c * {piece_bytes}") } else { String::new() };
-        let call = match slice {
-            Some((lines, programs)) => format!(
-                "dt_tma_load_{}d_multicast({dst}{piece} + dt_cluster_rank() * {}, &targs.maps[{map}], bar, {}, {});",
-                load.axes.len(),
-                lines * 128,
-                (1u32 << programs) - 1,
-                coords.join(", ")
-            ),
-            None => format!("dt_tma_load_{}d({dst}{piece}, &targs.maps[{map}], bar, {});", load.axes.len(), coords.join(", ")),
-        };
+        let call = tma_load(&format!("{dst}{piece}"), map, "bar", slice.map(|(lines, programs)| (programs, lines * 128)), &coords);
         self.line(&format!(
             "/* v{}: {name}, {pieces} piece{} of 64 along its last axis */",
             if i == 0 { d.a.0 } else { d.b.0 },

@@ -26,6 +26,7 @@
 //! `overlaps`), its two warpgroups taking turns ([`RingBuffers::turns`]).
 
 use super::layouts::{MmaDot, Plan, RingBuffers, RingMulticast};
+use super::warp_specialize::multicast_slice;
 use dt_core::kir::*;
 
 /// Shared memory a kernel keeps out of its rings for its slots: 3 KiB.
@@ -281,15 +282,11 @@ fn bulk_copies(k: &Kernel, l: &Loop, same_runs: bool, dots: &[ValueId], p: &mut 
     let done_counts = (multicast.is_none() && !two_programs_fit(&p.target, counts + stages)).then_some(counts);
     p.ring_words = done_counts.map_or(counts, |c| c + stages);
     for x in &fed {
+        let slice_lines = [0, 1].map(|i| slices.iter().find(|(y, j, _)| y == x && *j == i).and_then(|(.., s)| *s));
         if let Some(r) = &mut p.dots[*x].1.ring {
             r.barriers = Some(barriers);
             r.done_counts = done_counts;
-            r.multicast = multicast.map(|(_, programs)| RingMulticast { programs, empty, slice_lines: [None, None] });
-        }
-    }
-    for (x, i, slice) in slices {
-        if let Some(m) = p.dots[x].1.ring.as_mut().and_then(|r| r.multicast.as_mut()) {
-            m.slice_lines[i] = slice;
+            r.multicast = multicast.map(|(_, programs)| RingMulticast { programs, empty, slice_lines });
         }
     }
     for (x, i, spec) in maps {
@@ -305,13 +302,11 @@ fn bulk_copies(k: &Kernel, l: &Loop, same_runs: bool, dots: &[ValueId], p: &mut 
 /// along a dimension the operand does not vary along, the loop's steps are the same in every
 /// program of the cluster (not bounded by the block, as a causal loop is, nor a share of a
 /// split contraction; the caller checks the loops around it), and the slices are whole groups
-/// of 8 lines, which the 128-byte swizzle lays out as the whole box would. `None`: each program
-/// copies the operand alone.
+/// of 8 lines ([`multicast_slice`]). `None`: each program copies the operand alone.
 fn shared_slices(k: &Kernel, l: &Loop, axes: &[dt_core::algo::DimId], held: bool, lines: u32) -> Option<u32> {
     let (d, programs) = k.grid.multicast?;
     let same_steps = l.until.is_none() && l.diagonal.is_none() && !k.grid.reduces_a_cluster_share(l);
-    let slice = lines / programs;
-    (!held && same_steps && !axes.contains(&d) && lines.is_multiple_of(programs) && slice.is_multiple_of(8)).then_some(slice)
+    (!held && same_steps && !axes.contains(&d)).then(|| multicast_slice(lines, programs)).flatten()
 }
 
 /// Whether two programs of a `wgmma()` kernel whose rings take `ring_words` fit one

@@ -645,17 +645,24 @@ fn multicast_operand(k: &Kernel, mut op: StagedOperand, kdim: DimId, (d, program
     let outer = if op.major == Major::K { op.rows_dim } else { kdim };
     let axis = op.axes.iter().position(|x| *x == outer).expect("an operand spans its rows and k");
     let lines = op.boxes[axis];
-    let extent = lines / programs;
-    if !lines.is_multiple_of(programs) || !extent.is_multiple_of(8) {
+    let Some(extent) = multicast_slice(lines, programs) else {
         return Err(format!(
             "input `{name}`'s boxes of {lines} lines along `{}` do not cut into {programs} slices of whole groups of 8 lines for the multicast along `{}`",
             k.dim_name(outer),
             k.dim_name(d)
         ));
-    }
+    };
     op.boxes[axis] = extent;
     op.multicast = Some(Multicast { programs, axis, extent, bytes: extent * ROW_BYTES });
     Ok(op)
+}
+
+/// The lines of each of `programs` programs' slice of a box of `lines` lines, where they cut
+/// into whole groups of 8 lines (1024 bytes), which the 128-byte swizzle lays out as the whole
+/// box would; `None` where they do not.
+pub(crate) fn multicast_slice(lines: u32, programs: u32) -> Option<u32> {
+    let slice = lines / programs;
+    (lines.is_multiple_of(programs) && slice.is_multiple_of(8)).then_some(slice)
 }
 
 /// The rows of the first operand's tile (K-major, at the start of its stage) that a stage
