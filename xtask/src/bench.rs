@@ -123,6 +123,9 @@ fn jobs() -> Vec<Job> {
         &[4096, 11008, 4096],
         &[1000, 3000, 77],
         &[16, 4096, 4096],
+        // Few rows and many columns (a batch of tokens through a projection): no size class
+        // bounds it, and the large class's 128 x 256 tiles make 16 programs of it.
+        &[128, 4096, 4096],
     ];
     // 256x262144: rows up to 2^18 columns, in bytes a large copy (128 MiB in 16-bit types).
     let rows: &[&[usize]] = &[&[4096, 1024], &[4096, 4096], &[4096, 16384], &[8192, 1000], &[128, 65536], &[65536, 4096], &[256, 262144]];
@@ -782,7 +785,7 @@ mod tests {
         );
         // The fixed list alone, filtered, where every shape is on it.
         assert_eq!(listed(&options(&["matmul"], &["bf16"], &["512x512x512"])), ["matmul bf16 512x512x512"]);
-        assert_eq!(selected_jobs(&options(&[], &[], &[])).unwrap().len(), 2 * 3 * 7 + 3 * 3 * 7 + 2 * 7);
+        assert_eq!(selected_jobs(&options(&[], &[], &[])).unwrap().len(), 2 * 3 * 8 + 3 * 3 * 7 + 2 * 7);
     }
 
     #[test]
