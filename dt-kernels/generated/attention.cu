@@ -3420,8 +3420,8 @@ DT_FN void dt_wgmma_m64n64k16_f16_rs(float* d, const unsigned* a, unsigned long 
 #endif
 }
 #endif
-/* kernel attention_causal_90a_64 for f16: grid block(b:1, h:1, i:128, e:64); 256 threads, 66584 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+/* kernel attention_causal_90a_64 for f16: grid block(b:1, h:1, i:64, e:64); 128 threads, 42000 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128, 5) dt_attention_causal_90a_64_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
     /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
@@ -3440,7 +3440,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -3451,7 +3451,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
@@ -3509,13 +3509,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
         v79[r] = (v8[0] * v76[0]);
     }
     /* block(b:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* block(h:1) */
-        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:128) attention_causal_90a_64.tensorize(i:0) */
-            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
+        { const long long o2 = b1 * 1; /* the block's one step */
+            /* block(i:64) attention_causal_90a_64.tensorize(i:0) */
+            { const long long o3 = b2 * 64; /* the block's one step */
                 /* block(e:64) attention_causal_90a_64.tensorize(e:0) */
-                for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
+                { const long long o4 = b4 * 64; /* the block's one step */
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll
@@ -3534,43 +3534,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_90a_64.tensorize(j:64) num_stages(3) + rsum attention_causal_90a_64.tensorize(j:64) num_stages(3) + rdot attention_causal_90a_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_causal_90a_64.tensorize(j:64) num_stages(2) + rsum attention_causal_90a_64.tensorize(j:64) num_stages(2) + rdot attention_causal_90a_64.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); } dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 10240) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
+                        for (int st = 0; st < 1; st++) {
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 16384u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 10240) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 8192u : 0u) + (o15 < dt_min_ll(s3, b2 * 64 + 64) ? 16384u : 0u));
                                 if (st == 0) {
                                     /* v3: Q, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
                                 }
-                                if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 2048 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
                                     /* v52: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 6144 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 16384) + 8 * rd16, ph18);
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 10240) + 8 * rd16, ph18);
                             __syncthreads();
-                            const long long o19 = o15 + 128;
+                            const long long o19 = o15 + 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
-                                if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 10240) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 64 + 64) ? 16384u : 0u));
+                                if (o19 < dt_min_ll(s3, b2 * 64 + 64)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 2048 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
                                     /* v52: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 6144 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
                             if (o15 + 64 <= s3 && o15 + 63 <= o3) {
@@ -3592,17 +3592,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -3770,9 +3770,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     acc6[r] = v72[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
@@ -3819,17 +3819,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -3997,9 +3997,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                         acc6[r] = v72[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
@@ -4044,17 +4044,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -4224,9 +4224,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                         acc6[r] = v72[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
@@ -4255,11 +4255,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     /* acc6 += v53: accumulated by the dot above */
                                 }
                             }
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 16384), 0);
+                        if (!(0 < dt_min_ll(s3, b2 * 64 + 64))) dt_mbar_wait(dt_smem_u32(dt_smem + 10240), 0);
                         __syncthreads();
                     }
                     float v34[2];
@@ -4319,8 +4319,8 @@ DT_FN void dt_wgmma_m64n64k16_f16_rs(float* d, const unsigned* a, unsigned long 
 #endif
 }
 #endif
-/* kernel attention_causal_90a_64 for f16: grid block(b:1, h:1, i:128, e:64); 256 threads, 66584 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+/* kernel attention_causal_90a_64 for f16: grid block(b:1, h:1, i:64, e:64); 128 threads, 42000 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128, 5) dt_attention_causal_90a_64_f16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
     /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
@@ -4339,7 +4339,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -4350,7 +4350,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
@@ -4408,13 +4408,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
         v79[r] = (v8[0] * v76[0]);
     }
     /* block(b:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* block(h:1) */
-        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:128) attention_causal_90a_64.tensorize(i:0) */
-            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
+        { const long long o2 = b1 * 1; /* the block's one step */
+            /* block(i:64) attention_causal_90a_64.tensorize(i:0) */
+            { const long long o3 = b2 * 64; /* the block's one step */
                 /* block(e:64) attention_causal_90a_64.tensorize(e:0) */
-                for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
+                { const long long o4 = b4 * 64; /* the block's one step */
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll
@@ -4433,43 +4433,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_90a_64.tensorize(j:64) num_stages(3) + rsum attention_causal_90a_64.tensorize(j:64) num_stages(3) + rdot attention_causal_90a_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_causal_90a_64.tensorize(j:64) num_stages(2) + rsum attention_causal_90a_64.tensorize(j:64) num_stages(2) + rdot attention_causal_90a_64.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); } dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 10240) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
+                        for (int st = 0; st < 1; st++) {
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 16384u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 10240) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 8192u : 0u) + (o15 < dt_min_ll(s3, b2 * 64 + 64) ? 16384u : 0u));
                                 if (st == 0) {
                                     /* v3: Q, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
                                 }
-                                if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 2048 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
                                     /* v52: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 6144 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 16384) + 8 * rd16, ph18);
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 10240) + 8 * rd16, ph18);
                             __syncthreads();
-                            const long long o19 = o15 + 128;
+                            const long long o19 = o15 + 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
-                                if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 10240) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 64 + 64) ? 16384u : 0u));
+                                if (o19 < dt_min_ll(s3, b2 * 64 + 64)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 2048 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
                                     /* v52: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 6144 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
                             if (o15 + 64 <= s3 && o15 + 63 <= o3) {
@@ -4491,17 +4491,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -4669,9 +4669,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     acc6[r] = v72[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
@@ -4718,17 +4718,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -4896,9 +4896,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                         acc6[r] = v72[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
@@ -4943,17 +4943,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_f16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -5123,9 +5123,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                         acc6[r] = v72[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
@@ -5154,11 +5154,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_f16
                                     /* acc6 += v53: accumulated by the dot above */
                                 }
                             }
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 16384), 0);
+                        if (!(0 < dt_min_ll(s3, b2 * 64 + 64))) dt_mbar_wait(dt_smem_u32(dt_smem + 10240), 0);
                         __syncthreads();
                     }
                     float v34[2];
@@ -5230,8 +5230,8 @@ DT_FN void dt_wgmma_m64n64k16_bf16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_causal_90a_64 for bf16: grid block(b:1, h:1, i:128, e:64); 256 threads, 66584 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+/* kernel attention_causal_90a_64 for bf16: grid block(b:1, h:1, i:64, e:64); 128 threads, 42000 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128, 5) dt_attention_causal_90a_64_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
     /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
@@ -5250,7 +5250,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -5261,7 +5261,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
@@ -5319,13 +5319,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
         v79[r] = (v8[0] * v76[0]);
     }
     /* block(b:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* block(h:1) */
-        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:128) attention_causal_90a_64.tensorize(i:0) */
-            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
+        { const long long o2 = b1 * 1; /* the block's one step */
+            /* block(i:64) attention_causal_90a_64.tensorize(i:0) */
+            { const long long o3 = b2 * 64; /* the block's one step */
                 /* block(e:64) attention_causal_90a_64.tensorize(e:0) */
-                for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
+                { const long long o4 = b4 * 64; /* the block's one step */
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll
@@ -5344,43 +5344,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_90a_64.tensorize(j:64) num_stages(3) + rsum attention_causal_90a_64.tensorize(j:64) num_stages(3) + rdot attention_causal_90a_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_causal_90a_64.tensorize(j:64) num_stages(2) + rsum attention_causal_90a_64.tensorize(j:64) num_stages(2) + rdot attention_causal_90a_64.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); } dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 10240) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
+                        for (int st = 0; st < 1; st++) {
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 16384u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 10240) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 8192u : 0u) + (o15 < dt_min_ll(s3, b2 * 64 + 64) ? 16384u : 0u));
                                 if (st == 0) {
                                     /* v3: Q, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
                                 }
-                                if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 2048 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
                                     /* v52: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 6144 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 16384) + 8 * rd16, ph18);
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 10240) + 8 * rd16, ph18);
                             __syncthreads();
-                            const long long o19 = o15 + 128;
+                            const long long o19 = o15 + 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
-                                if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 10240) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 64 + 64) ? 16384u : 0u));
+                                if (o19 < dt_min_ll(s3, b2 * 64 + 64)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 2048 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
                                     /* v52: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 6144 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
                             if (o15 + 64 <= s3 && o15 + 63 <= o3) {
@@ -5402,17 +5402,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -5580,9 +5580,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     acc6[r] = v72[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
@@ -5629,17 +5629,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -5807,9 +5807,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                         acc6[r] = v72[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
@@ -5854,17 +5854,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -6034,9 +6034,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                         acc6[r] = v72[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
@@ -6065,11 +6065,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     /* acc6 += v53: accumulated by the dot above */
                                 }
                             }
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 16384), 0);
+                        if (!(0 < dt_min_ll(s3, b2 * 64 + 64))) dt_mbar_wait(dt_smem_u32(dt_smem + 10240), 0);
                         __syncthreads();
                     }
                     float v34[2];
@@ -6129,8 +6129,8 @@ DT_FN void dt_wgmma_m64n64k16_bf16_rs(float* d, const unsigned* a, unsigned long
 #endif
 }
 #endif
-/* kernel attention_causal_90a_64 for bf16: grid block(b:1, h:1, i:128, e:64); 256 threads, 66584 bytes of shared memory */
-extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
+/* kernel attention_causal_90a_64 for bf16: grid block(b:1, h:1, i:64, e:64); 128 threads, 42000 bytes of shared memory */
+extern "C" __global__ void __launch_bounds__(128, 5) dt_attention_causal_90a_64_bf16_whole(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<3, 4, 6, 1>> targs) {
     const dt_args_t<3, 4, 6, 1>& args = targs.args;
     extern __shared__ float dt_smem_base[];
     /* wgmma(): shared memory from a multiple of 1024 bytes, where swizzle atoms start */
@@ -6149,7 +6149,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
     (void)rest;
     const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
     const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
+    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
     const long long g2 = rest % n2; rest /= n2;
     const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
     const long long g1 = rest % n1; rest /= n1;
@@ -6160,7 +6160,7 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
     const long long b1 = g1; /* block index along h */
     if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
     if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
@@ -6218,13 +6218,13 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
         v79[r] = (v8[0] * v76[0]);
     }
     /* block(b:1) */
-    for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
+    { const long long o1 = b0 * 1; /* the block's one step */
         /* block(h:1) */
-        for (long long o2 = b1 * 1; o2 < dt_min_ll(b1 * 1 + 1, s1); o2 += 1) {
-            /* block(i:128) attention_causal_90a_64.tensorize(i:0) */
-            for (long long o3 = b2 * 128; o3 < dt_min_ll(b2 * 128 + 128, s2); o3 += 128) {
+        { const long long o2 = b1 * 1; /* the block's one step */
+            /* block(i:64) attention_causal_90a_64.tensorize(i:0) */
+            { const long long o3 = b2 * 64; /* the block's one step */
                 /* block(e:64) attention_causal_90a_64.tensorize(e:0) */
-                for (long long o4 = b4 * 64; o4 < dt_min_ll(b4 * 64 + 64, s4); o4 += 64) {
+                { const long long o4 = b4 * 64; /* the block's one step */
                     /* rdot accumulator */
                     float acc6[32];
                     #pragma unroll
@@ -6243,43 +6243,43 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                     for (int r = 0; r < 2; r++) {
                         acc0[r] = (-INFINITY);
                     }
-                    /* rmax attention_causal_90a_64.tensorize(j:64) num_stages(3) + rsum attention_causal_90a_64.tensorize(j:64) num_stages(3) + rdot attention_causal_90a_64.tensorize(j:64) num_stages(3), online */
-                    /* num_stages(3): the operands of the next 2 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
+                    /* rmax attention_causal_90a_64.tensorize(j:64) num_stages(2) + rsum attention_causal_90a_64.tensorize(j:64) num_stages(2) + rdot attention_causal_90a_64.tensorize(j:64) num_stages(2), online */
+                    /* num_stages(2): the operands of the next 1 steps are copied (bulk tensor copies by thread 0) while the dots work on this one; those the steps share, once */
                     {
-                        if (tid == 0) { for (int st = 0; st < 3; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 16384) + 8 * st, 1); } dt_mbar_fence_init(); }
+                        if (tid == 0) { for (int st = 0; st < 2; st++) { dt_mbar_init(dt_smem_u32(dt_smem + 10240) + 8 * st, 1); } dt_mbar_fence_init(); }
                         __syncthreads();
-                        int rd16 = 0, wr17 = 2;
+                        int rd16 = 0, wr17 = 1;
                         unsigned ph18 = 0;
-                        for (int st = 0; st < 2; st++) {
+                        for (int st = 0; st < 1; st++) {
                             const long long o15 = (long long)st * 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * st;
-                                dt_mbar_expect_tx(bar, (st == 0 ? 16384u : 0u) + (o15 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
+                                const unsigned bar = dt_smem_u32(dt_smem + 10240) + 8 * st;
+                                dt_mbar_expect_tx(bar, (st == 0 ? 8192u : 0u) + (o15 < dt_min_ll(s3, b2 * 64 + 64) ? 16384u : 0u));
                                 if (st == 0) {
                                     /* v3: Q, 1 piece of 64 along its last axis */
                                     dt_tma_load_4d(dt_smem_u32((dt_smem + 0)), &targs.maps[0], bar, (int)(0), (int)(o3), (int)(o2), (int)(o1));
                                 }
-                                if (o15 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                if (o15 < dt_min_ll(s3, b2 * 64 + 64)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 2048 + st * 2048)), &targs.maps[1], bar, (int)(0), (int)(o15), (int)(o2), (int)(o1));
                                     /* v52: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 6144 + st * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o15), (int)(o2), (int)(o1));
                                 }
                             }
                         }
-                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 128 + 128); o15 += 64) {
-                            /* wait for the copies of this step (buffer rd16), then start those 2 steps ahead (buffer wr17) */
-                            dt_mbar_wait(dt_smem_u32(dt_smem + 16384) + 8 * rd16, ph18);
+                        for (long long o15 = 0; o15 < dt_min_ll(s3, b2 * 64 + 64); o15 += 64) {
+                            /* wait for the copies of this step (buffer rd16), then start those 1 steps ahead (buffer wr17) */
+                            dt_mbar_wait(dt_smem_u32(dt_smem + 10240) + 8 * rd16, ph18);
                             __syncthreads();
-                            const long long o19 = o15 + 128;
+                            const long long o19 = o15 + 64;
                             if (tid == 0) {
-                                const unsigned bar = dt_smem_u32(dt_smem + 16384) + 8 * wr17;
-                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 128 + 128) ? 16384u : 0u));
-                                if (o19 < dt_min_ll(s3, b2 * 128 + 128)) {
+                                const unsigned bar = dt_smem_u32(dt_smem + 10240) + 8 * wr17;
+                                dt_mbar_expect_tx(bar, (o19 < dt_min_ll(s3, b2 * 64 + 64) ? 16384u : 0u));
+                                if (o19 < dt_min_ll(s3, b2 * 64 + 64)) {
                                     /* v4: K, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 4096 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 2048 + wr17 * 2048)), &targs.maps[1], bar, (int)(0), (int)(o19), (int)(o2), (int)(o1));
                                     /* v52: V, 1 piece of 64 along its last axis */
-                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 10240 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
+                                    dt_tma_load_4d(dt_smem_u32((dt_smem + 6144 + wr17 * 2048)), &targs.maps[2], bar, (int)(o4), (int)(o19), (int)(o2), (int)(o1));
                                 }
                             }
                             if (o15 + 64 <= s3 && o15 + 63 <= o3) {
@@ -6301,17 +6301,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                 }
                                 /* v3: loaded by the dot that reads it (staged in shared memory) */
                                 /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
                                     const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                     const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                    const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                     #pragma unroll
                                     for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                     dt_wgmma_fence();
                                     #pragma unroll
-                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                    for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                     dt_wgmma_commit();
                                     dt_wgmma_wait<0>();
                                     #pragma unroll
@@ -6479,9 +6479,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     acc6[r] = v72[r];
                                 }
                                 /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                 {
-                                    const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                    const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                     const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                     unsigned fas[4][4];
                                     #pragma unroll
@@ -6528,17 +6528,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -6706,9 +6706,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                         acc6[r] = v72[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
@@ -6753,17 +6753,17 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     }
                                     /* v3: loaded by the dot that reads it (staged in shared memory) */
                                     /* v4: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, j:64] over d:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:64, j:64] over d:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
                                         const unsigned fa = dt_smem_u32((dt_smem + 0)) + (tid >> 7) * 8192;
                                         const unsigned long long fa_desc = dt_wgmma_desc(fa, 16, 1024);
-                                        const unsigned fb = dt_smem_u32((dt_smem + 4096 + rd16 * 2048));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 2048 + rd16 * 2048));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 16, 1024);
                                         #pragma unroll
                                         for (int r = 0; r < 32; r++) dt_reg_fence(acc1[r]);
                                         dt_wgmma_fence();
                                         #pragma unroll
-                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 16384 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
+                                        for (int kk = 0; kk < 64; kk += 16) dt_wgmma_m64n64k16_bf16<0, 0>(acc1, fa_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4), fb_desc + (unsigned long long)(((kk >> 6) * 8192 + (kk & 63) * 2) >> 4));
                                         dt_wgmma_commit();
                                         dt_wgmma_wait<0>();
                                         #pragma unroll
@@ -6933,9 +6933,9 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                         acc6[r] = v72[r];
                                     }
                                     /* v52: loaded by the dot that reads it (staged in shared memory) */
-                                    /* rdot on tensor cores: [i:128, e:64] over j:64 by 8 x 1 warps of 1 x 8 m16n8k16 fragments */
+                                    /* rdot on tensor cores: [i:64, e:64] over j:64 by 4 x 1 warps of 1 x 8 m16n8k16 fragments */
                                     {
-                                        const unsigned fb = dt_smem_u32((dt_smem + 10240 + rd16 * 2048));
+                                        const unsigned fb = dt_smem_u32((dt_smem + 6144 + rd16 * 2048));
                                         const unsigned long long fb_desc = dt_wgmma_desc(fb, 8192, 1024);
                                         unsigned fas[4][4];
                                         #pragma unroll
@@ -6964,11 +6964,11 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_90a_64_bf1
                                     /* acc6 += v53: accumulated by the dot above */
                                 }
                             }
-                            rd16 = rd16 + 1 == 3 ? 0 : rd16 + 1;
-                            wr17 = wr17 + 1 == 3 ? 0 : wr17 + 1;
+                            rd16 = rd16 + 1 == 2 ? 0 : rd16 + 1;
+                            wr17 = wr17 + 1 == 2 ? 0 : wr17 + 1;
                             ph18 ^= rd16 == 0 ? 1u : 0u;
                         }
-                        if (!(0 < dt_min_ll(s3, b2 * 128 + 128))) dt_mbar_wait(dt_smem_u32(dt_smem + 16384), 0);
+                        if (!(0 < dt_min_ll(s3, b2 * 64 + 64))) dt_mbar_wait(dt_smem_u32(dt_smem + 10240), 0);
                         __syncthreads();
                     }
                     float v34[2];
