@@ -366,9 +366,9 @@ mod tests {
         assert_eq!(symbol(DType::F16, 65536).unwrap(), "dt_layernorm_4k_f16");
     }
 
-    /// On a GPU with Hopper's copies and tensor cores, 16-bit matmuls whose output a tensor map
-    /// describes (16-byte aligned rows) and whose inputs are contiguous along their last axis
-    /// run the warp-specialized class `mm_90a` (inputs of rows such as 77 elements, 154 bytes,
+    /// On a GPU with Hopper's copies and tensor cores, 16-bit matmuls (of 1000 rows and 3000
+    /// columns) whose output a tensor map describes (16-byte aligned rows) and whose inputs are
+    /// contiguous along their last axis run the warp-specialized class `mm_90a` (inputs of rows such as 77 elements, 154 bytes,
     /// copied by its producer's threads); a transposed input, an output of rows no map
     /// describes, or a GPU without them, the class `mm`; f32 the classes of fused
     /// multiply-adds, by rows.
@@ -376,7 +376,7 @@ mod tests {
     fn hopper_runs_the_warp_specialized_class_where_tensor_maps_describe_the_output() {
         let hopper = Device { features: dt_core::signature::GpuFeatures { cuda: true, max_cluster: 16, hopper: true } };
         let symbol = |dtype: DType, k: usize, a_strides: [usize; 2], device: Device| {
-            let (a, b) = ([100, k], [k, 3000]);
+            let (a, b) = ([1000, k], [k, 3000]);
             let shapes: [(&[usize], &[usize]); 2] = [(&a, &a_strides), (&b, &[3000, 1])];
             plan(&crate::matmul::OP, dtype, &shapes, &[], device).map(|p| p.symbol).unwrap()
         };
@@ -393,14 +393,14 @@ mod tests {
         // elements) runs the warp-specialized class, a transposed one or one of rows padded by
         // 1 element the class `mm`.
         let into = |out_strides: [usize; 2]| {
-            let (a, b) = ([100, 64], [64, 3000]);
+            let (a, b) = ([1000, 64], [64, 3000]);
             let shapes: [(&[usize], &[usize]); 2] = [(&a, &[64, 1]), (&b, &[3000, 1])];
             plan_into(&crate::matmul::OP, DType::F16, &shapes, &[], hopper, Some(&out_strides)).map(|p| p.symbol).unwrap()
         };
         assert_eq!(into([3008, 1]), "dt_mm_90a_f16");
-        assert_eq!(into([1, 100]), "dt_mm_f16");
+        assert_eq!(into([1, 1000]), "dt_mm_f16");
         assert_eq!(into([3001, 1]), "dt_mm_f16");
-        assert_eq!(symbol(DType::F16, 80, [1, 100], hopper), "dt_mm_f16");
+        assert_eq!(symbol(DType::F16, 80, [1, 1000], hopper), "dt_mm_f16");
         assert_eq!(symbol(DType::F32, 80, [80, 1], hopper), "dt_mm_1k_f32_f32");
         assert_eq!(symbol(DType::F16, 80, [80, 1], Device::PLAIN), "dt_mm_f16");
         // Smaller outputs run the classes of smaller tiles.

@@ -20,35 +20,32 @@ use dt_core::DType;
 
 /// `a @ b`, with `a` of `m` by `k` and `b` of `k` by `n`.
 pub fn matmul(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
-    assert_eq!(a.len(), m * k, "a must be m x k");
-    assert_eq!(b.len(), k * n, "b must be k x n");
-    let mut out = vec![0.0f32; m * n];
-    for i in 0..m {
-        for j in 0..n {
-            let mut acc = 0.0f64;
-            for p in 0..k {
-                acc += a[i * k + p] as f64 * b[p * n + j] as f64;
-            }
-            out[i * n + j] = acc as f32;
-        }
-    }
-    out
+    product(a, b, m, n, k, |v| v as f32)
 }
 
 /// `leaky_relu(a @ b)`: each element `v` of the product becomes `v` if `v > 0`, else `slope * v`.
 /// The library kernel uses `slope = 0.01`.
 pub fn mm_leaky_relu(a: &[f32], b: &[f32], m: usize, n: usize, k: usize, slope: f32) -> Vec<f32> {
+    product(a, b, m, n, k, |v| (if v > 0.0 { v } else { slope as f64 * v }) as f32)
+}
+
+/// `finish` of each element of `a @ b`, summed in f64 over the contraction in ascending order:
+/// row by row, B's rows in order (its elements in memory order).
+fn product(a: &[f32], b: &[f32], m: usize, n: usize, k: usize, finish: impl Fn(f64) -> f32) -> Vec<f32> {
     assert_eq!(a.len(), m * k, "a must be m x k");
     assert_eq!(b.len(), k * n, "b must be k x n");
     let mut out = vec![0.0f32; m * n];
+    let mut acc = vec![0.0f64; n];
     for i in 0..m {
-        for j in 0..n {
-            let mut acc = 0.0f64;
-            for p in 0..k {
-                acc += a[i * k + p] as f64 * b[p * n + j] as f64;
+        acc.fill(0.0);
+        for p in 0..k {
+            let x = a[i * k + p] as f64;
+            for (s, &y) in acc.iter_mut().zip(&b[p * n..(p + 1) * n]) {
+                *s += x * y as f64;
             }
-            let v = if acc > 0.0 { acc } else { slope as f64 * acc };
-            out[i * n + j] = v as f32;
+        }
+        for (o, &s) in out[i * n..(i + 1) * n].iter_mut().zip(&acc) {
+            *o = finish(s);
         }
     }
     out
