@@ -441,6 +441,32 @@ mod tests {
         assert_eq!(f32_rows(1025), "dt_mm_128_f32_f32");
     }
 
+    /// Few rows and many columns on Hopper (decision 0044): classes whose tiles number about one
+    /// wave of the GPU, by rows, columns and, for the splits, the contraction.
+    #[test]
+    fn few_rows_and_many_columns_run_classes_whose_tiles_fill_the_gpu() {
+        let hopper = Device { features: dt_core::signature::GpuFeatures { cuda: true, max_cluster: 16, hopper: true } };
+        let class = |m: usize, n: usize, k: usize| {
+            let (a, b) = ([m, k], [k, n]);
+            let shapes: [(&[usize], &[usize]); 2] = [(&a, &[k, 1]), (&b, &[n, 1])];
+            plan(&crate::matmul::OP, DType::F16, &shapes, &[], hopper).map(|p| p.symbol).unwrap()
+        };
+        assert_eq!(class(64, 4096, 4096), "dt_mm_90a_m64_split_f16");
+        assert_eq!(class(64, 4096, 2048), "dt_mm_90a_m64_f16", "a contraction the split would leave half idle");
+        assert_eq!(class(64, 4104, 4096), "dt_mm_90a_m64_f16");
+        assert_eq!(class(128, 4096, 4096), "dt_mm_90a_m128_split_f16");
+        assert_eq!(class(128, 4096, 8192), "dt_mm_90a_m128_f16");
+        assert_eq!(class(128, 11008, 4096), "dt_mm_90a_m128_f16");
+        assert_eq!(class(128, 16392, 4096), "dt_mm_90a_f16");
+        assert_eq!(class(256, 4096, 4096), "dt_mm_90a_m256_f16");
+        assert_eq!(class(256, 11008, 4096), "dt_mm_90a_f16");
+        assert_eq!(class(512, 4096, 4096), "dt_mm_90a_m512_f16");
+        assert_eq!(class(1024, 4096, 4096), "dt_mm_90a_f16");
+        // Outputs up to 512 x 512 and 1024 x 1024 keep their classes.
+        assert_eq!(class(128, 512, 4096), "dt_mm_90a_512_f16");
+        assert_eq!(class(128, 1024, 4096), "dt_mm_90a_1k_f16");
+    }
+
     /// Tensors whose 16-byte runs are whole run the kernel built for them; an address one
     /// element off, a row stride or a row length that is no multiple of the run, the kernel for
     /// any layout.
