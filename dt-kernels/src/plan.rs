@@ -368,10 +368,10 @@ mod tests {
 
     /// On a GPU with Hopper's copies and tensor cores, 16-bit matmuls (of 1000 rows and 3000
     /// columns) whose output a tensor map describes (16-byte aligned rows) and whose inputs are
-    /// contiguous along their last axis run the warp-specialized class `mm_90a` (inputs of rows such as 77 elements, 154 bytes,
-    /// copied by its producer's threads); a transposed input, an output of rows no map
-    /// describes, or a GPU without them, the class `mm`; f32 the classes of fused
-    /// multiply-adds, by rows.
+    /// contiguous along their last axis run the warp-specialized class `mm_90a` (inputs of rows
+    /// such as 77 elements, 154 bytes, copied by its producer's threads); a transposed input, an
+    /// output of rows no map describes, or a GPU without them, the class `mm`; f32 the classes of
+    /// fused multiply-adds, by rows.
     #[test]
     fn hopper_runs_the_warp_specialized_class_where_tensor_maps_describe_the_output() {
         let hopper = Device { features: dt_core::signature::GpuFeatures { cuda: true, max_cluster: 16, hopper: true } };
