@@ -9,6 +9,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .gpu
+# nvcc (from .ci/install-toolchains.sh) makes the library's fatbins; without it the binaries
+# compile every kernel with NVRTC when first launched, which the GPU tests then spend their time
+# limits on.
+[ -f .venv/toolchains.env ] && source .venv/toolchains.env
+if [ -z "${NVCC:-}" ] && ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "build.sh: no nvcc (run .ci/install-toolchains.sh): the kernels will be compiled by NVRTC at run time" >&2
+fi
 cargo build --release -q -p xtask && cargo build --release -q -p dt-codegen --bin dtc
 cp target/release/xtask target/release/dtc .gpu/
 # A test binary's path holds a hash: ask cargo for it.
