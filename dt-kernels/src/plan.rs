@@ -334,6 +334,16 @@ fn programs(kernel: &Signature, by_dim: &[Option<usize>]) -> usize {
 mod tests {
     use super::*;
 
+    /// A GPU with clusters of up to 16 programs and Hopper's copies and tensor cores.
+    const HOPPER: Device = Device { features: dt_core::signature::GpuFeatures { cuda: true, max_cluster: 16, hopper: true } };
+
+    /// The kernel a matmul of contiguous A (`m` x `k`) and B (`k` x `n`) in `dtype` runs on `device`.
+    fn contiguous_matmul(dtype: DType, (m, n, k): (usize, usize, usize), device: Device) -> String {
+        let (a, b) = ([m, k], [k, n]);
+        let shapes: [(&[usize], &[usize]); 2] = [(&a, &[k, 1]), (&b, &[n, 1])];
+        plan(&crate::matmul::OP, dtype, &shapes, &[], device).map(|p| p.symbol).unwrap()
+    }
+
     /// Layernorm of 1000 columns: the 16-bit types run the class scheduled for them, f32 the class
     /// after it; 5000 columns pass both by for the next size class, again one for f32 and one
     /// for the 16-bit types.
@@ -374,20 +384,15 @@ mod tests {
     /// fused multiply-adds, by rows.
     #[test]
     fn hopper_runs_the_warp_specialized_class_where_tensor_maps_describe_the_output() {
-        let hopper = Device { features: dt_core::signature::GpuFeatures { cuda: true, max_cluster: 16, hopper: true } };
         let symbol = |dtype: DType, k: usize, a_strides: [usize; 2], device: Device| {
             let (a, b) = ([1000, k], [k, 3000]);
             let shapes: [(&[usize], &[usize]); 2] = [(&a, &a_strides), (&b, &[3000, 1])];
             plan(&crate::matmul::OP, dtype, &shapes, &[], device).map(|p| p.symbol).unwrap()
         };
-        assert_eq!(symbol(DType::F16, 80, [80, 1], hopper), "dt_mm_90a_f16");
-        assert_eq!(symbol(DType::BF16, 80, [88, 1], hopper), "dt_mm_90a_bf16");
-        assert_eq!(symbol(DType::F16, 77, [77, 1], hopper), "dt_mm_90a_f16");
-        let odd_output = |n: usize| {
-            let (a, b) = ([100, 64], [64, n]);
-            let shapes: [(&[usize], &[usize]); 2] = [(&a, &[64, 1]), (&b, &[n, 1])];
-            plan(&crate::matmul::OP, DType::F16, &shapes, &[], hopper).map(|p| p.symbol).unwrap()
-        };
+        assert_eq!(symbol(DType::F16, 80, [80, 1], HOPPER), "dt_mm_90a_f16");
+        assert_eq!(symbol(DType::BF16, 80, [88, 1], HOPPER), "dt_mm_90a_bf16");
+        assert_eq!(symbol(DType::F16, 77, [77, 1], HOPPER), "dt_mm_90a_f16");
+        let odd_output = |n: usize| contiguous_matmul(DType::F16, (100, n, 64), HOPPER);
         assert_eq!(odd_output(3001), "dt_mm_f16", "output rows of 3001 16-bit elements: no tensor map");
         // Into a caller's output (`matmul_into`): one a tensor map describes (rows padded by 8
         // elements) runs the warp-specialized class, a transposed one or one of rows padded by
@@ -395,45 +400,33 @@ mod tests {
         let into = |out_strides: [usize; 2]| {
             let (a, b) = ([1000, 64], [64, 3000]);
             let shapes: [(&[usize], &[usize]); 2] = [(&a, &[64, 1]), (&b, &[3000, 1])];
-            plan_into(&crate::matmul::OP, DType::F16, &shapes, &[], hopper, Some(&out_strides)).map(|p| p.symbol).unwrap()
+            plan_into(&crate::matmul::OP, DType::F16, &shapes, &[], HOPPER, Some(&out_strides)).map(|p| p.symbol).unwrap()
         };
         assert_eq!(into([3008, 1]), "dt_mm_90a_f16");
         assert_eq!(into([1, 1000]), "dt_mm_f16");
         assert_eq!(into([3001, 1]), "dt_mm_f16");
-        assert_eq!(symbol(DType::F16, 80, [1, 1000], hopper), "dt_mm_f16");
-        assert_eq!(symbol(DType::F32, 80, [80, 1], hopper), "dt_mm_1k_f32_f32");
+        assert_eq!(symbol(DType::F16, 80, [1, 1000], HOPPER), "dt_mm_f16");
+        assert_eq!(symbol(DType::F32, 80, [80, 1], HOPPER), "dt_mm_1k_f32_f32");
         assert_eq!(symbol(DType::F16, 80, [80, 1], Device::PLAIN), "dt_mm_f16");
         // Smaller outputs run the classes of smaller tiles.
-        let small = |m: usize, n: usize| {
-            let (a, b) = ([m, 64], [64, n]);
-            let shapes: [(&[usize], &[usize]); 2] = [(&a, &[64, 1]), (&b, &[n, 1])];
-            plan(&crate::matmul::OP, DType::F16, &shapes, &[], hopper).map(|p| p.symbol).unwrap()
-        };
+        let small = |m: usize, n: usize| contiguous_matmul(DType::F16, (m, n, 64), HOPPER);
         assert_eq!(small(16, 4096), "dt_mm_90a_m16_f16");
         assert_eq!(small(17, 4096), "dt_mm_90a_m64_f16");
         // Up to 16 rows, contractions of 2049 to 4096 split over a cluster of 2; shorter ones
         // would leave the second program nothing.
-        let split = |dtype: DType, m: usize, k: usize, device: Device| {
-            let (a, b) = ([m, k], [k, 64]);
-            let shapes: [(&[usize], &[usize]); 2] = [(&a, &[k, 1]), (&b, &[64, 1])];
-            plan(&crate::matmul::OP, dtype, &shapes, &[], device).map(|p| p.symbol).unwrap()
-        };
-        assert_eq!(split(DType::F16, 1, 2056, hopper), "dt_mm_90a_m16_split_f16");
-        assert_eq!(split(DType::F16, 1, 2049, hopper), "dt_mm_90a_m16_split_f16", "rows of 2049 16-bit elements, copied by threads");
-        assert_eq!(split(DType::F16, 16, 4096, hopper), "dt_mm_90a_m16_split_f16");
-        assert_eq!(split(DType::F16, 16, 2048, hopper), "dt_mm_90a_m16_f16");
-        assert_eq!(split(DType::F16, 16, 4104, hopper), "dt_mm_90a_m16_f16");
-        assert_eq!(split(DType::F32, 16, 4096, hopper), "dt_mm_16_f32_split_f32");
+        let split = |dtype: DType, m: usize, k: usize, device: Device| contiguous_matmul(dtype, (m, 64, k), device);
+        assert_eq!(split(DType::F16, 1, 2056, HOPPER), "dt_mm_90a_m16_split_f16");
+        assert_eq!(split(DType::F16, 1, 2049, HOPPER), "dt_mm_90a_m16_split_f16", "rows of 2049 16-bit elements, copied by threads");
+        assert_eq!(split(DType::F16, 16, 4096, HOPPER), "dt_mm_90a_m16_split_f16");
+        assert_eq!(split(DType::F16, 16, 2048, HOPPER), "dt_mm_90a_m16_f16");
+        assert_eq!(split(DType::F16, 16, 4104, HOPPER), "dt_mm_90a_m16_f16");
+        assert_eq!(split(DType::F32, 16, 4096, HOPPER), "dt_mm_16_f32_split_f32");
         assert_eq!(split(DType::F32, 16, 4096, Device::PLAIN), "dt_mm_16_f32_f32");
         assert_eq!(small(512, 512), "dt_mm_90a_512_f16");
         assert_eq!(small(513, 512), "dt_mm_90a_1k_f16");
         assert_eq!(small(1024, 1024), "dt_mm_90a_1k_f16");
         assert_eq!(small(1025, 1024), "dt_mm_90a_f16");
-        let f32_rows = |m: usize| {
-            let (a, b) = ([m, 64], [64, 64]);
-            let shapes: [(&[usize], &[usize]); 2] = [(&a, &[64, 1]), (&b, &[64, 1])];
-            plan(&crate::matmul::OP, DType::F32, &shapes, &[], Device::PLAIN).map(|p| p.symbol).unwrap()
-        };
+        let f32_rows = |m: usize| contiguous_matmul(DType::F32, (m, 64, 64), Device::PLAIN);
         assert_eq!(f32_rows(17), "dt_mm_512_f32_f32");
         assert_eq!(f32_rows(512), "dt_mm_512_f32_f32");
         assert_eq!(f32_rows(513), "dt_mm_1k_f32_f32");
@@ -445,12 +438,7 @@ mod tests {
     /// wave of the GPU, by rows, columns and, for the splits, the contraction.
     #[test]
     fn few_rows_and_many_columns_run_classes_whose_tiles_fill_the_gpu() {
-        let hopper = Device { features: dt_core::signature::GpuFeatures { cuda: true, max_cluster: 16, hopper: true } };
-        let class = |m: usize, n: usize, k: usize| {
-            let (a, b) = ([m, k], [k, n]);
-            let shapes: [(&[usize], &[usize]); 2] = [(&a, &[k, 1]), (&b, &[n, 1])];
-            plan(&crate::matmul::OP, DType::F16, &shapes, &[], hopper).map(|p| p.symbol).unwrap()
-        };
+        let class = |m: usize, n: usize, k: usize| contiguous_matmul(DType::F16, (m, n, k), HOPPER);
         assert_eq!(class(64, 4096, 4096), "dt_mm_90a_m64_split_f16");
         assert_eq!(class(64, 4096, 2048), "dt_mm_90a_m64_f16", "a contraction the split would leave half idle");
         assert_eq!(class(64, 4104, 4096), "dt_mm_90a_m64_f16");
@@ -493,10 +481,9 @@ mod tests {
     /// producer's threads copy inputs that no map describes).
     #[test]
     fn launches_refuse_addresses_their_kernel_cannot_take() {
-        let hopper = Device { features: dt_core::signature::GpuFeatures { cuda: true, max_cluster: 16, hopper: true } };
         let (a, b) = ([256, 256], [256, 256]);
         let shapes: [(&[usize], &[usize]); 2] = [(&a, &[256, 1]), (&b, &[256, 1])];
-        let p = plan(&crate::matmul::OP, DType::F16, &shapes, &[], hopper).expect("plans");
+        let p = plan(&crate::matmul::OP, DType::F16, &shapes, &[], HOPPER).expect("plans");
         let check = |out_addr: u64| {
             let mut args = p.args;
             args.inputs[..2].copy_from_slice(&[0x100002, 0x200000]);
