@@ -123,8 +123,8 @@ fn jobs() -> Vec<Job> {
         &[4096, 11008, 4096],
         &[1000, 3000, 77],
         &[16, 4096, 4096],
-        // Few rows and many columns (a batch of tokens through a projection): no size class
-        // bounds it, and the large class's 128 x 256 tiles make 16 programs of it.
+        // Few rows and many columns (a batch of tokens through a projection): the large class's
+        // 128 x 256 tiles would make 16 programs of it (decision 0044's classes serve it).
         &[128, 4096, 4096],
     ];
     // 256x262144: rows up to 2^18 columns, in bytes a large copy (128 MiB in 16-bit types).
