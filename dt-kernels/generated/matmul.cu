@@ -2526,6 +2526,476 @@ DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long 
 #endif
 }
 #endif
+/* kernel mm_90a_512_split for f16: grid block(x:64, y:64, k:4096); 256 threads, warp-specialized for sm_90a */
+extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_512_split_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
+#if defined(__CUDA_ARCH__) && !DT_SM90A
+    __trap(); /* built for sm_90a, where the library runs it */
+#else
+    const dt_args_t<2, 2, 3, 1>& args = targs.args;
+    extern __shared__ float dt_smem[];
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
+    /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
+    const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
+    if (tid == 0) {
+        for (int st = 0; st < 8; st++) {
+            dt_mbar_init(dt_ring + 131072 + 8 * st, 1);
+            dt_mbar_init(dt_ring + 131136 + 8 * st, 1);
+        }
+        dt_mbar_fence_init();
+    }
+    __syncthreads();
+    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64)) * (2);
+    /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
+    if (tid >= 128) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 128) {
+                unsigned dt_step = 0;
+                /* this program's block */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    (void)rest;
+                    const unsigned n2 = (unsigned)(2);
+                    const long long g2 = rest % n2; rest /= n2;
+                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+                    const long long g1 = rest % n1; rest /= n1;
+                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                    const long long g0 = rest % n0; rest /= n0;
+                    const long long b0 = g0; /* block index along x */
+                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                    const long long b1 = g1; /* block index along y */
+                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+                    const long long b2 = g2; /* block index along k */
+                    for (long long o = (b2 * 4096); o < dt_min_ll((b2 * 4096) + 4096, s2); o += 64, dt_step++) {
+                        const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                        dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 131072 + 8 * st, 16384);
+                        const unsigned stage = dt_ring + st * 16384;
+                        /* A[x, k]: 1 copy of box [x:64, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 131072 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        /* B[k, y]: 1 copy of box [k:64, y:64] */
+                        dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 131072 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    }
+                }
+            }
+        } else {
+            unsigned dt_step = 0;
+            /* this program's block */
+            for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                unsigned rest = (unsigned)pid;
+                (void)rest;
+                const unsigned n2 = (unsigned)(2);
+                const long long g2 = rest % n2; rest /= n2;
+                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+                const long long g1 = rest % n1; rest /= n1;
+                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                const long long g0 = rest % n0; rest /= n0;
+                const long long b0 = g0; /* block index along x */
+                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                const long long b1 = g1; /* block index along y */
+                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+                const long long b2 = g2; /* block index along k */
+                for (long long o = (b2 * 4096); o < dt_min_ll((b2 * 4096) + 4096, s2); o += 64, dt_step++) {
+                    const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                    dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                    const unsigned stage = dt_ring + st * 16384;
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 131072 + 8 * st, (dt_by_map0 ? 8192u : 0u) + (dt_by_map1 ? 8192u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:64, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 131072 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<64>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* B[k, y]: 1 copy of box [k:64, y:64] */
+                            dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 131072 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 1; c++) {
+                            dt_copy_box_by_threads<64>(stage + 8192 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(3);
+                    if (tid == 128) dt_mbar_arrive(dt_ring + 131072 + 8 * st);
+                }
+            }
+        }
+        /* the consumers' combinations over the 2 programs of the cluster */
+        dt_cluster_sync();
+        dt_cluster_arrive();
+        dt_cluster_wait();
+    } else {
+        dt_setmaxnreg_inc<248>();
+        unsigned dt_step = 0;
+        unsigned dt_stored = 0;
+        /* this program's block */
+        for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+            unsigned rest = (unsigned)pid;
+            (void)rest;
+            const unsigned n2 = (unsigned)(2);
+            const long long g2 = rest % n2; rest /= n2;
+            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+            const long long g1 = rest % n1; rest /= n1;
+            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+            const long long g0 = rest % n0; rest /= n0;
+            const long long b0 = g0; /* block index along x */
+            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+            const long long b1 = g1; /* block index along y */
+            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+            const long long b2 = g2; /* block index along k */
+            /* block(x:64) mm_90a_512_split.tensorize(x:64) */
+            for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
+                /* block(y:64) mm_90a_512_split.tensorize(y:64) */
+                for (long long o2 = b1 * 64; o2 < dt_min_ll(b1 * 64 + 64, s1); o2 += 64) {
+                    /* rdot accumulator */
+                    float acc0[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        acc0[r] = 0e0f;
+                    }
+                    /* rdot mm_90a_512_split.tensorize(k:64) num_stages(8) */
+                    /* warp_specialize(): the operands arrive in stages by TMA; m64n64k16 wgmma, 4 per stage, one group in flight */
+                    for (long long o5 = (b2 * 4096); o5 < dt_min_ll((b2 * 4096) + 4096, s2); o5 += 64, dt_step++) {
+                        const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                        unsigned long long da = dt_wgmma_desc(dt_ring + st * 16384 + 0 + (tid >> 7) * 8192, 16, 1024);
+                        unsigned long long db = dt_wgmma_desc(dt_ring + st * 16384 + 8192, 8192, 1024);
+                        dt_reg_fence_u64(da);
+                        dt_reg_fence_u64(db);
+                        dt_mbar_wait(dt_ring + 131072 + 8 * st, phase); /* stage st has landed */
+                        dt_wgmma_fence();
+                        #pragma unroll
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_f16<0, 1>(acc0, da + (unsigned long long)(kk * 2), db + (unsigned long long)(kk * 128));
+                        dt_wgmma_commit();
+                        dt_wgmma_wait<1>();
+                        if (o5 > (b2 * 4096) && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 131136 + 8 * ((dt_step + 7u) % 8u)); /* the step before is done */
+                    }
+                    dt_wgmma_wait<0>();
+                    if (dt_min_ll((b2 * 4096) + 4096, s2) > (b2 * 4096) && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 131136 + 8 * ((dt_step + 7u) % 8u));
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) dt_reg_fence(acc0[r]);
+                    float v3[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v3[r] = acc0[r];
+                    }
+                    float v4[32];
+                    /* rsum over the 2 programs of the cluster along k */
+                    __shared__ __align__(16) float cl8[4096];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r += 2) {
+                        const int l9 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, l10 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l9 * 64 + l10;
+                        if ((unsigned)(o1 + l9) < (unsigned)s0) *(float2*)&cl8[e] = make_float2(v3[r + 0], v3[r + 1]);
+                    }
+                    dt_cluster_sync();
+                    #pragma unroll
+                    for (int r = 0; r < 32; r += 2) {
+                        const int l9 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, l10 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l9 * 64 + l10;
+                        v4[r + 0] = v3[r + 0];
+                        v4[r + 1] = v3[r + 1];
+                        if ((unsigned)(o1 + l9) < (unsigned)s0) {
+                            float2 a = make_float2(0e0f, 0e0f);
+                            for (unsigned q = 0; q < 2u; q++) {
+                                const float2 p = dt_cluster_load2(&cl8[e], q);
+                                a.x = a.x + p.x;
+                                a.y = a.y + p.y;
+                            }
+                            v4[r + 0] = a.x;
+                            v4[r + 1] = a.y;
+                        }
+                    }
+                    dt_cluster_arrive();
+                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
+                    #pragma unroll
+                    for (int c = 0; c < 1; c++, dt_stored++) {
+                        const unsigned buf = dt_ring + 132096 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
+                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        #pragma unroll
+                        for (int j = 0; j < 32; j += 2) {
+                            const int r = c * 32 + j;
+                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
+                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_f16(v4[r], v4[r + 1]));
+                        }
+                        dt_fence_proxy_async();
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 64) + c * 64), (int)((b0 * 64) + (tid >> 7) * 64)); dt_bulk_commit(); }
+                    }
+                    dt_cluster_wait();
+                }
+            }
+        }
+        if ((tid & 127) == 0) dt_bulk_wait_read<0>(); /* the last stores have read their buffers before the program ends */
+    }
+#endif
+}
+
+#ifndef DT_WGMMA_M64N64K16_BF16
+#define DT_WGMMA_M64N64K16_BF16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n64k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel mm_90a_512_split for bf16: grid block(x:64, y:64, k:4096); 256 threads, warp-specialized for sm_90a */
+extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_512_split_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
+#if defined(__CUDA_ARCH__) && !DT_SM90A
+    __trap(); /* built for sm_90a, where the library runs it */
+#else
+    const dt_args_t<2, 2, 3, 1>& args = targs.args;
+    extern __shared__ float dt_smem[];
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    const long long s1 = args.sizes[1]; /* size of y */
+    const long long s2 = args.sizes[2]; /* size of k */
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
+    /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
+    const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
+    if (tid == 0) {
+        for (int st = 0; st < 8; st++) {
+            dt_mbar_init(dt_ring + 131072 + 8 * st, 1);
+            dt_mbar_init(dt_ring + 131136 + 8 * st, 1);
+        }
+        dt_mbar_fence_init();
+    }
+    __syncthreads();
+    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64)) * (2);
+    /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
+    if (tid >= 128) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 128) {
+                unsigned dt_step = 0;
+                /* this program's block */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    (void)rest;
+                    const unsigned n2 = (unsigned)(2);
+                    const long long g2 = rest % n2; rest /= n2;
+                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+                    const long long g1 = rest % n1; rest /= n1;
+                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                    const long long g0 = rest % n0; rest /= n0;
+                    const long long b0 = g0; /* block index along x */
+                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                    const long long b1 = g1; /* block index along y */
+                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+                    const long long b2 = g2; /* block index along k */
+                    for (long long o = (b2 * 4096); o < dt_min_ll((b2 * 4096) + 4096, s2); o += 64, dt_step++) {
+                        const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                        dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 131072 + 8 * st, 16384);
+                        const unsigned stage = dt_ring + st * 16384;
+                        /* A[x, k]: 1 copy of box [x:64, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 131072 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        /* B[k, y]: 1 copy of box [k:64, y:64] */
+                        dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 131072 + 8 * st, (int)((b1 * 64)), (int)(o));
+                    }
+                }
+            }
+        } else {
+            unsigned dt_step = 0;
+            /* this program's block */
+            for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                unsigned rest = (unsigned)pid;
+                (void)rest;
+                const unsigned n2 = (unsigned)(2);
+                const long long g2 = rest % n2; rest /= n2;
+                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+                const long long g1 = rest % n1; rest /= n1;
+                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+                const long long g0 = rest % n0; rest /= n0;
+                const long long b0 = g0; /* block index along x */
+                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+                const long long b1 = g1; /* block index along y */
+                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+                const long long b2 = g2; /* block index along k */
+                for (long long o = (b2 * 4096); o < dt_min_ll((b2 * 4096) + 4096, s2); o += 64, dt_step++) {
+                    const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                    dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                    const unsigned stage = dt_ring + st * 16384;
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 131072 + 8 * st, (dt_by_map0 ? 8192u : 0u) + (dt_by_map1 ? 8192u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:64, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 131072 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<64>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* B[k, y]: 1 copy of box [k:64, y:64] */
+                            dt_tma_load_2d(stage + 8192, &targs.maps[1], dt_ring + 131072 + 8 * st, (int)((b1 * 64)), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 1; c++) {
+                            dt_copy_box_by_threads<64>(stage + 8192 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 64) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 64) + c * 64), tid - 128);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(3);
+                    if (tid == 128) dt_mbar_arrive(dt_ring + 131072 + 8 * st);
+                }
+            }
+        }
+        /* the consumers' combinations over the 2 programs of the cluster */
+        dt_cluster_sync();
+        dt_cluster_arrive();
+        dt_cluster_wait();
+    } else {
+        dt_setmaxnreg_inc<248>();
+        unsigned dt_step = 0;
+        unsigned dt_stored = 0;
+        /* this program's block */
+        for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+            unsigned rest = (unsigned)pid;
+            (void)rest;
+            const unsigned n2 = (unsigned)(2);
+            const long long g2 = rest % n2; rest /= n2;
+            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
+            const long long g1 = rest % n1; rest /= n1;
+            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
+            const long long g0 = rest % n0; rest /= n0;
+            const long long b0 = g0; /* block index along x */
+            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
+            const long long b1 = g1; /* block index along y */
+            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
+            const long long b2 = g2; /* block index along k */
+            /* block(x:64) mm_90a_512_split.tensorize(x:64) */
+            for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
+                /* block(y:64) mm_90a_512_split.tensorize(y:64) */
+                for (long long o2 = b1 * 64; o2 < dt_min_ll(b1 * 64 + 64, s1); o2 += 64) {
+                    /* rdot accumulator */
+                    float acc0[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        acc0[r] = 0e0f;
+                    }
+                    /* rdot mm_90a_512_split.tensorize(k:64) num_stages(8) */
+                    /* warp_specialize(): the operands arrive in stages by TMA; m64n64k16 wgmma, 4 per stage, one group in flight */
+                    for (long long o5 = (b2 * 4096); o5 < dt_min_ll((b2 * 4096) + 4096, s2); o5 += 64, dt_step++) {
+                        const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
+                        unsigned long long da = dt_wgmma_desc(dt_ring + st * 16384 + 0 + (tid >> 7) * 8192, 16, 1024);
+                        unsigned long long db = dt_wgmma_desc(dt_ring + st * 16384 + 8192, 8192, 1024);
+                        dt_reg_fence_u64(da);
+                        dt_reg_fence_u64(db);
+                        dt_mbar_wait(dt_ring + 131072 + 8 * st, phase); /* stage st has landed */
+                        dt_wgmma_fence();
+                        #pragma unroll
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n64k16_bf16<0, 1>(acc0, da + (unsigned long long)(kk * 2), db + (unsigned long long)(kk * 128));
+                        dt_wgmma_commit();
+                        dt_wgmma_wait<1>();
+                        if (o5 > (b2 * 4096) && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 131136 + 8 * ((dt_step + 7u) % 8u)); /* the step before is done */
+                    }
+                    dt_wgmma_wait<0>();
+                    if (dt_min_ll((b2 * 4096) + 4096, s2) > (b2 * 4096) && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 131136 + 8 * ((dt_step + 7u) % 8u));
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) dt_reg_fence(acc0[r]);
+                    float v3[32];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r++) {
+                        v3[r] = acc0[r];
+                    }
+                    float v4[32];
+                    /* rsum over the 2 programs of the cluster along k */
+                    __shared__ __align__(16) float cl8[4096];
+                    #pragma unroll
+                    for (int r = 0; r < 32; r += 2) {
+                        const int l9 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, l10 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l9 * 64 + l10;
+                        if ((unsigned)(o1 + l9) < (unsigned)s0) *(float2*)&cl8[e] = make_float2(v3[r + 0], v3[r + 1]);
+                    }
+                    dt_cluster_sync();
+                    #pragma unroll
+                    for (int r = 0; r < 32; r += 2) {
+                        const int l9 = (tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8, l10 = (tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1);
+                        const int e = l9 * 64 + l10;
+                        v4[r + 0] = v3[r + 0];
+                        v4[r + 1] = v3[r + 1];
+                        if ((unsigned)(o1 + l9) < (unsigned)s0) {
+                            float2 a = make_float2(0e0f, 0e0f);
+                            for (unsigned q = 0; q < 2u; q++) {
+                                const float2 p = dt_cluster_load2(&cl8[e], q);
+                                a.x = a.x + p.x;
+                                a.y = a.y + p.y;
+                            }
+                            v4[r + 0] = a.x;
+                            v4[r + 1] = a.y;
+                        }
+                    }
+                    dt_cluster_arrive();
+                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
+                    #pragma unroll
+                    for (int c = 0; c < 1; c++, dt_stored++) {
+                        const unsigned buf = dt_ring + 132096 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
+                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        #pragma unroll
+                        for (int j = 0; j < 32; j += 2) {
+                            const int r = c * 32 + j;
+                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 8 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 64 + (r >> 2) % 8 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
+                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_bf16(v4[r], v4[r + 1]));
+                        }
+                        dt_fence_proxy_async();
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 64) + c * 64), (int)((b0 * 64) + (tid >> 7) * 64)); dt_bulk_commit(); }
+                    }
+                    dt_cluster_wait();
+                }
+            }
+        }
+        if ((tid & 127) == 0) dt_bulk_wait_read<0>(); /* the last stores have read their buffers before the program ends */
+    }
+#endif
+}
+
+#ifndef DT_WGMMA_M64N64K16_F16
+#define DT_WGMMA_M64N64K16_F16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n64k16_f16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
 /* kernel mm_90a_512 for f16: grid block(x:64, y:64); 256 threads, warp-specialized for sm_90a */
 extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_512_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
 #if defined(__CUDA_ARCH__) && !DT_SM90A

@@ -450,8 +450,11 @@ mod tests {
         assert_eq!(class(256, 11008, 4096), "dt_mm_90a_f16");
         assert_eq!(class(512, 4096, 4096), "dt_mm_90a_m512_f16");
         assert_eq!(class(1024, 4096, 4096), "dt_mm_90a_f16");
-        // Outputs up to 512 x 512 and 1024 x 1024 keep their classes.
+        // Outputs up to 512 x 512 and 1024 x 1024 keep their classes; up to 512 x 512 with
+        // contractions of 4097 to 8192, the split one (decision 0045).
         assert_eq!(class(128, 512, 4096), "dt_mm_90a_512_f16");
+        assert_eq!(class(512, 512, 8192), "dt_mm_90a_512_split_f16");
+        assert_eq!(class(512, 512, 8200), "dt_mm_90a_512_f16");
         assert_eq!(class(128, 1024, 4096), "dt_mm_90a_1k_f16");
     }
 
