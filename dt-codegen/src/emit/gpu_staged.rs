@@ -104,6 +104,11 @@ impl Emitter<'_> {
         let ahead = if holds { "the block's steps".to_string() } else { format!("{} steps ahead", stages - 1) };
         self.line(&format!("/* {}: loads {ahead}, staged in shared memory */", l.origin));
         self.line(&format!("uint4* const {ring} = (uint4*)(dt_smem + {offset});"));
+        if moving.is_empty() {
+            // Every load is made once, before the loop (a drawn schedule can ask for stages of a
+            // loop that nothing moves with): the ring stays empty.
+            self.line(&format!("(void){ring};"));
+        }
         // The buffer of the step at offset `at`; `rotating` where the ring does not hold the block.
         let buffer = |e: &Self, at: &str, rotating: String| if holds { e.block_step(l, at) } else { rotating };
         // The loads that do not move with the loop are made once, before it.
