@@ -534,8 +534,8 @@ fn hopper_matmul_matches_reference() {
     // Classes by size: up to 16 rows (`mm_90a_m16`, which copies 16 rows of A's 64-row tile), up
     // to 64 (`mm_90a_m64`, split over a cluster where the contraction is 2049 to 4096), outputs up
     // to 512 x 512 (`mm_90a_512`, split where the contraction is 4097 to 8192) and 1024 x 1024
-    // (`mm_90a_1k`), then few rows and many columns
-    // (`mm_90a_m128_split`, `mm_90a_m128`, `mm_90a_m256`, `mm_90a_m512`), any.
+    // (`mm_90a_1k`), then few rows and many columns (`mm_90a_m128_split`, `mm_90a_m128`,
+    // `mm_90a_m256`, `mm_90a_m512`), any.
     let sizes = [
         (1, 8, 8),
         (9, 200, 1000),
