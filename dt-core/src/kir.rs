@@ -430,20 +430,69 @@ impl Grid {
         size_of(d) <= (programs as usize - 1) * self.block_extent(d).unwrap_or(1) as usize
     }
 
-    /// Number of programs to launch.
+    /// Number of programs to launch: one per block, but where a multicast dimension rounds up
+    /// to whole clusters ([`Grid::programs_under`] over every entry).
     pub fn programs(&self, sizes: &[usize]) -> usize {
-        self.counts(sizes).iter().product()
+        let counts = self.counts(sizes);
+        self.programs_under(None).iter().map(|f| self.factor_value(f, sizes, &counts, &[])).product()
     }
 
-    /// The block index of each blocked dimension for program `pid`, or `None` when the program
-    /// falls past the end (a short last group of a split).
+    /// Whether the blocks of a split of `d` are packed: its last group holds only the blocks
+    /// there are. A multicast dimension's groups stay whole, since its clusters are runs of
+    /// adjacent blocks (a program past the end still copies its share).
+    fn packs(&self, d: DimId) -> bool {
+        self.multicast.is_none_or(|(m, _)| m != d) && self.cluster_size(d).is_none()
+    }
+
+    /// The programs under one value of the coordinate of order entry `entry` (under the whole
+    /// grid, for `None`), as a product of factors: a program id is unravelled outermost entry
+    /// first, each coordinate the quotient of what is left by this product. The one decoding
+    /// rule of the interpreter ([`Grid::unravel`]), the launch ([`Grid::programs`]) and the
+    /// C-family emitters.
+    pub fn programs_under(&self, entry: Option<usize>) -> Vec<ProgramFactor> {
+        let under = |j: usize| entry.is_none_or(|i| j > i);
+        let outer_of = |d: DimId| self.order.iter().position(|e| matches!(e, MapEntry::Outer { dim, .. } if *dim == d));
+        let mut out = Vec::new();
+        for (j, e) in self.order.iter().enumerate().filter(|(j, _)| under(*j)) {
+            match e {
+                MapEntry::Outer { dim, .. } if self.packs(*dim) => out.push(ProgramFactor::Blocks(*dim)),
+                MapEntry::Inner { dim, factor, .. } if self.packs(*dim) => match outer_of(*dim) {
+                    // Both parts are under `entry`: counted as the dimension's blocks above.
+                    Some(o) if under(o) => {}
+                    // The split's own entry: its groups before the last are whole, so the
+                    // quotient by a whole group is the group.
+                    Some(o) if Some(o) == entry => out.push(ProgramFactor::Entry(j)),
+                    Some(o) => out.push(ProgramFactor::Group { dim: *dim, factor: *factor, outer: o }),
+                    None => out.push(ProgramFactor::Entry(j)),
+                },
+                _ => out.push(ProgramFactor::Entry(j)),
+            }
+        }
+        out
+    }
+
+    /// The value of a factor of [`Grid::programs_under`], given the entries' counts and the
+    /// coordinates decoded so far (outermost first).
+    fn factor_value(&self, f: &ProgramFactor, sizes: &[usize], counts: &[usize], coords: &[usize]) -> usize {
+        let nblocks = |d: DimId| sizes[d.index()].div_ceil(self.block_extent(d).unwrap_or(1) as usize);
+        match *f {
+            ProgramFactor::Entry(j) => counts[j],
+            ProgramFactor::Blocks(d) => nblocks(d),
+            ProgramFactor::Group { dim, factor, outer } => (factor as usize).min(nblocks(dim) - factor as usize * coords[outer]),
+        }
+    }
+
+    /// The block index of each blocked dimension for program `pid` (below
+    /// [`Grid::programs`]), or `None` for a multicast's program past the end, which computes
+    /// nothing it keeps.
     pub fn unravel(&self, pid: usize, sizes: &[usize]) -> Option<Vec<(DimId, usize)>> {
         let counts = self.counts(sizes);
         let mut rest = pid;
-        let mut coords = vec![0usize; self.order.len()];
-        for i in (0..self.order.len()).rev() {
-            coords[i] = rest % counts[i].max(1);
-            rest /= counts[i].max(1);
+        let mut coords = Vec::with_capacity(self.order.len());
+        for i in 0..self.order.len() {
+            let under: usize = self.programs_under(Some(i)).iter().map(|f| self.factor_value(f, sizes, &counts, &coords)).product();
+            coords.push(rest / under.max(1));
+            rest %= under.max(1);
         }
         let mut out: Vec<(DimId, usize)> = Vec::new();
         for (i, e) in self.order.iter().enumerate() {
@@ -458,15 +507,24 @@ impl Grid {
             }
         }
         for (d, b) in &out {
-            if self.cluster_size(*d).is_some() {
-                continue;
-            }
-            if *b >= sizes[d.index()].div_ceil(self.block_extent(*d).unwrap_or(1) as usize) {
+            if self.cluster_size(*d).is_none() && *b >= sizes[d.index()].div_ceil(self.block_extent(*d).unwrap_or(1) as usize) {
                 return None;
             }
         }
         Some(out)
     }
+}
+
+/// A factor of the programs under one coordinate of a grid's order ([`Grid::programs_under`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgramFactor {
+    /// Every value of order entry `j` ([`Grid::counts`]).
+    Entry(usize),
+    /// Every block of a split dimension: both its parts.
+    Blocks(DimId),
+    /// The blocks in the group of a split of `dim` (by `factor`) that the coordinate of its
+    /// outer entry (order index `outer`) names: `factor`, or fewer in the last group.
+    Group { dim: DimId, factor: u32, outer: usize },
 }
 
 /// A kernel: its [`Signature`] (what choosing and launching it needs, [`Kernel::signature`]),
@@ -781,3 +839,77 @@ fn print_stmts(k: &Kernel, stmts: &[Stmt], depth: usize, out: &mut String) {
 /// Bytes of one vector access: GPU kernels read and write runs of this many bytes of
 /// consecutive elements along a tensor's last axis.
 pub const RUN_BYTES: usize = 16;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grid(order: Vec<MapEntry>, multicast: Option<(DimId, u32)>) -> Grid {
+        let (x, y, z) = (DimId(0), DimId(1), DimId(2));
+        Grid { blocked: vec![(x, 16), (y, 32), (z, 8)], order, cluster: None, multicast, descending: vec![], origin: String::new() }
+    }
+
+    /// Every program id below `programs` names a distinct block, every block has one; returns the
+    /// blocks in program order and how many programs fell past the end.
+    fn visits(g: &Grid, sizes: &[usize]) -> (Vec<Vec<(DimId, usize)>>, usize) {
+        let blocks: usize = g.blocked.iter().map(|(d, b)| sizes[d.index()].div_ceil(*b as usize)).product();
+        let mut seen = std::collections::HashSet::new();
+        let (mut order, mut past) = (Vec::new(), 0);
+        for pid in 0..g.programs(sizes) {
+            match g.unravel(pid, sizes) {
+                Some(b) => {
+                    assert!(seen.insert(b.clone()), "{b:?} visited twice (pid {pid}, sizes {sizes:?}, {:?})", g.order);
+                    order.push(b);
+                }
+                None => past += 1,
+            }
+        }
+        assert_eq!(seen.len(), blocks, "blocks missed at sizes {sizes:?}, order {:?}", g.order);
+        (order, past)
+    }
+
+    #[test]
+    fn grouped_order_visits_every_block_once_and_packs_short_groups() {
+        let (x, y, z) = (DimId(0), DimId(1), DimId(2));
+        let inner = |dim, factor| MapEntry::Inner { dim, factor, name: "x1".into() };
+        let outer = |dim, factor| MapEntry::Outer { dim, factor };
+        // Block counts of x: 1, 3, 8, 11, 16, 17 (sizes 16 apart, and not multiples of the block).
+        for xs in [1usize, 40, 128, 170, 256, 257] {
+            for ys in [1usize, 32, 100] {
+                let sizes = [xs, ys, 20];
+                let (bx, by, bz) = (xs.div_ceil(16), ys.div_ceil(32), 20usize.div_ceil(8));
+                for f in [1u32, 3, 8] {
+                    let orders = [
+                        vec![outer(x, f), MapEntry::Whole(y), inner(x, f), MapEntry::Whole(z)],
+                        vec![MapEntry::Whole(z), outer(x, f), inner(x, f), MapEntry::Whole(y)],
+                        vec![outer(x, f), MapEntry::Whole(z), MapEntry::Whole(y), inner(x, f)],
+                    ];
+                    for order in orders {
+                        let g = grid(order, None);
+                        assert_eq!(g.programs(&sizes), bx * by * bz, "one program per block: {:?}", g.order);
+                        let (_, past) = visits(&g, &sizes);
+                        assert_eq!(past, 0);
+                    }
+                    // Triton's grouped order: group `pid / (f * by)` of f rows (fewer in the
+                    // last), row fastest within it.
+                    let g = grid(vec![outer(x, f), MapEntry::Whole(y), inner(x, f)], None);
+                    let g = Grid { blocked: vec![(x, 16), (y, 32)], ..g };
+                    let (order, _) = visits(&g, &sizes);
+                    for (pid, b) in order.iter().enumerate() {
+                        let f = f as usize;
+                        let group = pid / (f * by);
+                        let rows = f.min(bx - group * f);
+                        let within = pid - group * f * by;
+                        assert_eq!(b, &vec![(x, group * f + within % rows), (y, within / rows)], "pid {pid}, bx {bx}, by {by}, f {f}");
+                    }
+                }
+                // A multicast split keeps whole groups: its programs past the end copy for their
+                // cluster and keep nothing.
+                let g = grid(vec![MapEntry::Whole(y), MapEntry::Whole(z), outer(x, 4), inner(x, 4)], Some((x, 2)));
+                let (_, past) = visits(&g, &sizes);
+                assert_eq!(g.programs(&sizes), bx.div_ceil(4) * 4 * by * bz);
+                assert_eq!(past, (bx.div_ceil(4) * 4 - bx) * by * bz);
+            }
+        }
+    }
+}

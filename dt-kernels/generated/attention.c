@@ -100,26 +100,20 @@ int dt_attention_64_f16(const dt_args* args, long long first, long long last) {
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_64 */
     float* arena = (float*)malloc(sizeof(float) * 273419);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n3 = (long long)(dt_cdiv(s4, 64));
-        const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 128));
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 1));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long under2 = (long long)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+        const long long g2 = rest / under2; rest %= under2;
+        const long long g3 = rest;
         const long long b0 = g0; /* block index along b */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
-        if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
         const long long b2 = g2; /* block index along i */
-        if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
-        if (b4 >= dt_cdiv(s4, 64)) continue; /* past the end of a short group */
         (arena + 28672)[0] = (float)s5;
         (arena + 28673)[0] = dt_rsqrt((arena + 28672)[0]);
         (arena + 197638)[0] = 5.5451775e0f;
@@ -502,26 +496,20 @@ int dt_attention_64_bf16(const dt_args* args, long long first, long long last) {
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_64 */
     float* arena = (float*)malloc(sizeof(float) * 273419);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n3 = (long long)(dt_cdiv(s4, 64));
-        const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 128));
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 1));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long under2 = (long long)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+        const long long g2 = rest / under2; rest %= under2;
+        const long long g3 = rest;
         const long long b0 = g0; /* block index along b */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
-        if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
         const long long b2 = g2; /* block index along i */
-        if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
-        if (b4 >= dt_cdiv(s4, 64)) continue; /* past the end of a short group */
         (arena + 28672)[0] = (float)s5;
         (arena + 28673)[0] = dt_rsqrt((arena + 28672)[0]);
         (arena + 197638)[0] = 5.5451775e0f;
@@ -904,26 +892,20 @@ int dt_attention_causal_64_f16(const dt_args* args, long long first, long long l
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_causal_64 */
     float* arena = (float*)malloc(sizeof(float) * 339537);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n3 = (long long)(dt_cdiv(s4, 64));
-        const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 128));
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 1));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long under2 = (long long)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+        const long long g2 = rest / under2; rest %= under2;
+        const long long g3 = rest;
         const long long b0 = g0; /* block index along b */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
-        if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
-        const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-        if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
+        const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
         const long long b4 = g3; /* block index along e */
-        if (b4 >= dt_cdiv(s4, 64)) continue; /* past the end of a short group */
         (arena + 37056)[0] = (float)s5;
         (arena + 37057)[0] = dt_rsqrt((arena + 37056)[0]);
         (arena + 45250)[0] = INFINITY;
@@ -1328,26 +1310,20 @@ int dt_attention_causal_64_bf16(const dt_args* args, long long first, long long 
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_causal_64 */
     float* arena = (float*)malloc(sizeof(float) * 339537);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n3 = (long long)(dt_cdiv(s4, 64));
-        const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 128));
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 1));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long under2 = (long long)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+        const long long g2 = rest / under2; rest %= under2;
+        const long long g3 = rest;
         const long long b0 = g0; /* block index along b */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
-        if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
-        const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-        if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
+        const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
         const long long b4 = g3; /* block index along e */
-        if (b4 >= dt_cdiv(s4, 64)) continue; /* past the end of a short group */
         (arena + 37056)[0] = (float)s5;
         (arena + 37057)[0] = dt_rsqrt((arena + 37056)[0]);
         (arena + 45250)[0] = INFINITY;
@@ -1752,26 +1728,20 @@ int dt_attention_128_f16(const dt_args* args, long long first, long long last) {
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_128 */
     float* arena = (float*)malloc(sizeof(float) * 363531);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n3 = (long long)(dt_cdiv(s4, 128));
-        const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 128));
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 1));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long under2 = (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+        const long long g2 = rest / under2; rest %= under2;
+        const long long g3 = rest;
         const long long b0 = g0; /* block index along b */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
-        if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
         const long long b2 = g2; /* block index along i */
-        if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
-        if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
         (arena + 40960)[0] = (float)s5;
         (arena + 40961)[0] = dt_rsqrt((arena + 40960)[0]);
         (arena + 263174)[0] = 5.5451775e0f;
@@ -2154,26 +2124,20 @@ int dt_attention_128_bf16(const dt_args* args, long long first, long long last) 
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_128 */
     float* arena = (float*)malloc(sizeof(float) * 363531);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n3 = (long long)(dt_cdiv(s4, 128));
-        const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 128));
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 1));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long under2 = (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+        const long long g2 = rest / under2; rest %= under2;
+        const long long g3 = rest;
         const long long b0 = g0; /* block index along b */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
-        if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
         const long long b2 = g2; /* block index along i */
-        if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
-        if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
         (arena + 40960)[0] = (float)s5;
         (arena + 40961)[0] = dt_rsqrt((arena + 40960)[0]);
         (arena + 263174)[0] = 5.5451775e0f;
@@ -2556,26 +2520,20 @@ int dt_attention_causal_128_f16(const dt_args* args, long long first, long long 
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_causal_128 */
     float* arena = (float*)malloc(sizeof(float) * 290289);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n3 = (long long)(dt_cdiv(s4, 128));
-        const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 128));
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 1));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long under2 = (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+        const long long g2 = rest / under2; rest %= under2;
+        const long long g3 = rest;
         const long long b0 = g0; /* block index along b */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
-        if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
-        const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-        if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
+        const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
         const long long b4 = g3; /* block index along e */
-        if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
         (arena + 32928)[0] = (float)s5;
         (arena + 32929)[0] = dt_rsqrt((arena + 32928)[0]);
         (arena + 37026)[0] = INFINITY;
@@ -2980,26 +2938,20 @@ int dt_attention_causal_128_bf16(const dt_args* args, long long first, long long
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_causal_128 */
     float* arena = (float*)malloc(sizeof(float) * 290289);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 128)) * (dt_cdiv(s4, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n3 = (long long)(dt_cdiv(s4, 128));
-        const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 128));
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 1));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long under2 = (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+        const long long g2 = rest / under2; rest %= under2;
+        const long long g3 = rest;
         const long long b0 = g0; /* block index along b */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
-        if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
-        const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-        if (b2 >= dt_cdiv(s2, 128)) continue; /* past the end of a short group */
+        const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
         const long long b4 = g3; /* block index along e */
-        if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
         (arena + 32928)[0] = (float)s5;
         (arena + 32929)[0] = dt_rsqrt((arena + 32928)[0]);
         (arena + 37026)[0] = INFINITY;
@@ -3404,26 +3356,20 @@ int dt_attention_f16(const dt_args* args, long long first, long long last) {
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention */
     float* arena = (float*)malloc(sizeof(float) * 165128);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n3 = (long long)(dt_cdiv(s4, 128));
-        const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 64));
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 1));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long under2 = (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+        const long long g2 = rest / under2; rest %= under2;
+        const long long g3 = rest;
         const long long b0 = g0; /* block index along b */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
-        if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
         const long long b2 = g2; /* block index along i */
-        if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
-        if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
         (arena + 16384)[0] = (float)s5;
         (arena + 16385)[0] = dt_rsqrt((arena + 16384)[0]);
         (arena + 123462)[0] = (-INFINITY);
@@ -3785,26 +3731,20 @@ int dt_attention_bf16(const dt_args* args, long long first, long long last) {
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention */
     float* arena = (float*)malloc(sizeof(float) * 165128);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n3 = (long long)(dt_cdiv(s4, 128));
-        const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 64));
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 1));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long under2 = (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+        const long long g2 = rest / under2; rest %= under2;
+        const long long g3 = rest;
         const long long b0 = g0; /* block index along b */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
-        if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
         const long long b2 = g2; /* block index along i */
-        if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
-        if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
         (arena + 16384)[0] = (float)s5;
         (arena + 16385)[0] = dt_rsqrt((arena + 16384)[0]);
         (arena + 123462)[0] = (-INFINITY);
@@ -4166,26 +4106,20 @@ int dt_attention_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* attention */
     float* arena = (float*)malloc(sizeof(float) * 165128);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n3 = (long long)(dt_cdiv(s4, 128));
-        const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 64));
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 1));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long under2 = (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+        const long long g2 = rest / under2; rest %= under2;
+        const long long g3 = rest;
         const long long b0 = g0; /* block index along b */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
-        if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
         const long long b2 = g2; /* block index along i */
-        if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
         const long long b4 = g3; /* block index along e */
-        if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
         (arena + 16384)[0] = (float)s5;
         (arena + 16385)[0] = dt_rsqrt((arena + 16384)[0]);
         (arena + 123462)[0] = (-INFINITY);
@@ -4547,26 +4481,20 @@ int dt_attention_causal_f16(const dt_args* args, long long first, long long last
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* attention_causal */
     float* arena = (float*)malloc(sizeof(float) * 194190);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n3 = (long long)(dt_cdiv(s4, 128));
-        const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 64));
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 1));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long under2 = (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+        const long long g2 = rest / under2; rest %= under2;
+        const long long g3 = rest;
         const long long b0 = g0; /* block index along b */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
-        if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
-        const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-        if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
+        const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
         const long long b4 = g3; /* block index along e */
-        if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
         (arena + 20608)[0] = (float)s5;
         (arena + 20609)[0] = dt_rsqrt((arena + 20608)[0]);
         (arena + 24706)[0] = INFINITY;
@@ -4959,26 +4887,20 @@ int dt_attention_causal_bf16(const dt_args* args, long long first, long long las
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* attention_causal */
     float* arena = (float*)malloc(sizeof(float) * 194190);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n3 = (long long)(dt_cdiv(s4, 128));
-        const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 64));
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 1));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long under2 = (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+        const long long g2 = rest / under2; rest %= under2;
+        const long long g3 = rest;
         const long long b0 = g0; /* block index along b */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
-        if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
-        const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-        if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
+        const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
         const long long b4 = g3; /* block index along e */
-        if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
         (arena + 20608)[0] = (float)s5;
         (arena + 20609)[0] = dt_rsqrt((arena + 20608)[0]);
         (arena + 24706)[0] = INFINITY;
@@ -5371,26 +5293,20 @@ int dt_attention_causal_f32(const dt_args* args, long long first, long long last
     float* out = (float*)(uintptr_t)args->output; /* attention_causal */
     float* arena = (float*)malloc(sizeof(float) * 194190);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1)) * (dt_cdiv(s2, 64)) * (dt_cdiv(s4, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n3 = (long long)(dt_cdiv(s4, 128));
-        const long long g3 = rest % n3; rest /= n3;
-        const long long n2 = (long long)(dt_cdiv(s2, 64));
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 1));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long under2 = (long long)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+        const long long g2 = rest / under2; rest %= under2;
+        const long long g3 = rest;
         const long long b0 = g0; /* block index along b */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along h */
-        if (b1 >= dt_cdiv(s1, 1)) continue; /* past the end of a short group */
-        const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-        if (b2 >= dt_cdiv(s2, 64)) continue; /* past the end of a short group */
+        const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
         const long long b4 = g3; /* block index along e */
-        if (b4 >= dt_cdiv(s4, 128)) continue; /* past the end of a short group */
         (arena + 20608)[0] = (float)s5;
         (arena + 20609)[0] = dt_rsqrt((arena + 20608)[0]);
         (arena + 24706)[0] = INFINITY;

@@ -881,31 +881,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_90a_64_f16(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_90a_64 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -1512,31 +1512,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_90a_64_f16_whole(
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_90a_64 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -2155,31 +2155,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_90a_64_bf16(DT_GR
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_90a_64 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -2786,31 +2786,31 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_90a_64_bf16_whole
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_90a_64 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -3429,31 +3429,31 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_attention_causal_90a_64_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_90a_64 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -4328,31 +4328,31 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_attention_causal_90a_64_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_90a_64 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -5239,31 +5239,31 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_attention_causal_90a_64_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_90a_64 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -6138,31 +6138,31 @@ extern "C" __global__ void __launch_bounds__(128, 5) dt_attention_causal_90a_64_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_90a_64 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -7049,31 +7049,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_90a_80_f16(DT_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_90a_80 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 80));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 80)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -7680,31 +7680,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_90a_80_f16_who
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_90a_80 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 80));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 80)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -8311,31 +8311,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_90a_80_bf16(DT
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_90a_80 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 80));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 80)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -8942,31 +8942,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_90a_80_bf16_wh
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_90a_80 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 80));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 80)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -9573,31 +9573,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16(DT_GR
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_90a_128 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -10201,31 +10201,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_f16_whole
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_90a_128 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -10841,31 +10841,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16(DT_G
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_90a_128 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -11469,31 +11469,31 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_90a_128_bf16_whol
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_90a_128 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -12109,31 +12109,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_90a_80 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 80));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 80)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -13008,31 +13008,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_90a_80 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 80));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 80)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -13907,31 +13907,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_90a_80 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 80));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 80)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -14806,31 +14806,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_80_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_90a_80 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 80));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 80)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 80)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -15705,31 +15705,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_90a_128 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -16604,31 +16604,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_90a_128 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -17515,31 +17515,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_90a_128 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -18414,31 +18414,31 @@ extern "C" __global__ void __launch_bounds__(256, 2) dt_attention_causal_90a_128
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_90a_128 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -19294,34 +19294,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16(DT_GRID_CO
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_64 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -19994,34 +19994,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_f16_whole(DT_G
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_64 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -20706,34 +20706,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16(DT_GRID_C
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_64 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -21406,34 +21406,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_64_bf16_whole(DT_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_64 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -22118,34 +22118,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16(DT_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_64 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -23085,34 +23085,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_f16_who
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_64 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -24064,34 +24064,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16(DT
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_64 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -25031,34 +25031,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_64_bf16_wh
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_64 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -26010,34 +26010,34 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16(DT_GRID_C
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_128 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -26716,34 +26716,34 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_f16_whole(DT_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_128 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -27434,34 +27434,34 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16(DT_GRID_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_128 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -28140,34 +28140,34 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_128_bf16_whole(DT
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_128 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -28858,34 +28858,34 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16(DT
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_128 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -29825,34 +29825,34 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_f16_wh
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_128 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -30804,34 +30804,34 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16(D
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_128 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -31771,34 +31771,34 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_128_bf16_w
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_128 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -32750,34 +32750,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -33141,34 +33141,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f16_whole(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -33544,34 +33544,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -33935,34 +33935,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_bf16_whole(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -34338,34 +34338,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* Q */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* K */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* V */
     float* __restrict__ out = (float*)args.output; /* attention */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -34745,34 +34745,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_f32_whole(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* Q */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* K */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* V */
     float* __restrict__ out = (float*)args.output; /* attention */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -35151,34 +35151,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -35573,34 +35573,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f16_whole(
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -36007,34 +36007,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16(DT_GR
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -36429,34 +36429,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_bf16_whole
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -36863,34 +36863,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* Q */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* K */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* V */
     float* __restrict__ out = (float*)args.output; /* attention_causal */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -37301,34 +37301,34 @@ extern "C" __global__ void __launch_bounds__(128) dt_attention_causal_f32_whole(
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* Q */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* K */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* V */
     float* __restrict__ out = (float*)args.output; /* attention_causal */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;

@@ -850,35 +850,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_f16(DT_GRID_CO
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_64 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 64))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -1277,35 +1277,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_64_bf16(DT_GRID_C
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_64 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 64))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -1704,35 +1704,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_f16(DT_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_64 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 64))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -2157,35 +2157,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_64_bf16(DT
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_64 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 64))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 64));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 64)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 64)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -2610,35 +2610,35 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_f16(DT_GRID_C
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_128 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -3037,35 +3037,35 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_128_bf16(DT_GRID_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_128 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -3464,35 +3464,35 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_f16(DT
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal_128 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -3917,35 +3917,35 @@ extern "C" __global__ void __launch_bounds__(512) dt_attention_causal_128_bf16(D
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal_128 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 128)) * (long long)(dt_cdiv(s4, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 128));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 128)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 128)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 128)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -4370,35 +4370,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f16(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -4767,35 +4767,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_bf16(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -5164,35 +5164,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* Q */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* K */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* V */
     float* __restrict__ out = (float*)args.output; /* attention */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -5655,35 +5655,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_f32_whole(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* Q */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* K */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* V */
     float* __restrict__ out = (float*)args.output; /* attention */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -6145,35 +6145,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f16(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* Q */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* K */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* V */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* attention_causal */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -6573,35 +6573,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_bf16(DT_GR
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* Q */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* K */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* V */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* attention_causal */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -7001,35 +7001,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* Q */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* K */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* V */
     float* __restrict__ out = (float*)args.output; /* attention_causal */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;
@@ -7523,35 +7523,35 @@ extern "C" __global__ void __launch_bounds__(256) dt_attention_causal_f32_whole(
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of b */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of h */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of i */
+    (void)s2;
     const long long s3 = args.sizes[3]; /* size of j */
+    (void)s3;
     const long long s4 = args.sizes[4]; /* size of e */
+    (void)s4;
     const long long s5 = args.sizes[5]; /* size of d */
+    (void)s5;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* Q */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* K */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* V */
     float* __restrict__ out = (float*)args.output; /* attention_causal */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1)) * (long long)(dt_cdiv(s2, 64)) * (long long)(dt_cdiv(s4, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n3 = (unsigned)(dt_cdiv(s4, 128));
-    const long long g3 = rest % n3; rest /= n3;
-    const unsigned n2 = (unsigned)(dt_cdiv(s2, 64));
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 1));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 1)) * (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(dt_cdiv(s2, 64)) * (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const unsigned under2 = (unsigned)(dt_cdiv(s4, 128)); /* programs under one value of entry 2 */
+    const long long g2 = rest / under2; rest %= under2;
+    const long long g3 = rest;
     const long long b0 = g0; /* block index along b */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along h */
-    if (b1 >= dt_cdiv(s1, 1)) return; /* past the end of a short group */
-    const long long b2 = ((long long)n2 - 1 - g2); /* block index along i */
-    if (b2 >= dt_cdiv(s2, 64)) return; /* past the end of a short group */
+    const long long b2 = ((long long)(dt_cdiv(s2, 64)) - 1 - g2); /* block index along i */
     const long long b4 = g3; /* block index along e */
-    if (b4 >= dt_cdiv(s4, 128)) return; /* past the end of a short group */
     float v7[1];
     {
         const int r = 0, e = 0;

@@ -96,18 +96,14 @@ int dt_dyt_1k_f16(const dt_args* args, long long first, long long last) {
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* dyt_1k */
     float* arena = (float*)malloc(sizeof(float) * 7169);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1024));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1024));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n1 = (long long)(dt_cdiv(s1, 1024));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1024)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long g1 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 1024)) continue; /* past the end of a short group */
         (arena + 0)[0] = args->scalars[0];
         /* block(x:1) dyt_1k.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -166,18 +162,14 @@ int dt_dyt_1k_bf16(const dt_args* args, long long first, long long last) {
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* dyt_1k */
     float* arena = (float*)malloc(sizeof(float) * 7169);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1024));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1024));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n1 = (long long)(dt_cdiv(s1, 1024));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1024)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long g1 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 1024)) continue; /* past the end of a short group */
         (arena + 0)[0] = args->scalars[0];
         /* block(x:1) dyt_1k.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -236,18 +228,14 @@ int dt_dyt_1k_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* dyt_1k */
     float* arena = (float*)malloc(sizeof(float) * 7169);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1024));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1024));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n1 = (long long)(dt_cdiv(s1, 1024));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1024)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long g1 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 1024)) continue; /* past the end of a short group */
         (arena + 0)[0] = args->scalars[0];
         /* block(x:1) dyt_1k.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -306,18 +294,14 @@ int dt_dyt_f16(const dt_args* args, long long first, long long last) {
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* dyt */
     float* arena = (float*)malloc(sizeof(float) * 7169);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1024));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1024));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n1 = (long long)(dt_cdiv(s1, 1024));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1024)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long g1 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 1024)) continue; /* past the end of a short group */
         (arena + 0)[0] = args->scalars[0];
         /* block(x:1) dyt.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -376,18 +360,14 @@ int dt_dyt_bf16(const dt_args* args, long long first, long long last) {
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* dyt */
     float* arena = (float*)malloc(sizeof(float) * 7169);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1024));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1024));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n1 = (long long)(dt_cdiv(s1, 1024));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1024)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long g1 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 1024)) continue; /* past the end of a short group */
         (arena + 0)[0] = args->scalars[0];
         /* block(x:1) dyt.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -446,18 +426,14 @@ int dt_dyt_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* dyt */
     float* arena = (float*)malloc(sizeof(float) * 7169);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1)) * (dt_cdiv(s1, 1024));
+    const long long programs = (long long)(dt_cdiv(s0, 1)) * (long long)(dt_cdiv(s1, 1024));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n1 = (long long)(dt_cdiv(s1, 1024));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 1024)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long g1 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 1024)) continue; /* past the end of a short group */
         (arena + 0)[0] = args->scalars[0];
         /* block(x:1) dyt.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {

@@ -96,14 +96,11 @@ int dt_layernorm_1k_16bit_f16(const dt_args* args, long long first, long long la
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm_1k_16bit */
     float* arena = (float*)malloc(sizeof(float) * 24603);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 2));
+    const long long programs = (long long)(dt_cdiv(s0, 2));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 2));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
         (arena + 2050)[0] = (float)s1;
         (arena + 10252)[0] = args->scalars[0];
         /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2) */
@@ -303,14 +300,11 @@ int dt_layernorm_1k_16bit_bf16(const dt_args* args, long long first, long long l
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm_1k_16bit */
     float* arena = (float*)malloc(sizeof(float) * 24603);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 2));
+    const long long programs = (long long)(dt_cdiv(s0, 2));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 2));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
         (arena + 2050)[0] = (float)s1;
         (arena + 10252)[0] = args->scalars[0];
         /* block(x:2) layernorm_1k_16bit.tensorize(x:1) num_stages(2) */
@@ -510,14 +504,11 @@ int dt_layernorm_1k_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* layernorm_1k */
     float* arena = (float*)malloc(sizeof(float) * 15379);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 2050)[0] = (float)s1;
         (arena + 10252)[0] = args->scalars[0];
         /* block(x:1) layernorm_1k.tensorize(x:0) */
@@ -626,14 +617,11 @@ int dt_layernorm_4k_f32_f32(const dt_args* args, long long first, long long last
     float* out = (float*)(uintptr_t)args->output; /* layernorm_4k_f32 */
     float* arena = (float*)malloc(sizeof(float) * 61459);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 8194)[0] = (float)s1;
         (arena + 40972)[0] = args->scalars[0];
         /* block(x:1) layernorm_4k_f32.tensorize(x:0) */
@@ -742,14 +730,11 @@ int dt_layernorm_4k_f32_many_f32(const dt_args* args, long long first, long long
     float* out = (float*)(uintptr_t)args->output; /* layernorm_4k_f32_many */
     float* arena = (float*)malloc(sizeof(float) * 61459);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 8194)[0] = (float)s1;
         (arena + 40972)[0] = args->scalars[0];
         /* block(x:1) layernorm_4k_f32_many.tensorize(x:0) */
@@ -858,14 +843,11 @@ int dt_layernorm_4k_f16(const dt_args* args, long long first, long long last) {
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm_4k */
     float* arena = (float*)malloc(sizeof(float) * 98331);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 2));
+    const long long programs = (long long)(dt_cdiv(s0, 2));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 2));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
         (arena + 8194)[0] = (float)s1;
         (arena + 40972)[0] = args->scalars[0];
         /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2) */
@@ -1065,14 +1047,11 @@ int dt_layernorm_4k_bf16(const dt_args* args, long long first, long long last) {
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm_4k */
     float* arena = (float*)malloc(sizeof(float) * 98331);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 2));
+    const long long programs = (long long)(dt_cdiv(s0, 2));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 2));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 2)) continue; /* past the end of a short group */
         (arena + 8194)[0] = (float)s1;
         (arena + 40972)[0] = args->scalars[0];
         /* block(x:2) layernorm_4k.tensorize(x:1) num_stages(2) */
@@ -1272,14 +1251,11 @@ int dt_layernorm_16k_f32_f32(const dt_args* args, long long first, long long las
     float* out = (float*)(uintptr_t)args->output; /* layernorm_16k_f32 */
     float* arena = (float*)malloc(sizeof(float) * 245779);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 32770)[0] = (float)s1;
         (arena + 163852)[0] = args->scalars[0];
         /* block(x:1) layernorm_16k_f32.tensorize(x:0) */
@@ -1388,14 +1364,11 @@ int dt_layernorm_16k_f16(const dt_args* args, long long first, long long last) {
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm_16k */
     float* arena = (float*)malloc(sizeof(float) * 245779);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 32770)[0] = (float)s1;
         (arena + 163852)[0] = args->scalars[0];
         /* block(x:1) layernorm_16k.tensorize(x:0) */
@@ -1504,14 +1477,11 @@ int dt_layernorm_16k_bf16(const dt_args* args, long long first, long long last) 
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm_16k */
     float* arena = (float*)malloc(sizeof(float) * 245779);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 32770)[0] = (float)s1;
         (arena + 163852)[0] = args->scalars[0];
         /* block(x:1) layernorm_16k.tensorize(x:0) */
@@ -1620,14 +1590,11 @@ int dt_layernorm_f16(const dt_args* args, long long first, long long last) {
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* layernorm */
     float* arena = (float*)malloc(sizeof(float) * 606228);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 16386)[0] = (float)s1;
         for (long long l1 = 0; l1 < 8192; l1++) {
             (arena + 163855)[l1] = 1e0f;
@@ -2076,14 +2043,11 @@ int dt_layernorm_bf16(const dt_args* args, long long first, long long last) {
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* layernorm */
     float* arena = (float*)malloc(sizeof(float) * 606228);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 16386)[0] = (float)s1;
         for (long long l1 = 0; l1 < 8192; l1++) {
             (arena + 163855)[l1] = 1e0f;
@@ -2532,14 +2496,11 @@ int dt_layernorm_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* layernorm */
     float* arena = (float*)malloc(sizeof(float) * 606228);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 16386)[0] = (float)s1;
         for (long long l1 = 0; l1 < 8192; l1++) {
             (arena + 163855)[l1] = 1e0f;

@@ -850,18 +850,17 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16(D
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_1k_16bit */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -1414,18 +1413,17 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_f16_w
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_1k_16bit */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -1916,18 +1914,17 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16(
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_1k_16bit */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -2480,18 +2477,17 @@ extern "C" __global__ void __launch_bounds__(64, 16) dt_layernorm_1k_16bit_bf16_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_1k_16bit */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -2982,18 +2978,17 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_1k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -3245,18 +3240,17 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_whole(D
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_1k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -3500,18 +3494,17 @@ extern "C" __global__ void __launch_bounds__(128, 8) dt_layernorm_1k_f32_exact(D
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 1024; /* size of y, specialized */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_1k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -3755,18 +3748,17 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32(DT_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_4k_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -4018,18 +4010,17 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_layernorm_4k_f32_f32_who
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_4k_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -4273,18 +4264,17 @@ extern "C" __global__ void __launch_bounds__(512, 3) dt_layernorm_4k_f32_many_f3
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_4k_f32_many */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -4536,18 +4526,17 @@ extern "C" __global__ void __launch_bounds__(512, 3) dt_layernorm_4k_f32_many_f3
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_4k_f32_many */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -4791,18 +4780,17 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_4k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -5355,18 +5343,17 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_f16_whole(D
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_4k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -5857,18 +5844,17 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_4k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -6421,18 +6407,17 @@ extern "C" __global__ void __launch_bounds__(256, 4) dt_layernorm_4k_bf16_whole(
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_4k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -6923,18 +6908,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32(DT_GR
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_16k_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -7182,18 +7166,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32_whole
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_16k_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -7433,18 +7416,17 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_16k_f32_f32_exact
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 16384; /* size of y, specialized */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_16k_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -7684,18 +7666,17 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_16k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -7970,18 +7951,17 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16_whole(
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_16k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -8225,18 +8205,17 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_f16_exact(
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 16384; /* size of y, specialized */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_16k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -8480,18 +8459,17 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16(DT_GR
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_16k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -8766,18 +8744,17 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16_whole
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_16k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -9021,18 +8998,17 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_layernorm_16k_bf16_exact
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 16384; /* size of y, specialized */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_16k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -9276,20 +9252,19 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_256k_16bit */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(8);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v5[1];
     {
@@ -10430,20 +10405,19 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_256k_16bit */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(8);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v5[1];
     {
@@ -11497,20 +11471,19 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_256k_16bit */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(8);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v5[1];
     {
@@ -12651,20 +12624,19 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_layernorm_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_256k_16bit */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(8);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v5[1];
     {
@@ -13718,20 +13690,19 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_256k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(4);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(4); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v5[1];
     {
@@ -14576,20 +14547,19 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_256k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(4);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(4); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v5[1];
     {
@@ -15419,20 +15389,19 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_layernorm_25
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 262144; /* size of y, specialized */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_256k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(4);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(4); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v5[1];
     {
@@ -16262,18 +16231,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -17273,18 +17241,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -18233,18 +18200,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_exact(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 65536; /* size of y, specialized */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -19193,18 +19159,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(DT_GRID_CON
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -20204,18 +20169,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(DT_GR
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -21164,18 +21128,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_exact(DT_GR
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 65536; /* size of y, specialized */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -22124,18 +22087,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -22931,18 +22893,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -23723,18 +23684,17 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_exact(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 65536; /* size of y, specialized */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;

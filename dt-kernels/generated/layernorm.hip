@@ -850,19 +850,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16(DT_G
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_1k_16bit */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 2))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -1415,19 +1414,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_f16_whol
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_1k_16bit */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 2))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -1918,19 +1916,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16(DT_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_1k_16bit */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 2))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -2483,19 +2480,18 @@ extern "C" __global__ void __launch_bounds__(128) dt_layernorm_1k_16bit_bf16_who
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_1k_16bit */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 2))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -2986,19 +2982,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32(DT_GRID_CO
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_1k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -3246,19 +3241,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_whole(DT_G
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_1k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -3498,19 +3492,18 @@ extern "C" __global__ void __launch_bounds__(256) dt_layernorm_1k_f32_exact(DT_G
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 1024; /* size of y, specialized */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_1k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -3750,19 +3743,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_f32(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_4k_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -4014,19 +4006,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f32_f32_whole(
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_4k_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -4270,19 +4261,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_4k_f32_many_f32(
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_4k_f32_many */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -4530,19 +4520,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_4k_f32_many_f32_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_4k_f32_many */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -4782,19 +4771,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16(DT_GRID_CO
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_4k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 2))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -5347,19 +5335,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_f16_whole(DT_G
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_4k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 2))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -5850,19 +5837,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16(DT_GRID_C
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_4k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 2))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -6415,19 +6401,18 @@ extern "C" __global__ void __launch_bounds__(512) dt_layernorm_4k_bf16_whole(DT_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_4k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 2))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 2));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 2)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -6918,19 +6903,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32(DT_G
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_16k_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -7178,19 +7162,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32_whol
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_16k_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -7430,19 +7413,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f32_f32_exac
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 16384; /* size of y, specialized */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm_16k_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -7682,19 +7664,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16(DT_GRID_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_16k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -7969,19 +7950,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16_whole(DT
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_16k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -8225,19 +8205,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_f16_exact(DT
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 16384; /* size of y, specialized */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm_16k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -8481,19 +8460,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_16k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -8768,19 +8746,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16_whole(D
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_16k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -9024,19 +9001,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_16k_bf16_exact(D
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 16384; /* size of y, specialized */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm_16k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -9280,19 +9256,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -10194,19 +10169,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_whole(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -11063,19 +11037,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f16_exact(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 65536; /* size of y, specialized */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* X */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* W */
     const dt_f16* __restrict__ in2 = (const dt_f16*)args.inputs[2]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -11932,19 +11905,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16(DT_GRID_CON
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -12846,19 +12818,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_whole(DT_GR
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -13715,19 +13686,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_bf16_exact(DT_GR
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 65536; /* size of y, specialized */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* X */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* W */
     const dt_bf16* __restrict__ in2 = (const dt_bf16*)args.inputs[2]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -14584,19 +14554,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -15392,19 +15361,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_whole(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;
@@ -16185,19 +16153,18 @@ extern "C" __global__ void __launch_bounds__(1024) dt_layernorm_f32_exact(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 65536; /* size of y, specialized */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* X */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* W */
     const float* __restrict__ in2 = (const float*)args.inputs[2]; /* B */
     float* __restrict__ out = (float*)args.output; /* layernorm */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v4[1];
     {
         const int r = 0, e = 0;

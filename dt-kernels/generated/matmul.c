@@ -96,20 +96,16 @@ int dt_mm_f16(const dt_args* args, long long first, long long last) {
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* mm */
     float* arena = (float*)malloc(sizeof(float) * 57344);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n2 = (long long)(8);
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 128));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(dt_cdiv(s0, 128), 8));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 128)) * (long long)(8); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long g2 = rest;
         const long long b0 = g0 * 8 + g2; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
         /* block(x:128) mm.tensorize(x:128) */
         for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
             /* block(y:128) mm.tensorize(y:128) */
@@ -172,20 +168,16 @@ int dt_mm_bf16(const dt_args* args, long long first, long long last) {
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* mm */
     float* arena = (float*)malloc(sizeof(float) * 57344);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n2 = (long long)(8);
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 128));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(dt_cdiv(s0, 128), 8));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 128)) * (long long)(8); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long g2 = rest;
         const long long b0 = g0 * 8 + g2; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
         /* block(x:128) mm.tensorize(x:128) */
         for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
             /* block(y:128) mm.tensorize(y:128) */
@@ -248,18 +240,14 @@ int dt_mm_16_f32_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* mm_16_f32 */
     float* arena = (float*)malloc(sizeof(float) * 5632);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 16)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 16)) * (long long)(dt_cdiv(s1, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n1 = (long long)(dt_cdiv(s1, 64));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 16));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long g1 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
         /* block(x:16) mm_16_f32.tensorize(x:16) */
         for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
             /* block(y:64) mm_16_f32.tensorize(y:64) */
@@ -322,18 +310,14 @@ int dt_mm_512_f32_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* mm_512_f32 */
     float* arena = (float*)malloc(sizeof(float) * 5120);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 32)) * (dt_cdiv(s1, 32));
+    const long long programs = (long long)(dt_cdiv(s0, 32)) * (long long)(dt_cdiv(s1, 32));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n1 = (long long)(dt_cdiv(s1, 32));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 32));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 32)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long g1 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 32)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 32)) continue; /* past the end of a short group */
         /* block(x:32) mm_512_f32.tensorize(x:32) */
         for (long long o1 = b0 * 32; o1 < dt_min_ll(b0 * 32 + 32, s0); o1 += 32) {
             /* block(y:32) mm_512_f32.tensorize(y:32) */
@@ -396,20 +380,16 @@ int dt_mm_1k_f32_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* mm_1k_f32 */
     float* arena = (float*)malloc(sizeof(float) * 14336);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(dt_cdiv(s0, 64), 8)) * (dt_cdiv(s1, 64)) * (8);
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n2 = (long long)(8);
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 64));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(dt_cdiv(s0, 64), 8));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 64)) * (long long)(8); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)dt_min_ll(8, dt_cdiv(s0, 64) - 8 * g0); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long g2 = rest;
         const long long b0 = g0 * 8 + g2; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
         /* block(x:64) mm_1k_f32.tensorize(x:64) */
         for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
             /* block(y:64) mm_1k_f32.tensorize(y:64) */
@@ -472,20 +452,16 @@ int dt_mm_128_f32_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* mm_128_f32 */
     float* arena = (float*)malloc(sizeof(float) * 53248);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n2 = (long long)(8);
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 128));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(dt_cdiv(s0, 128), 8));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 128)) * (long long)(8); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long g2 = rest;
         const long long b0 = g0 * 8 + g2; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
         /* block(x:128) mm_128_f32.tensorize(x:128) */
         for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
             /* block(y:128) mm_128_f32.tensorize(y:128) */

@@ -867,8 +867,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m16
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* mm_90a_m16_split */
@@ -882,7 +885,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m16
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 16)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (long long)(dt_cdiv(s0, 16)) * (long long)(dt_cdiv(s1, 64)) * (long long)(2);
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -896,17 +899,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m16
                 /* this program's block */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(2);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
                     for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                         const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
@@ -925,17 +924,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m16
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(2);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
                 for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
@@ -979,17 +974,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m16
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(2);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
             /* block(x:16) mm_90a_m16_split.tensorize(x:16) */
             for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
@@ -1091,8 +1082,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m16
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* mm_90a_m16_split */
@@ -1106,7 +1100,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m16
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 16)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (long long)(dt_cdiv(s0, 16)) * (long long)(dt_cdiv(s1, 64)) * (long long)(2);
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -1120,17 +1114,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m16
                 /* this program's block */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(2);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
                     for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                         const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
@@ -1149,17 +1139,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m16
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(2);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
                 for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
@@ -1203,17 +1189,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m16
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(2);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
             /* block(x:16) mm_90a_m16_split.tensorize(x:16) */
             for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
@@ -1315,8 +1297,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m16_f16(DT_GRID_C
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* mm_90a_m16 */
@@ -1330,7 +1315,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m16_f16(DT_GRID_C
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 16)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 16)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -1344,15 +1329,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m16_f16(DT_GRID_C
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                         dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -1370,15 +1351,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m16_f16(DT_GRID_C
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                     dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -1417,15 +1394,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m16_f16(DT_GRID_C
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             /* block(x:16) mm_90a_m16.tensorize(x:16) */
             for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
                 /* block(y:64) mm_90a_m16.tensorize(y:64) */
@@ -1497,8 +1470,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m16_bf16(DT_GRID_
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* mm_90a_m16 */
@@ -1512,7 +1488,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m16_bf16(DT_GRID_
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 16)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 16)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -1526,15 +1502,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m16_bf16(DT_GRID_
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                         dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -1552,15 +1524,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m16_bf16(DT_GRID_
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                     dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -1599,15 +1567,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m16_bf16(DT_GRID_
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             /* block(x:16) mm_90a_m16.tensorize(x:16) */
             for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
                 /* block(y:64) mm_90a_m16.tensorize(y:64) */
@@ -1679,8 +1643,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m64
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
@@ -1693,7 +1660,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m64
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64)) * (long long)(2);
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -1707,17 +1674,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m64
                 /* this program's block */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(2);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
                     for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
@@ -1736,17 +1699,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m64
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(2);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
                 for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
@@ -1791,17 +1750,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m64
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(2);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
             /* block(x:64) mm_90a_m64_split.tensorize(x:64) */
             for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
@@ -1914,8 +1869,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m64
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
@@ -1928,7 +1886,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m64
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64)) * (long long)(2);
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -1942,17 +1900,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m64
                 /* this program's block */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(2);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
                     for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
@@ -1971,17 +1925,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m64
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(2);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
                 for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
@@ -2026,17 +1976,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_m64
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(2);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
             /* block(x:64) mm_90a_m64_split.tensorize(x:64) */
             for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
@@ -2149,8 +2095,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m64_f16(DT_GRID_C
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
@@ -2163,7 +2112,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m64_f16(DT_GRID_C
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -2177,15 +2126,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m64_f16(DT_GRID_C
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                         dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -2203,15 +2148,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m64_f16(DT_GRID_C
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -2251,15 +2192,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m64_f16(DT_GRID_C
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             /* block(x:64) mm_90a_m64.tensorize(x:64) */
             for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
                 /* block(y:64) mm_90a_m64.tensorize(y:64) */
@@ -2342,8 +2279,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m64_bf16(DT_GRID_
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
@@ -2356,7 +2296,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m64_bf16(DT_GRID_
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -2370,15 +2310,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m64_bf16(DT_GRID_
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                         dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -2396,15 +2332,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m64_bf16(DT_GRID_
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -2444,15 +2376,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m64_bf16(DT_GRID_
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             /* block(x:64) mm_90a_m64.tensorize(x:64) */
             for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
                 /* block(y:64) mm_90a_m64.tensorize(y:64) */
@@ -2535,8 +2463,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_512
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
@@ -2549,7 +2480,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_512
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64)) * (long long)(2);
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -2563,17 +2494,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_512
                 /* this program's block */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(2);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
                     for (long long o = (b2 * 4096); o < dt_min_ll((b2 * 4096) + 4096, s2); o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
@@ -2592,17 +2519,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_512
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(2);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
                 for (long long o = (b2 * 4096); o < dt_min_ll((b2 * 4096) + 4096, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
@@ -2647,17 +2570,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_512
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(2);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
             /* block(x:64) mm_90a_512_split.tensorize(x:64) */
             for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
@@ -2770,8 +2689,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_512
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
@@ -2784,7 +2706,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_512
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64)) * (long long)(2);
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -2798,17 +2720,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_512
                 /* this program's block */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(2);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
                     for (long long o = (b2 * 4096); o < dt_min_ll((b2 * 4096) + 4096, s2); o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
@@ -2827,17 +2745,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_512
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(2);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
                 for (long long o = (b2 * 4096); o < dt_min_ll((b2 * 4096) + 4096, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
@@ -2882,17 +2796,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_mm_90a_512
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(2);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
             /* block(x:64) mm_90a_512_split.tensorize(x:64) */
             for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
@@ -3005,8 +2915,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_512_f16(DT_GRID_C
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
@@ -3019,7 +2932,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_512_f16(DT_GRID_C
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -3033,15 +2946,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_512_f16(DT_GRID_C
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                         dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -3059,15 +2968,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_512_f16(DT_GRID_C
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -3107,15 +3012,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_512_f16(DT_GRID_C
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             /* block(x:64) mm_90a_512.tensorize(x:64) */
             for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
                 /* block(y:64) mm_90a_512.tensorize(y:64) */
@@ -3198,8 +3099,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_512_bf16(DT_GRID_
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
@@ -3212,7 +3116,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_512_bf16(DT_GRID_
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -3226,15 +3130,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_512_bf16(DT_GRID_
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                         dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -3252,15 +3152,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_512_bf16(DT_GRID_
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -3300,15 +3196,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_512_bf16(DT_GRID_
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             /* block(x:64) mm_90a_512.tensorize(x:64) */
             for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
                 /* block(y:64) mm_90a_512.tensorize(y:64) */
@@ -3391,8 +3283,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_1k_f16(DT_GRID_CO
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 8 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[8] at +196608 and empty[8] at +196672 */
@@ -3405,7 +3300,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_1k_f16(DT_GRID_CO
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -3419,15 +3314,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_1k_f16(DT_GRID_CO
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                         dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -3445,15 +3336,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_1k_f16(DT_GRID_CO
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -3493,15 +3380,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_1k_f16(DT_GRID_CO
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             /* block(x:128) mm_90a_1k.tensorize(x:128) */
             for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
                 /* block(y:64) mm_90a_1k.tensorize(y:64) */
@@ -3584,8 +3467,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_1k_bf16(DT_GRID_C
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 8 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[8] at +196608 and empty[8] at +196672 */
@@ -3598,7 +3484,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_1k_bf16(DT_GRID_C
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -3612,15 +3498,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_1k_bf16(DT_GRID_C
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                         dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -3638,15 +3520,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_1k_bf16(DT_GRID_C
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -3686,15 +3564,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_1k_bf16(DT_GRID_C
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             /* block(x:128) mm_90a_1k.tensorize(x:128) */
             for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
                 /* block(y:64) mm_90a_1k.tensorize(y:64) */
@@ -3777,8 +3651,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_mm_90a_m12
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 6 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[6] at +147456 and empty[6] at +147504 */
@@ -3791,7 +3668,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_mm_90a_m12
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 64)) * (long long)(2);
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -3805,17 +3682,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_mm_90a_m12
                 /* this program's block */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(2);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
                     for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                         const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
@@ -3834,17 +3707,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_mm_90a_m12
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(2);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
                 for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
@@ -3889,17 +3758,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_mm_90a_m12
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(2);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
             /* block(x:128) mm_90a_m128_split.tensorize(x:128) */
             for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
@@ -4012,8 +3877,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_mm_90a_m12
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 6 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[6] at +147456 and empty[6] at +147504 */
@@ -4026,7 +3894,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_mm_90a_m12
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 64)) * (long long)(2);
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -4040,17 +3908,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_mm_90a_m12
                 /* this program's block */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(2);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
                     for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                         const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
@@ -4069,17 +3933,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_mm_90a_m12
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(2);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
                 for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
@@ -4124,17 +3984,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_mm_90a_m12
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(2);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
             /* block(x:128) mm_90a_m128_split.tensorize(x:128) */
             for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
@@ -4247,8 +4103,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m128_f16(DT_GRID_
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 5 stages of 32768 bytes from dt_ring (1024-aligned), then barriers full[5] at +163840 and empty[5] at +163880 */
@@ -4261,7 +4120,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m128_f16(DT_GRID_
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -4275,15 +4134,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m128_f16(DT_GRID_
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 5u, phase = (dt_step / 5u) & 1u;
                         dt_mbar_wait(dt_ring + 163880 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -4302,15 +4157,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m128_f16(DT_GRID_
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 5u, phase = (dt_step / 5u) & 1u;
                     dt_mbar_wait(dt_ring + 163880 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -4351,15 +4202,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m128_f16(DT_GRID_
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
             /* block(x:128) mm_90a_m128.tensorize(x:128) */
             for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
                 /* block(y:128) mm_90a_m128.tensorize(y:128) */
@@ -4440,8 +4287,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m128_bf16(DT_GRID
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 5 stages of 32768 bytes from dt_ring (1024-aligned), then barriers full[5] at +163840 and empty[5] at +163880 */
@@ -4454,7 +4304,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m128_bf16(DT_GRID
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -4468,15 +4318,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m128_bf16(DT_GRID
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 5u, phase = (dt_step / 5u) & 1u;
                         dt_mbar_wait(dt_ring + 163880 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -4495,15 +4341,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m128_bf16(DT_GRID
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 5u, phase = (dt_step / 5u) & 1u;
                     dt_mbar_wait(dt_ring + 163880 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -4544,15 +4386,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m128_bf16(DT_GRID
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
             /* block(x:128) mm_90a_m128.tensorize(x:128) */
             for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
                 /* block(y:128) mm_90a_m128.tensorize(y:128) */
@@ -4610,6 +4448,374 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m128_bf16(DT_GRID
 #endif
 }
 
+#ifndef DT_WGMMA_M64N128K16_F16
+#define DT_WGMMA_M64N128K16_F16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n128k16_f16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel mm_90a_m192 for f16: grid block(x:64, y:128); 256 threads, warp-specialized for sm_90a */
+extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m192_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
+#if defined(__CUDA_ARCH__) && !DT_SM90A
+    __trap(); /* built for sm_90a, where the library runs it */
+#else
+    const dt_args_t<2, 2, 3, 1>& args = targs.args;
+    extern __shared__ float dt_smem[];
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
+    const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
+    const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
+    /* 6 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[6] at +147456 and empty[6] at +147504 */
+    const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
+    if (tid == 0) {
+        for (int st = 0; st < 6; st++) {
+            dt_mbar_init(dt_ring + 147456 + 8 * st, 1);
+            dt_mbar_init(dt_ring + 147504 + 8 * st, 1);
+        }
+        dt_mbar_fence_init();
+    }
+    __syncthreads();
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 128));
+    /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
+    if (tid >= 128) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 128) {
+                unsigned dt_step = 0;
+                /* persistent(): this program's blocks, in map order */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
+                    const long long b0 = g0; /* block index along x */
+                    const long long b1 = g1; /* block index along y */
+                    for (long long o = 0; o < s2; o += 64, dt_step++) {
+                        const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
+                        dt_mbar_wait(dt_ring + 147504 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 147456 + 8 * st, 24576);
+                        const unsigned stage = dt_ring + st * 24576;
+                        /* A[x, k]: 1 copy of box [x:64, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 147456 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        /* B[k, y]: 2 copies of box [k:64, y:64] */
+                        #pragma unroll
+                        for (int c = 0; c < 2; c++) dt_tma_load_2d(stage + 8192 + c * 8192, &targs.maps[1], dt_ring + 147456 + 8 * st, (int)((b1 * 128) + c * 64), (int)(o));
+                    }
+                }
+            }
+        } else {
+            unsigned dt_step = 0;
+            /* persistent(): this program's blocks, in map order */
+            for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                unsigned rest = (unsigned)pid;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
+                const long long b0 = g0; /* block index along x */
+                const long long b1 = g1; /* block index along y */
+                for (long long o = 0; o < s2; o += 64, dt_step++) {
+                    const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
+                    dt_mbar_wait(dt_ring + 147504 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                    const unsigned stage = dt_ring + st * 24576;
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 147456 + 8 * st, (dt_by_map0 ? 8192u : 0u) + (dt_by_map1 ? 16384u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:64, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 147456 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<64>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* B[k, y]: 2 copies of box [k:64, y:64] */
+                            #pragma unroll
+                            for (int c = 0; c < 2; c++) dt_tma_load_2d(stage + 8192 + c * 8192, &targs.maps[1], dt_ring + 147456 + 8 * st, (int)((b1 * 128) + c * 64), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 2; c++) {
+                            dt_copy_box_by_threads<64>(stage + 8192 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 128) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 128) + c * 64), tid - 128);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(3);
+                    if (tid == 128) dt_mbar_arrive(dt_ring + 147456 + 8 * st);
+                }
+            }
+        }
+    } else {
+        dt_setmaxnreg_inc<248>();
+        unsigned dt_step = 0;
+        unsigned dt_stored = 0;
+        /* persistent(): this program's blocks, in map order */
+        for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+            unsigned rest = (unsigned)pid;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
+            const long long b0 = g0; /* block index along x */
+            const long long b1 = g1; /* block index along y */
+            /* block(x:64) mm_90a_m192.tensorize(x:64) */
+            for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
+                /* block(y:128) mm_90a_m192.tensorize(y:128) */
+                for (long long o2 = b1 * 128; o2 < dt_min_ll(b1 * 128 + 128, s1); o2 += 128) {
+                    /* rdot accumulator */
+                    float acc0[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        acc0[r] = 0e0f;
+                    }
+                    /* rdot mm_90a_m192.tensorize(k:64) num_stages(6) */
+                    /* warp_specialize(): the operands arrive in stages by TMA; m64n128k16 wgmma, 4 per stage, one group in flight */
+                    for (long long o5 = 0; o5 < s2; o5 += 64, dt_step++) {
+                        const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
+                        dt_mbar_wait(dt_ring + 147456 + 8 * st, phase); /* stage st has landed */
+                        const unsigned fa = dt_ring + st * 24576 + 0 + (tid >> 7) * 8192;
+                        const unsigned fb = dt_ring + st * 24576 + 8192;
+                        dt_wgmma_fence();
+                        #pragma unroll
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n128k16_f16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        dt_wgmma_commit();
+                        dt_wgmma_wait<1>();
+                        if (o5 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 147504 + 8 * ((dt_step + 5u) % 6u)); /* the step before is done */
+                    }
+                    dt_wgmma_wait<0>();
+                    if (s2 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 147504 + 8 * ((dt_step + 5u) % 6u));
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) dt_reg_fence(acc0[r]);
+                    float v3[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v3[r] = acc0[r];
+                    }
+                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
+                    #pragma unroll
+                    for (int c = 0; c < 2; c++, dt_stored++) {
+                        const unsigned buf = dt_ring + 148480 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
+                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        #pragma unroll
+                        for (int j = 0; j < 32; j += 2) {
+                            const int r = c * 32 + j;
+                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
+                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_f16(v3[r], v3[r + 1]));
+                        }
+                        dt_fence_proxy_async();
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 128) + c * 64), (int)((b0 * 64) + (tid >> 7) * 64)); dt_bulk_commit(); }
+                    }
+                }
+            }
+        }
+        if ((tid & 127) == 0) dt_bulk_wait_read<0>(); /* the last stores have read their buffers before the program ends */
+    }
+#endif
+}
+
+#ifndef DT_WGMMA_M64N128K16_BF16
+#define DT_WGMMA_M64N128K16_BF16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n128k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel mm_90a_m192 for bf16: grid block(x:64, y:128); 256 threads, warp-specialized for sm_90a */
+extern "C" __global__ void __launch_bounds__(256, 1) dt_mm_90a_m192_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
+#if defined(__CUDA_ARCH__) && !DT_SM90A
+    __trap(); /* built for sm_90a, where the library runs it */
+#else
+    const dt_args_t<2, 2, 3, 1>& args = targs.args;
+    extern __shared__ float dt_smem[];
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
+    const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
+    const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
+    /* 6 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[6] at +147456 and empty[6] at +147504 */
+    const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
+    if (tid == 0) {
+        for (int st = 0; st < 6; st++) {
+            dt_mbar_init(dt_ring + 147456 + 8 * st, 1);
+            dt_mbar_init(dt_ring + 147504 + 8 * st, 1);
+        }
+        dt_mbar_fence_init();
+    }
+    __syncthreads();
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 128));
+    /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
+    if (tid >= 128) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 128) {
+                unsigned dt_step = 0;
+                /* persistent(): this program's blocks, in map order */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
+                    const long long b0 = g0; /* block index along x */
+                    const long long b1 = g1; /* block index along y */
+                    for (long long o = 0; o < s2; o += 64, dt_step++) {
+                        const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
+                        dt_mbar_wait(dt_ring + 147504 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 147456 + 8 * st, 24576);
+                        const unsigned stage = dt_ring + st * 24576;
+                        /* A[x, k]: 1 copy of box [x:64, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 147456 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        /* B[k, y]: 2 copies of box [k:64, y:64] */
+                        #pragma unroll
+                        for (int c = 0; c < 2; c++) dt_tma_load_2d(stage + 8192 + c * 8192, &targs.maps[1], dt_ring + 147456 + 8 * st, (int)((b1 * 128) + c * 64), (int)(o));
+                    }
+                }
+            }
+        } else {
+            unsigned dt_step = 0;
+            /* persistent(): this program's blocks, in map order */
+            for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                unsigned rest = (unsigned)pid;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
+                const long long b0 = g0; /* block index along x */
+                const long long b1 = g1; /* block index along y */
+                for (long long o = 0; o < s2; o += 64, dt_step++) {
+                    const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
+                    dt_mbar_wait(dt_ring + 147504 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                    const unsigned stage = dt_ring + st * 24576;
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 147456 + 8 * st, (dt_by_map0 ? 8192u : 0u) + (dt_by_map1 ? 16384u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:64, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 147456 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<64>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* B[k, y]: 2 copies of box [k:64, y:64] */
+                            #pragma unroll
+                            for (int c = 0; c < 2; c++) dt_tma_load_2d(stage + 8192 + c * 8192, &targs.maps[1], dt_ring + 147456 + 8 * st, (int)((b1 * 128) + c * 64), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 2; c++) {
+                            dt_copy_box_by_threads<64>(stage + 8192 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 128) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 128) + c * 64), tid - 128);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(3);
+                    if (tid == 128) dt_mbar_arrive(dt_ring + 147456 + 8 * st);
+                }
+            }
+        }
+    } else {
+        dt_setmaxnreg_inc<248>();
+        unsigned dt_step = 0;
+        unsigned dt_stored = 0;
+        /* persistent(): this program's blocks, in map order */
+        for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+            unsigned rest = (unsigned)pid;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
+            const long long b0 = g0; /* block index along x */
+            const long long b1 = g1; /* block index along y */
+            /* block(x:64) mm_90a_m192.tensorize(x:64) */
+            for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
+                /* block(y:128) mm_90a_m192.tensorize(y:128) */
+                for (long long o2 = b1 * 128; o2 < dt_min_ll(b1 * 128 + 128, s1); o2 += 128) {
+                    /* rdot accumulator */
+                    float acc0[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        acc0[r] = 0e0f;
+                    }
+                    /* rdot mm_90a_m192.tensorize(k:64) num_stages(6) */
+                    /* warp_specialize(): the operands arrive in stages by TMA; m64n128k16 wgmma, 4 per stage, one group in flight */
+                    for (long long o5 = 0; o5 < s2; o5 += 64, dt_step++) {
+                        const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
+                        dt_mbar_wait(dt_ring + 147456 + 8 * st, phase); /* stage st has landed */
+                        const unsigned fa = dt_ring + st * 24576 + 0 + (tid >> 7) * 8192;
+                        const unsigned fb = dt_ring + st * 24576 + 8192;
+                        dt_wgmma_fence();
+                        #pragma unroll
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n128k16_bf16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        dt_wgmma_commit();
+                        dt_wgmma_wait<1>();
+                        if (o5 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 147504 + 8 * ((dt_step + 5u) % 6u)); /* the step before is done */
+                    }
+                    dt_wgmma_wait<0>();
+                    if (s2 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 147504 + 8 * ((dt_step + 5u) % 6u));
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) dt_reg_fence(acc0[r]);
+                    float v3[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v3[r] = acc0[r];
+                    }
+                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
+                    #pragma unroll
+                    for (int c = 0; c < 2; c++, dt_stored++) {
+                        const unsigned buf = dt_ring + 148480 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
+                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        #pragma unroll
+                        for (int j = 0; j < 32; j += 2) {
+                            const int r = c * 32 + j;
+                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
+                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_bf16(v3[r], v3[r + 1]));
+                        }
+                        dt_fence_proxy_async();
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 128) + c * 64), (int)((b0 * 64) + (tid >> 7) * 64)); dt_bulk_commit(); }
+                    }
+                }
+            }
+        }
+        if ((tid & 127) == 0) dt_bulk_wait_read<0>(); /* the last stores have read their buffers before the program ends */
+    }
+#endif
+}
+
 #ifndef DT_WGMMA_M64N64K16_F16
 #define DT_WGMMA_M64N64K16_F16
 template <int TA, int TB>
@@ -4633,8 +4839,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m256_f16(DT_GRID_
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 8 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[8] at +196608 and empty[8] at +196672 */
@@ -4647,7 +4856,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m256_f16(DT_GRID_
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -4661,15 +4870,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m256_f16(DT_GRID_
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                         dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -4687,15 +4892,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m256_f16(DT_GRID_
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -4735,15 +4936,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m256_f16(DT_GRID_
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             /* block(x:128) mm_90a_m256.tensorize(x:128) */
             for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
                 /* block(y:64) mm_90a_m256.tensorize(y:64) */
@@ -4826,8 +5023,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m256_bf16(DT_GRID
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 8 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[8] at +196608 and empty[8] at +196672 */
@@ -4840,7 +5040,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m256_bf16(DT_GRID
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -4854,15 +5054,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m256_bf16(DT_GRID
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                         dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -4880,15 +5076,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m256_bf16(DT_GRID
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -4928,15 +5120,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m256_bf16(DT_GRID
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             /* block(x:128) mm_90a_m256.tensorize(x:128) */
             for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
                 /* block(y:64) mm_90a_m256.tensorize(y:64) */
@@ -5019,8 +5207,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m512_f16(DT_GRID_
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 5 stages of 32768 bytes from dt_ring (1024-aligned), then barriers full[5] at +163840 and empty[5] at +163880 */
@@ -5033,7 +5224,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m512_f16(DT_GRID_
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -5047,15 +5238,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m512_f16(DT_GRID_
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 5u, phase = (dt_step / 5u) & 1u;
                         dt_mbar_wait(dt_ring + 163880 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5074,15 +5261,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m512_f16(DT_GRID_
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 5u, phase = (dt_step / 5u) & 1u;
                     dt_mbar_wait(dt_ring + 163880 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5123,15 +5306,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m512_f16(DT_GRID_
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
             /* block(x:128) mm_90a_m512.tensorize(x:128) */
             for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
                 /* block(y:128) mm_90a_m512.tensorize(y:128) */
@@ -5212,8 +5391,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m512_bf16(DT_GRID
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 5 stages of 32768 bytes from dt_ring (1024-aligned), then barriers full[5] at +163840 and empty[5] at +163880 */
@@ -5226,7 +5408,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m512_bf16(DT_GRID
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -5240,15 +5422,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m512_bf16(DT_GRID
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 5u, phase = (dt_step / 5u) & 1u;
                         dt_mbar_wait(dt_ring + 163880 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5267,15 +5445,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m512_bf16(DT_GRID
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 5u, phase = (dt_step / 5u) & 1u;
                     dt_mbar_wait(dt_ring + 163880 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5316,15 +5490,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_m512_bf16(DT_GRID
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
             /* block(x:128) mm_90a_m512.tensorize(x:128) */
             for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
                 /* block(y:128) mm_90a_m512.tensorize(y:128) */
@@ -5405,8 +5575,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_f16(DT_GRID_CONST
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 4 stages of 49152 bytes from dt_ring (1024-aligned), then barriers full[4] at +196608 and empty[4] at +196640 */
@@ -5419,7 +5592,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_f16(DT_GRID_CONST
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 256)) * (8);
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 256));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -5433,17 +5606,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_f16(DT_GRID_CONST
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(8);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 256)) * (unsigned)(8); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0 * 8 + g2; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 4u, phase = (dt_step / 4u) & 1u;
                         dt_mbar_wait(dt_ring + 196640 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5462,17 +5631,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_f16(DT_GRID_CONST
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(8);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 256)) * (unsigned)(8); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0 * 8 + g2; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 4u, phase = (dt_step / 4u) & 1u;
                     dt_mbar_wait(dt_ring + 196640 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5513,17 +5678,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_f16(DT_GRID_CONST
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(8);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 256)) * (unsigned)(8); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0 * 8 + g2; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
             /* block(x:128) mm_90a.tensorize(x:128) */
             for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
                 /* block(y:256) mm_90a.tensorize(y:256) */
@@ -5604,8 +5765,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_bf16(DT_GRID_CONS
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 4 stages of 49152 bytes from dt_ring (1024-aligned), then barriers full[4] at +196608 and empty[4] at +196640 */
@@ -5618,7 +5782,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_bf16(DT_GRID_CONS
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 256)) * (8);
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 256));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -5632,17 +5796,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_bf16(DT_GRID_CONS
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(8);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 256)) * (unsigned)(8); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0 * 8 + g2; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 4u, phase = (dt_step / 4u) & 1u;
                         dt_mbar_wait(dt_ring + 196640 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5661,17 +5821,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_bf16(DT_GRID_CONS
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(8);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 256)) * (unsigned)(8); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0 * 8 + g2; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 4u, phase = (dt_step / 4u) & 1u;
                     dt_mbar_wait(dt_ring + 196640 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5712,17 +5868,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_mm_90a_bf16(DT_GRID_CONS
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(8);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 256)) * (unsigned)(8); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0 * 8 + g2; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
             /* block(x:128) mm_90a.tensorize(x:128) */
             for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
                 /* block(y:256) mm_90a.tensorize(y:256) */
@@ -5786,24 +5938,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16(DT_GRID_CONSTANT con
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* mm */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     /* block(x:128) mm.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) mm.tensorize(y:128) */
@@ -5970,24 +6121,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_f16_whole(DT_GRID_CONSTA
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* mm */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     /* block(x:128) mm.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) mm.tensorize(y:128) */
@@ -6168,24 +6318,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16(DT_GRID_CONSTANT co
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* mm */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     /* block(x:128) mm.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) mm.tensorize(y:128) */
@@ -6352,24 +6501,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_bf16_whole(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* mm */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     /* block(x:128) mm.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) mm.tensorize(y:128) */
@@ -6550,24 +6698,23 @@ extern "C" __global__ void __launch_bounds__(64) DT_CLUSTER(2) dt_mm_16_f32_spli
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_16_f32_split */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(2);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along k */
     /* block(x:16) mm_16_f32_split.tensorize(x:16) */
     for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
@@ -6773,24 +6920,23 @@ extern "C" __global__ void __launch_bounds__(64) DT_CLUSTER(2) dt_mm_16_f32_spli
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_16_f32_split */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(2);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along k */
     /* block(x:16) mm_16_f32_split.tensorize(x:16) */
     for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
@@ -6995,22 +7141,21 @@ extern "C" __global__ void __launch_bounds__(64) dt_mm_16_f32_f32(DT_GRID_CONSTA
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_16_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     /* block(x:16) mm_16_f32.tensorize(x:16) */
     for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
         /* block(y:64) mm_16_f32.tensorize(y:64) */
@@ -7189,22 +7334,21 @@ extern "C" __global__ void __launch_bounds__(64) dt_mm_16_f32_f32_whole(DT_GRID_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_16_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     /* block(x:16) mm_16_f32.tensorize(x:16) */
     for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
         /* block(y:64) mm_16_f32.tensorize(y:64) */
@@ -7382,22 +7526,21 @@ extern "C" __global__ void __launch_bounds__(64) dt_mm_512_f32_f32(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_512_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 32));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 32));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 32)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 32)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 32)) return; /* past the end of a short group */
     /* block(x:32) mm_512_f32.tensorize(x:32) */
     for (long long o1 = b0 * 32; o1 < dt_min_ll(b0 * 32 + 32, s0); o1 += 32) {
         /* block(y:32) mm_512_f32.tensorize(y:32) */
@@ -7576,22 +7719,21 @@ extern "C" __global__ void __launch_bounds__(64) dt_mm_512_f32_f32_whole(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_512_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 32));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 32));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 32)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 32)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 32)) return; /* past the end of a short group */
     /* block(x:32) mm_512_f32.tensorize(x:32) */
     for (long long o1 = b0 * 32; o1 < dt_min_ll(b0 * 32 + 32, s0); o1 += 32) {
         /* block(y:32) mm_512_f32.tensorize(y:32) */
@@ -7769,24 +7911,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_1k_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 64), 8));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 64) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 64)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     /* block(x:64) mm_1k_f32.tensorize(x:64) */
     for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
         /* block(y:64) mm_1k_f32.tensorize(y:64) */
@@ -7965,24 +8106,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_1k_f32_f32_whole(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_1k_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 64), 8));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 64) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 64)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     /* block(x:64) mm_1k_f32.tensorize(x:64) */
     for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
         /* block(y:64) mm_1k_f32.tensorize(y:64) */
@@ -8160,24 +8300,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_128_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     /* block(x:128) mm_128_f32.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) mm_128_f32.tensorize(y:128) */
@@ -8356,24 +8495,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_128_f32_f32_whole(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_128_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     /* block(x:128) mm_128_f32.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) mm_128_f32.tensorize(y:128) */

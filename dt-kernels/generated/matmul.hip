@@ -850,25 +850,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_f16(DT_GRID_CONSTANT con
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* mm */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     /* block(x:128) mm.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) mm.tensorize(y:128) */
@@ -975,25 +974,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_bf16(DT_GRID_CONSTANT co
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* mm */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     /* block(x:128) mm.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) mm.tensorize(y:128) */
@@ -1100,23 +1098,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_16_f32_f32(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_16_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 16)) * (long long)(dt_cdiv(s1, 64))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     /* block(x:16) mm_16_f32.tensorize(x:16) */
     for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
         /* block(y:64) mm_16_f32.tensorize(y:64) */
@@ -1229,23 +1226,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_16_f32_f32_whole(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_16_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 16)) * (long long)(dt_cdiv(s1, 64))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     /* block(x:16) mm_16_f32.tensorize(x:16) */
     for (long long o1 = b0 * 16; o1 < dt_min_ll(b0 * 16 + 16, s0); o1 += 16) {
         /* block(y:64) mm_16_f32.tensorize(y:64) */
@@ -1355,23 +1351,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_512_f32_f32(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_512_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 32)) * (long long)(dt_cdiv(s1, 32))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 32));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 32));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 32)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 32)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 32)) return; /* past the end of a short group */
     /* block(x:32) mm_512_f32.tensorize(x:32) */
     for (long long o1 = b0 * 32; o1 < dt_min_ll(b0 * 32 + 32, s0); o1 += 32) {
         /* block(y:32) mm_512_f32.tensorize(y:32) */
@@ -1484,23 +1479,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_mm_512_f32_f32_whole(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_512_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 32)) * (long long)(dt_cdiv(s1, 32))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 32));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 32));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 32)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 32)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 32)) return; /* past the end of a short group */
     /* block(x:32) mm_512_f32.tensorize(x:32) */
     for (long long o1 = b0 * 32; o1 < dt_min_ll(b0 * 32 + 32, s0); o1 += 32) {
         /* block(y:32) mm_512_f32.tensorize(y:32) */
@@ -1610,25 +1604,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_1k_f32_f32(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_1k_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 64), 8));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 64) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 64)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     /* block(x:64) mm_1k_f32.tensorize(x:64) */
     for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
         /* block(y:64) mm_1k_f32.tensorize(y:64) */
@@ -1743,25 +1736,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_mm_1k_f32_f32_whole(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_1k_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 64), 8));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 64) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 64)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     /* block(x:64) mm_1k_f32.tensorize(x:64) */
     for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
         /* block(y:64) mm_1k_f32.tensorize(y:64) */
@@ -1875,25 +1867,24 @@ extern "C" __global__ void __launch_bounds__(512) dt_mm_128_f32_f32(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_128_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     /* block(x:128) mm_128_f32.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) mm_128_f32.tensorize(y:128) */
@@ -2008,25 +1999,24 @@ extern "C" __global__ void __launch_bounds__(512) dt_mm_128_f32_f32_whole(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* mm_128_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     /* block(x:128) mm_128_f32.tensorize(x:128) */
     for (long long o1 = b0 * 128; o1 < dt_min_ll(b0 * 128 + 128, s0); o1 += 128) {
         /* block(y:128) mm_128_f32.tensorize(y:128) */

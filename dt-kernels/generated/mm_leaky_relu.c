@@ -96,20 +96,16 @@ int dt_out_f16(const dt_args* args, long long first, long long last) {
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* out */
     float* arena = (float*)malloc(sizeof(float) * 172034);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n2 = (long long)(8);
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 128));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(dt_cdiv(s0, 128), 8));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 128)) * (long long)(8); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long g2 = rest;
         const long long b0 = g0 * 8 + g2; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
         (arena + 57344)[0] = 0e0f;
         (arena + 90113)[0] = 1e-2f;
         /* block(x:128) out.tensorize(x:128) */
@@ -189,20 +185,16 @@ int dt_out_bf16(const dt_args* args, long long first, long long last) {
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* out */
     float* arena = (float*)malloc(sizeof(float) * 172034);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n2 = (long long)(8);
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 128));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(dt_cdiv(s0, 128), 8));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 128)) * (long long)(8); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long g2 = rest;
         const long long b0 = g0 * 8 + g2; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
         (arena + 57344)[0] = 0e0f;
         (arena + 90113)[0] = 1e-2f;
         /* block(x:128) out.tensorize(x:128) */
@@ -282,18 +274,14 @@ int dt_out_16_f32_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* out_16_f32 */
     float* arena = (float*)malloc(sizeof(float) * 12802);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 16)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 16)) * (long long)(dt_cdiv(s1, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n1 = (long long)(dt_cdiv(s1, 64));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 16));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long g1 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
         (arena + 5632)[0] = 0e0f;
         (arena + 7681)[0] = 1e-2f;
         /* block(x:16) out_16_f32.tensorize(x:16) */
@@ -373,18 +361,14 @@ int dt_out_512_f32_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* out_512_f32 */
     float* arena = (float*)malloc(sizeof(float) * 12290);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 32)) * (dt_cdiv(s1, 32));
+    const long long programs = (long long)(dt_cdiv(s0, 32)) * (long long)(dt_cdiv(s1, 32));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n1 = (long long)(dt_cdiv(s1, 32));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(s0, 32));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 32)); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long g1 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 32)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 32)) continue; /* past the end of a short group */
         (arena + 5120)[0] = 0e0f;
         (arena + 7169)[0] = 1e-2f;
         /* block(x:32) out_512_f32.tensorize(x:32) */
@@ -464,20 +448,16 @@ int dt_out_1k_f32_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* out_1k_f32 */
     float* arena = (float*)malloc(sizeof(float) * 43010);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(dt_cdiv(s0, 64), 8)) * (dt_cdiv(s1, 64)) * (8);
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n2 = (long long)(8);
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 64));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(dt_cdiv(s0, 64), 8));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 64)) * (long long)(8); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)dt_min_ll(8, dt_cdiv(s0, 64) - 8 * g0); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long g2 = rest;
         const long long b0 = g0 * 8 + g2; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
         (arena + 14336)[0] = 0e0f;
         (arena + 22529)[0] = 1e-2f;
         /* block(x:64) out_1k_f32.tensorize(x:64) */
@@ -557,20 +537,16 @@ int dt_out_128_f32_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* out_128_f32 */
     float* arena = (float*)malloc(sizeof(float) * 167938);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 128)) * (8);
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n2 = (long long)(8);
-        const long long g2 = rest % n2; rest /= n2;
-        const long long n1 = (long long)(dt_cdiv(s1, 128));
-        const long long g1 = rest % n1; rest /= n1;
-        const long long n0 = (long long)(dt_cdiv(dt_cdiv(s0, 128), 8));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long under0 = (long long)(dt_cdiv(s1, 128)) * (long long)(8); /* programs under one value of entry 0 */
+        const long long g0 = rest / under0; rest %= under0;
+        const long long under1 = (long long)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+        const long long g1 = rest / under1; rest %= under1;
+        const long long g2 = rest;
         const long long b0 = g0 * 8 + g2; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
         const long long b1 = g1; /* block index along y */
-        if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
         (arena + 53248)[0] = 0e0f;
         (arena + 86017)[0] = 1e-2f;
         /* block(x:128) out_128_f32.tensorize(x:128) */

@@ -867,8 +867,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* out_90a_m16_split */
@@ -882,7 +885,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 16)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (long long)(dt_cdiv(s0, 16)) * (long long)(dt_cdiv(s1, 64)) * (long long)(2);
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -896,17 +899,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                 /* this program's block */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(2);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
                     for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                         const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
@@ -925,17 +924,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(2);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
                 for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
@@ -979,17 +974,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(2);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
             float v6[1];
             {
@@ -1118,8 +1109,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* out_90a_m16_split */
@@ -1133,7 +1127,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 16)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (long long)(dt_cdiv(s0, 16)) * (long long)(dt_cdiv(s1, 64)) * (long long)(2);
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -1147,17 +1141,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
                 /* this program's block */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(2);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
                     for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                         const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
@@ -1176,17 +1166,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(2);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
                 for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
@@ -1230,17 +1216,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m1
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(2);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
             float v6[1];
             {
@@ -1369,8 +1351,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* out_90a_m16 */
@@ -1384,7 +1369,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 16)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 16)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -1398,15 +1383,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                         dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -1424,15 +1405,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                     dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -1471,15 +1448,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_f16(DT_GRID_
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             float v5[1];
             {
                 const int r = 0, e = 0;
@@ -1578,8 +1551,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* out_90a_m16 */
@@ -1593,7 +1569,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 16)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 16)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -1607,15 +1583,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                         dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -1633,15 +1605,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 16u, phase = (dt_step / 16u) & 1u;
                     dt_mbar_wait(dt_ring + 163968 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -1680,15 +1648,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m16_bf16(DT_GRID
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 16)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             float v5[1];
             {
                 const int r = 0, e = 0;
@@ -1787,8 +1751,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m6
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
@@ -1801,7 +1768,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m6
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64)) * (long long)(2);
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -1815,17 +1782,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m6
                 /* this program's block */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(2);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
                     for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
@@ -1844,17 +1807,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m6
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(2);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
                 for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
@@ -1899,17 +1858,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m6
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(2);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
             float v6[1];
             {
@@ -2049,8 +2004,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m6
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
@@ -2063,7 +2021,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m6
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64)) * (long long)(2);
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -2077,17 +2035,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m6
                 /* this program's block */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(2);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
                     for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
@@ -2106,17 +2060,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m6
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(2);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
                 for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
@@ -2161,17 +2111,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_m6
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(2);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
             float v6[1];
             {
@@ -2311,8 +2257,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_f16(DT_GRID_
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
@@ -2325,7 +2274,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_f16(DT_GRID_
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -2339,15 +2288,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_f16(DT_GRID_
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                         dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -2365,15 +2310,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_f16(DT_GRID_
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -2413,15 +2354,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_f16(DT_GRID_
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             float v5[1];
             {
                 const int r = 0, e = 0;
@@ -2531,8 +2468,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_bf16(DT_GRID
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
@@ -2545,7 +2485,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_bf16(DT_GRID
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -2559,15 +2499,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_bf16(DT_GRID
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                         dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -2585,15 +2521,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_bf16(DT_GRID
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -2633,15 +2565,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m64_bf16(DT_GRID
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             float v5[1];
             {
                 const int r = 0, e = 0;
@@ -2751,8 +2679,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_51
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
@@ -2765,7 +2696,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_51
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64)) * (long long)(2);
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -2779,17 +2710,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_51
                 /* this program's block */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(2);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
                     for (long long o = (b2 * 4096); o < dt_min_ll((b2 * 4096) + 4096, s2); o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
@@ -2808,17 +2735,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_51
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(2);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
                 for (long long o = (b2 * 4096); o < dt_min_ll((b2 * 4096) + 4096, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
@@ -2863,17 +2786,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_51
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(2);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
             float v6[1];
             {
@@ -3013,8 +2932,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_51
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
@@ -3027,7 +2949,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_51
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64)) * (long long)(2);
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -3041,17 +2963,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_51
                 /* this program's block */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(2);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
                     for (long long o = (b2 * 4096); o < dt_min_ll((b2 * 4096) + 4096, s2); o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
@@ -3070,17 +2988,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_51
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(2);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
                 for (long long o = (b2 * 4096); o < dt_min_ll((b2 * 4096) + 4096, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
@@ -3125,17 +3039,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) DT_CLUSTER(2) dt_out_90a_51
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(2);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
             float v6[1];
             {
@@ -3275,8 +3185,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_f16(DT_GRID_
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
@@ -3289,7 +3202,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_f16(DT_GRID_
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -3303,15 +3216,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_f16(DT_GRID_
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                         dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -3329,15 +3238,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_f16(DT_GRID_
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -3377,15 +3282,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_f16(DT_GRID_
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             float v5[1];
             {
                 const int r = 0, e = 0;
@@ -3495,8 +3396,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_bf16(DT_GRID
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 8 stages of 16384 bytes from dt_ring (1024-aligned), then barriers full[8] at +131072 and empty[8] at +131136 */
@@ -3509,7 +3413,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_bf16(DT_GRID
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 64)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
     if (tid >= 128) {
         dt_setmaxnreg_dec<88>();
@@ -3523,15 +3427,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_bf16(DT_GRID
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                         dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -3549,15 +3449,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_bf16(DT_GRID
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 131136 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -3597,15 +3493,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_512_bf16(DT_GRID
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 64));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 64)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             float v5[1];
             {
                 const int r = 0, e = 0;
@@ -3715,8 +3607,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_f16(DT_GRID_C
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 8 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[8] at +196608 and empty[8] at +196672 */
@@ -3729,7 +3624,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_f16(DT_GRID_C
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -3743,15 +3638,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_f16(DT_GRID_C
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                         dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -3769,15 +3660,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_f16(DT_GRID_C
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -3817,15 +3704,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_f16(DT_GRID_C
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             float v5[1];
             {
                 const int r = 0, e = 0;
@@ -3935,8 +3818,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_bf16(DT_GRID_
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 8 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[8] at +196608 and empty[8] at +196672 */
@@ -3949,7 +3835,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_bf16(DT_GRID_
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -3963,15 +3849,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_bf16(DT_GRID_
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                         dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -3989,15 +3871,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_bf16(DT_GRID_
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -4037,15 +3915,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_1k_bf16(DT_GRID_
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             float v5[1];
             {
                 const int r = 0, e = 0;
@@ -4155,8 +4029,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_out_90a_m1
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 6 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[6] at +147456 and empty[6] at +147504 */
@@ -4169,7 +4046,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_out_90a_m1
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 64)) * (long long)(2);
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -4183,17 +4060,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_out_90a_m1
                 /* this program's block */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(2);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
                     for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                         const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
@@ -4212,17 +4085,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_out_90a_m1
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(2);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
                 for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
@@ -4267,17 +4136,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_out_90a_m1
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(2);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
             float v6[1];
             {
@@ -4417,8 +4282,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_out_90a_m1
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 6 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[6] at +147456 and empty[6] at +147504 */
@@ -4431,7 +4299,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_out_90a_m1
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 64)) * (2);
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 64)) * (long long)(2);
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -4445,17 +4313,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_out_90a_m1
                 /* this program's block */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(2);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     const long long b2 = g2; /* block index along k */
                     for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                         const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
@@ -4474,17 +4338,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_out_90a_m1
             /* this program's block */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(2);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 const long long b2 = g2; /* block index along k */
                 for (long long o = (b2 * 2048); o < dt_min_ll((b2 * 2048) + 2048, s2); o += 64, dt_step++) {
                     const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
@@ -4529,17 +4389,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) DT_CLUSTER(2) dt_out_90a_m1
         /* this program's block */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(2);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             const long long b2 = g2; /* block index along k */
             float v6[1];
             {
@@ -4679,8 +4535,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m128_f16(DT_GRID
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 5 stages of 32768 bytes from dt_ring (1024-aligned), then barriers full[5] at +163840 and empty[5] at +163880 */
@@ -4693,7 +4552,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m128_f16(DT_GRID
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -4707,15 +4566,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m128_f16(DT_GRID
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 5u, phase = (dt_step / 5u) & 1u;
                         dt_mbar_wait(dt_ring + 163880 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -4734,15 +4589,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m128_f16(DT_GRID
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 5u, phase = (dt_step / 5u) & 1u;
                     dt_mbar_wait(dt_ring + 163880 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -4783,15 +4634,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m128_f16(DT_GRID
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
             float v5[1];
             {
                 const int r = 0, e = 0;
@@ -4899,8 +4746,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m128_bf16(DT_GRI
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 5 stages of 32768 bytes from dt_ring (1024-aligned), then barriers full[5] at +163840 and empty[5] at +163880 */
@@ -4913,7 +4763,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m128_bf16(DT_GRI
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -4927,15 +4777,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m128_bf16(DT_GRI
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 5u, phase = (dt_step / 5u) & 1u;
                         dt_mbar_wait(dt_ring + 163880 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -4954,15 +4800,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m128_bf16(DT_GRI
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 5u, phase = (dt_step / 5u) & 1u;
                     dt_mbar_wait(dt_ring + 163880 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5003,15 +4845,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m128_bf16(DT_GRI
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
             float v5[1];
             {
                 const int r = 0, e = 0;
@@ -5096,6 +4934,428 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m128_bf16(DT_GRI
 #endif
 }
 
+#ifndef DT_WGMMA_M64N128K16_F16
+#define DT_WGMMA_M64N128K16_F16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n128k16_f16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel out_90a_m192 for f16: grid block(x:64, y:128); 256 threads, warp-specialized for sm_90a */
+extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m192_f16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
+#if defined(__CUDA_ARCH__) && !DT_SM90A
+    __trap(); /* built for sm_90a, where the library runs it */
+#else
+    const dt_args_t<2, 2, 3, 1>& args = targs.args;
+    extern __shared__ float dt_smem[];
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
+    const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
+    const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
+    const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
+    const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
+    /* 6 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[6] at +147456 and empty[6] at +147504 */
+    const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
+    if (tid == 0) {
+        for (int st = 0; st < 6; st++) {
+            dt_mbar_init(dt_ring + 147456 + 8 * st, 1);
+            dt_mbar_init(dt_ring + 147504 + 8 * st, 1);
+        }
+        dt_mbar_fence_init();
+    }
+    __syncthreads();
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 128));
+    /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
+    if (tid >= 128) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 128) {
+                unsigned dt_step = 0;
+                /* persistent(): this program's blocks, in map order */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
+                    const long long b0 = g0; /* block index along x */
+                    const long long b1 = g1; /* block index along y */
+                    for (long long o = 0; o < s2; o += 64, dt_step++) {
+                        const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
+                        dt_mbar_wait(dt_ring + 147504 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 147456 + 8 * st, 24576);
+                        const unsigned stage = dt_ring + st * 24576;
+                        /* A[x, k]: 1 copy of box [x:64, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 147456 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        /* B[k, y]: 2 copies of box [k:64, y:64] */
+                        #pragma unroll
+                        for (int c = 0; c < 2; c++) dt_tma_load_2d(stage + 8192 + c * 8192, &targs.maps[1], dt_ring + 147456 + 8 * st, (int)((b1 * 128) + c * 64), (int)(o));
+                    }
+                }
+            }
+        } else {
+            unsigned dt_step = 0;
+            /* persistent(): this program's blocks, in map order */
+            for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                unsigned rest = (unsigned)pid;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
+                const long long b0 = g0; /* block index along x */
+                const long long b1 = g1; /* block index along y */
+                for (long long o = 0; o < s2; o += 64, dt_step++) {
+                    const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
+                    dt_mbar_wait(dt_ring + 147504 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                    const unsigned stage = dt_ring + st * 24576;
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 147456 + 8 * st, (dt_by_map0 ? 8192u : 0u) + (dt_by_map1 ? 16384u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:64, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 147456 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<64>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* B[k, y]: 2 copies of box [k:64, y:64] */
+                            #pragma unroll
+                            for (int c = 0; c < 2; c++) dt_tma_load_2d(stage + 8192 + c * 8192, &targs.maps[1], dt_ring + 147456 + 8 * st, (int)((b1 * 128) + c * 64), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 2; c++) {
+                            dt_copy_box_by_threads<64>(stage + 8192 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 128) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 128) + c * 64), tid - 128);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(3);
+                    if (tid == 128) dt_mbar_arrive(dt_ring + 147456 + 8 * st);
+                }
+            }
+        }
+    } else {
+        dt_setmaxnreg_inc<248>();
+        unsigned dt_step = 0;
+        unsigned dt_stored = 0;
+        /* persistent(): this program's blocks, in map order */
+        for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+            unsigned rest = (unsigned)pid;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
+            const long long b0 = g0; /* block index along x */
+            const long long b1 = g1; /* block index along y */
+            float v5[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v5[r] = 0e0f;
+            }
+            float v8[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v8[r] = 1e-2f;
+            }
+            /* block(x:64) out_90a_m192.tensorize(x:64) */
+            for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
+                /* block(y:128) out_90a_m192.tensorize(y:128) */
+                for (long long o2 = b1 * 128; o2 < dt_min_ll(b1 * 128 + 128, s1); o2 += 128) {
+                    /* rdot accumulator */
+                    float acc0[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        acc0[r] = 0e0f;
+                    }
+                    /* rdot out_90a_m192.tensorize(k:64) num_stages(6) */
+                    /* warp_specialize(): the operands arrive in stages by TMA; m64n128k16 wgmma, 4 per stage, one group in flight */
+                    for (long long o5 = 0; o5 < s2; o5 += 64, dt_step++) {
+                        const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
+                        dt_mbar_wait(dt_ring + 147456 + 8 * st, phase); /* stage st has landed */
+                        const unsigned fa = dt_ring + st * 24576 + 0 + (tid >> 7) * 8192;
+                        const unsigned fb = dt_ring + st * 24576 + 8192;
+                        dt_wgmma_fence();
+                        #pragma unroll
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n128k16_f16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        dt_wgmma_commit();
+                        dt_wgmma_wait<1>();
+                        if (o5 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 147504 + 8 * ((dt_step + 5u) % 6u)); /* the step before is done */
+                    }
+                    dt_wgmma_wait<0>();
+                    if (s2 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 147504 + 8 * ((dt_step + 5u) % 6u));
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) dt_reg_fence(acc0[r]);
+                    float v3[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v3[r] = acc0[r];
+                    }
+                    float v6[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
+                    }
+                    float v10[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v10[r] = (v8[0] * v3[r]);
+                    }
+                    float v11[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
+                    }
+                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
+                    #pragma unroll
+                    for (int c = 0; c < 2; c++, dt_stored++) {
+                        const unsigned buf = dt_ring + 148480 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
+                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        #pragma unroll
+                        for (int j = 0; j < 32; j += 2) {
+                            const int r = c * 32 + j;
+                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
+                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_f16(v11[r], v11[r + 1]));
+                        }
+                        dt_fence_proxy_async();
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 128) + c * 64), (int)((b0 * 64) + (tid >> 7) * 64)); dt_bulk_commit(); }
+                    }
+                }
+            }
+        }
+        if ((tid & 127) == 0) dt_bulk_wait_read<0>(); /* the last stores have read their buffers before the program ends */
+    }
+#endif
+}
+
+#ifndef DT_WGMMA_M64N128K16_BF16
+#define DT_WGMMA_M64N128K16_BF16
+template <int TA, int TB>
+DT_FN void dt_wgmma_m64n128k16_bf16(float* d, unsigned long long a, unsigned long long b) {
+#if DT_SM90A
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %66, %67; }"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(a), "l"(b), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+}
+#endif
+/* kernel out_90a_m192 for bf16: grid block(x:64, y:128); 256 threads, warp-specialized for sm_90a */
+extern "C" __global__ void __launch_bounds__(256, 1) dt_out_90a_m192_bf16(DT_GRID_CONSTANT const dt_tma_args_t<3, dt_args_t<2, 2, 3, 1>> targs) {
+#if defined(__CUDA_ARCH__) && !DT_SM90A
+    __trap(); /* built for sm_90a, where the library runs it */
+#else
+    const dt_args_t<2, 2, 3, 1>& args = targs.args;
+    extern __shared__ float dt_smem[];
+    const int tid = (int)threadIdx.x;
+    const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
+    const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
+    const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
+    const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
+    const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
+    /* 6 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[6] at +147456 and empty[6] at +147504 */
+    const unsigned dt_ring = (dt_smem_u32(dt_smem) + 1023u) & ~1023u;
+    if (tid == 0) {
+        for (int st = 0; st < 6; st++) {
+            dt_mbar_init(dt_ring + 147456 + 8 * st, 1);
+            dt_mbar_init(dt_ring + 147504 + 8 * st, 1);
+        }
+        dt_mbar_fence_init();
+    }
+    __syncthreads();
+    const long long programs = (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 128));
+    /* warp_specialize(): threads 128.. copy (one thread, or all where no tensor map describes an input), threads 0..128 compute */
+    if (tid >= 128) {
+        dt_setmaxnreg_dec<88>();
+        /* the inputs the host encoded tensor maps for: the warpgroup copies the others */
+        const bool dt_by_map0 = (targs.mapped >> 0) & 1;
+        const bool dt_by_map1 = (targs.mapped >> 1) & 1;
+        const bool dt_by_maps = dt_by_map0 && dt_by_map1;
+        if (dt_by_maps) {
+            if (tid == 128) {
+                unsigned dt_step = 0;
+                /* persistent(): this program's blocks, in map order */
+                for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                    unsigned rest = (unsigned)pid;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
+                    const long long b0 = g0; /* block index along x */
+                    const long long b1 = g1; /* block index along y */
+                    for (long long o = 0; o < s2; o += 64, dt_step++) {
+                        const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
+                        dt_mbar_wait(dt_ring + 147504 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                        dt_mbar_expect_tx(dt_ring + 147456 + 8 * st, 24576);
+                        const unsigned stage = dt_ring + st * 24576;
+                        /* A[x, k]: 1 copy of box [x:64, k:64] */
+                        dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 147456 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        /* B[k, y]: 2 copies of box [k:64, y:64] */
+                        #pragma unroll
+                        for (int c = 0; c < 2; c++) dt_tma_load_2d(stage + 8192 + c * 8192, &targs.maps[1], dt_ring + 147456 + 8 * st, (int)((b1 * 128) + c * 64), (int)(o));
+                    }
+                }
+            }
+        } else {
+            unsigned dt_step = 0;
+            /* persistent(): this program's blocks, in map order */
+            for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+                unsigned rest = (unsigned)pid;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
+                const long long b0 = g0; /* block index along x */
+                const long long b1 = g1; /* block index along y */
+                for (long long o = 0; o < s2; o += 64, dt_step++) {
+                    const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
+                    dt_mbar_wait(dt_ring + 147504 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
+                    const unsigned stage = dt_ring + st * 24576;
+                    if (tid == 128) dt_mbar_expect_tx_only(dt_ring + 147456 + 8 * st, (dt_by_map0 ? 8192u : 0u) + (dt_by_map1 ? 16384u : 0u));
+                    if (dt_by_map0) {
+                        if (tid == 128) {
+                            /* A[x, k]: 1 copy of box [x:64, k:64] */
+                            dt_tma_load_2d(stage + 0, &targs.maps[0], dt_ring + 147456 + 8 * st, (int)(o), (int)((b0 * 64)));
+                        }
+                    } else {
+                        /* A: the same boxes, copied by the warpgroup's threads */
+                        dt_copy_box_by_threads<64>(stage + 0, (const unsigned short*)in0 + (o) * args.input_strides[0][1] + ((b0 * 64)) * args.input_strides[0][0], args.input_strides[0][0], args.input_strides[0][1], s0 - ((b0 * 64)), s2 - o, tid - 128);
+                    }
+                    if (dt_by_map1) {
+                        if (tid == 128) {
+                            /* B[k, y]: 2 copies of box [k:64, y:64] */
+                            #pragma unroll
+                            for (int c = 0; c < 2; c++) dt_tma_load_2d(stage + 8192 + c * 8192, &targs.maps[1], dt_ring + 147456 + 8 * st, (int)((b1 * 128) + c * 64), (int)(o));
+                        }
+                    } else {
+                        /* B: the same boxes, copied by the warpgroup's threads */
+                        #pragma unroll 1
+                        for (int c = 0; c < 2; c++) {
+                            dt_copy_box_by_threads<64>(stage + 8192 + c * 8192, (const unsigned short*)in1 + (o) * args.input_strides[1][0] + ((b1 * 128) + c * 64) * args.input_strides[1][1], args.input_strides[1][0], args.input_strides[1][1], s2 - o, s1 - ((b1 * 128) + c * 64), tid - 128);
+                        }
+                    }
+                    dt_fence_proxy_async(); /* the threads' writes, visible to wgmma */
+                    dt_warpgroup_sync(3);
+                    if (tid == 128) dt_mbar_arrive(dt_ring + 147456 + 8 * st);
+                }
+            }
+        }
+    } else {
+        dt_setmaxnreg_inc<248>();
+        unsigned dt_step = 0;
+        unsigned dt_stored = 0;
+        /* persistent(): this program's blocks, in map order */
+        for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
+            unsigned rest = (unsigned)pid;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
+            const long long b0 = g0; /* block index along x */
+            const long long b1 = g1; /* block index along y */
+            float v5[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v5[r] = 0e0f;
+            }
+            float v8[1];
+            {
+                const int r = 0, e = 0;
+                (void)r; (void)e;
+                v8[r] = 1e-2f;
+            }
+            /* block(x:64) out_90a_m192.tensorize(x:64) */
+            for (long long o1 = b0 * 64; o1 < dt_min_ll(b0 * 64 + 64, s0); o1 += 64) {
+                /* block(y:128) out_90a_m192.tensorize(y:128) */
+                for (long long o2 = b1 * 128; o2 < dt_min_ll(b1 * 128 + 128, s1); o2 += 128) {
+                    /* rdot accumulator */
+                    float acc0[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        acc0[r] = 0e0f;
+                    }
+                    /* rdot out_90a_m192.tensorize(k:64) num_stages(6) */
+                    /* warp_specialize(): the operands arrive in stages by TMA; m64n128k16 wgmma, 4 per stage, one group in flight */
+                    for (long long o5 = 0; o5 < s2; o5 += 64, dt_step++) {
+                        const unsigned st = dt_step % 6u, phase = (dt_step / 6u) & 1u;
+                        dt_mbar_wait(dt_ring + 147456 + 8 * st, phase); /* stage st has landed */
+                        const unsigned fa = dt_ring + st * 24576 + 0 + (tid >> 7) * 8192;
+                        const unsigned fb = dt_ring + st * 24576 + 8192;
+                        dt_wgmma_fence();
+                        #pragma unroll
+                        for (int kk = 0; kk < 4; kk++) dt_wgmma_m64n128k16_bf16<0, 1>(acc0, dt_wgmma_desc(fa + kk * 32, 16, 1024), dt_wgmma_desc(fb + kk * 2048, 8192, 1024));
+                        dt_wgmma_commit();
+                        dt_wgmma_wait<1>();
+                        if (o5 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 147504 + 8 * ((dt_step + 5u) % 6u)); /* the step before is done */
+                    }
+                    dt_wgmma_wait<0>();
+                    if (s2 > 0 && (tid & 127) == 0) dt_mbar_arrive(dt_ring + 147504 + 8 * ((dt_step + 5u) % 6u));
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) dt_reg_fence(acc0[r]);
+                    float v3[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v3[r] = acc0[r];
+                    }
+                    float v6[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v6[r] = ((v3[r]) > (v5[0]) ? 1.0f : 0.0f);
+                    }
+                    float v10[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v10[r] = (v8[0] * v3[r]);
+                    }
+                    float v11[64];
+                    #pragma unroll
+                    for (int r = 0; r < 64; r++) {
+                        v11[r] = v6[r] != 0.0f ? v3[r] : v10[r];
+                    }
+                    /* the tile through shared memory: 64 columns of the warpgroup's 64 rows at a time, into one of its 2 buffers, stored by a bulk tensor copy */
+                    #pragma unroll
+                    for (int c = 0; c < 2; c++, dt_stored++) {
+                        const unsigned buf = dt_ring + 148480 + (tid >> 7) * 16384 + (dt_stored % 2u) * 8192;
+                        if ((tid & 127) == 0) dt_bulk_wait_read<1>(); /* the store that read buf is done */
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        #pragma unroll
+                        for (int j = 0; j < 32; j += 2) {
+                            const int r = c * 32 + j;
+                            const int lr = ((tid >> 5) / 1 * 16 + (r >> 2) / 16 * 16 + ((tid & 31) >> 2) + ((r >> 1) & 1) * 8) % 64, lc = ((tid >> 5) % 1 * 128 + (r >> 2) % 16 * 8 + (tid & 3) * 2 + (r & 1)) % 64;
+                            dt_st_shared_u32(buf + lr * 128 + (((lc >> 3) ^ (lr & 7)) << 4) + (lc & 7) * 2, dt_pack2_bf16(v11[r], v11[r + 1]));
+                        }
+                        dt_fence_proxy_async();
+                        dt_warpgroup_sync(2 + (tid >> 7));
+                        if ((tid & 127) == 0) { dt_tma_store_2d(&targs.maps[2], buf, (int)((b1 * 128) + c * 64), (int)((b0 * 64) + (tid >> 7) * 64)); dt_bulk_commit(); }
+                    }
+                }
+            }
+        }
+        if ((tid & 127) == 0) dt_bulk_wait_read<0>(); /* the last stores have read their buffers before the program ends */
+    }
+#endif
+}
+
 #ifndef DT_WGMMA_M64N64K16_F16
 #define DT_WGMMA_M64N64K16_F16
 template <int TA, int TB>
@@ -5119,8 +5379,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m256_f16(DT_GRID
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 8 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[8] at +196608 and empty[8] at +196672 */
@@ -5133,7 +5396,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m256_f16(DT_GRID
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -5147,15 +5410,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m256_f16(DT_GRID
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                         dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5173,15 +5432,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m256_f16(DT_GRID
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5221,15 +5476,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m256_f16(DT_GRID
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             float v5[1];
             {
                 const int r = 0, e = 0;
@@ -5339,8 +5590,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m256_bf16(DT_GRI
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 8 stages of 24576 bytes from dt_ring (1024-aligned), then barriers full[8] at +196608 and empty[8] at +196672 */
@@ -5353,7 +5607,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m256_bf16(DT_GRI
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 64));
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 64));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -5367,15 +5621,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m256_bf16(DT_GRI
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                         dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5393,15 +5643,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m256_bf16(DT_GRI
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 8u, phase = (dt_step / 8u) & 1u;
                     dt_mbar_wait(dt_ring + 196672 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5441,15 +5687,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m256_bf16(DT_GRI
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 64)) continue; /* past the end of a short group */
             float v5[1];
             {
                 const int r = 0, e = 0;
@@ -5559,8 +5801,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m512_f16(DT_GRID
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 5 stages of 32768 bytes from dt_ring (1024-aligned), then barriers full[5] at +163840 and empty[5] at +163880 */
@@ -5573,7 +5818,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m512_f16(DT_GRID
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -5587,15 +5832,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m512_f16(DT_GRID
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 5u, phase = (dt_step / 5u) & 1u;
                         dt_mbar_wait(dt_ring + 163880 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5614,15 +5855,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m512_f16(DT_GRID
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 5u, phase = (dt_step / 5u) & 1u;
                     dt_mbar_wait(dt_ring + 163880 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5663,15 +5900,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m512_f16(DT_GRID
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
             float v5[1];
             {
                 const int r = 0, e = 0;
@@ -5779,8 +6012,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m512_bf16(DT_GRI
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 5 stages of 32768 bytes from dt_ring (1024-aligned), then barriers full[5] at +163840 and empty[5] at +163880 */
@@ -5793,7 +6029,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m512_bf16(DT_GRI
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(s0, 128)) * (dt_cdiv(s1, 128));
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -5807,15 +6043,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m512_bf16(DT_GRI
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const long long g1 = rest;
                     const long long b0 = g0; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 5u, phase = (dt_step / 5u) & 1u;
                         dt_mbar_wait(dt_ring + 163880 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5834,15 +6066,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m512_bf16(DT_GRI
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const long long g1 = rest;
                 const long long b0 = g0; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 5u, phase = (dt_step / 5u) & 1u;
                     dt_mbar_wait(dt_ring + 163880 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -5883,15 +6111,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_m512_bf16(DT_GRI
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(s0, 128));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const long long g1 = rest;
             const long long b0 = g0; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 128)) continue; /* past the end of a short group */
             float v5[1];
             {
                 const int r = 0, e = 0;
@@ -5999,8 +6223,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_f16(DT_GRID_CONS
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     /* 4 stages of 49152 bytes from dt_ring (1024-aligned), then barriers full[4] at +196608 and empty[4] at +196640 */
@@ -6013,7 +6240,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_f16(DT_GRID_CONS
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 256)) * (8);
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 256));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -6027,17 +6254,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_f16(DT_GRID_CONS
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(8);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 256)) * (unsigned)(8); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0 * 8 + g2; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 4u, phase = (dt_step / 4u) & 1u;
                         dt_mbar_wait(dt_ring + 196640 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -6056,17 +6279,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_f16(DT_GRID_CONS
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(8);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 256)) * (unsigned)(8); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0 * 8 + g2; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 4u, phase = (dt_step / 4u) & 1u;
                     dt_mbar_wait(dt_ring + 196640 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -6107,17 +6326,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_f16(DT_GRID_CONS
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(8);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 256)) * (unsigned)(8); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0 * 8 + g2; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
             float v5[1];
             {
                 const int r = 0, e = 0;
@@ -6225,8 +6440,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_bf16(DT_GRID_CON
     extern __shared__ float dt_smem[];
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     /* 4 stages of 49152 bytes from dt_ring (1024-aligned), then barriers full[4] at +196608 and empty[4] at +196640 */
@@ -6239,7 +6457,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_bf16(DT_GRID_CON
         dt_mbar_fence_init();
     }
     __syncthreads();
-    const long long programs = (dt_cdiv(dt_cdiv(s0, 128), 8)) * (dt_cdiv(s1, 256)) * (8);
+    const long long programs = (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 256));
     /* warp_specialize(): threads 256.. copy (one thread, or all where no tensor map describes an input), threads 0..256 compute */
     if (tid >= 256) {
         dt_setmaxnreg_dec<88>();
@@ -6253,17 +6471,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_bf16(DT_GRID_CON
                 /* persistent(): this program's blocks, in map order */
                 for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                     unsigned rest = (unsigned)pid;
-                    (void)rest;
-                    const unsigned n2 = (unsigned)(8);
-                    const long long g2 = rest % n2; rest /= n2;
-                    const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
-                    const long long g1 = rest % n1; rest /= n1;
-                    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-                    const long long g0 = rest % n0; rest /= n0;
+                    const unsigned under0 = (unsigned)(dt_cdiv(s1, 256)) * (unsigned)(8); /* programs under one value of entry 0 */
+                    const long long g0 = rest / under0; rest %= under0;
+                    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+                    const long long g1 = rest / under1; rest %= under1;
+                    const long long g2 = rest;
                     const long long b0 = g0 * 8 + g2; /* block index along x */
-                    if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                     const long long b1 = g1; /* block index along y */
-                    if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
                     for (long long o = 0; o < s2; o += 64, dt_step++) {
                         const unsigned st = dt_step % 4u, phase = (dt_step / 4u) & 1u;
                         dt_mbar_wait(dt_ring + 196640 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -6282,17 +6496,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_bf16(DT_GRID_CON
             /* persistent(): this program's blocks, in map order */
             for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
                 unsigned rest = (unsigned)pid;
-                (void)rest;
-                const unsigned n2 = (unsigned)(8);
-                const long long g2 = rest % n2; rest /= n2;
-                const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
-                const long long g1 = rest % n1; rest /= n1;
-                const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-                const long long g0 = rest % n0; rest /= n0;
+                const unsigned under0 = (unsigned)(dt_cdiv(s1, 256)) * (unsigned)(8); /* programs under one value of entry 0 */
+                const long long g0 = rest / under0; rest %= under0;
+                const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+                const long long g1 = rest / under1; rest %= under1;
+                const long long g2 = rest;
                 const long long b0 = g0 * 8 + g2; /* block index along x */
-                if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
                 const long long b1 = g1; /* block index along y */
-                if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
                 for (long long o = 0; o < s2; o += 64, dt_step++) {
                     const unsigned st = dt_step % 4u, phase = (dt_step / 4u) & 1u;
                     dt_mbar_wait(dt_ring + 196640 + 8 * st, phase ^ 1u); /* the consumers are done with stage st */
@@ -6333,17 +6543,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) dt_out_90a_bf16(DT_GRID_CON
         /* persistent(): this program's blocks, in map order */
         for (long long pid = (long long)blockIdx.x; pid < programs; pid += (long long)gridDim.x) {
             unsigned rest = (unsigned)pid;
-            (void)rest;
-            const unsigned n2 = (unsigned)(8);
-            const long long g2 = rest % n2; rest /= n2;
-            const unsigned n1 = (unsigned)(dt_cdiv(s1, 256));
-            const long long g1 = rest % n1; rest /= n1;
-            const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-            const long long g0 = rest % n0; rest /= n0;
+            const unsigned under0 = (unsigned)(dt_cdiv(s1, 256)) * (unsigned)(8); /* programs under one value of entry 0 */
+            const long long g0 = rest / under0; rest %= under0;
+            const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+            const long long g1 = rest / under1; rest %= under1;
+            const long long g2 = rest;
             const long long b0 = g0 * 8 + g2; /* block index along x */
-            if (b0 >= dt_cdiv(s0, 128)) continue; /* past the end of a short group */
             const long long b1 = g1; /* block index along y */
-            if (b1 >= dt_cdiv(s1, 256)) continue; /* past the end of a short group */
             float v5[1];
             {
                 const int r = 0, e = 0;
@@ -6434,24 +6640,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16(DT_GRID_CONSTANT co
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* out */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -6645,24 +6850,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_f16_whole(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* out */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -6870,24 +7074,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16(DT_GRID_CONSTANT c
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* out */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -7081,24 +7284,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_bf16_whole(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* out */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -7306,24 +7508,23 @@ extern "C" __global__ void __launch_bounds__(64) DT_CLUSTER(2) dt_out_16_f32_spl
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_16_f32_split */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(2);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along k */
     float v6[1];
     {
@@ -7556,24 +7757,23 @@ extern "C" __global__ void __launch_bounds__(64) DT_CLUSTER(2) dt_out_16_f32_spl
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_16_f32_split */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(2);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(2); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)(2); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     const long long b2 = g2; /* block index along k */
     float v6[1];
     {
@@ -7805,22 +8005,21 @@ extern "C" __global__ void __launch_bounds__(64) dt_out_16_f32_f32(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_16_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -8026,22 +8225,21 @@ extern "C" __global__ void __launch_bounds__(64) dt_out_16_f32_f32_whole(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_16_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -8246,22 +8444,21 @@ extern "C" __global__ void __launch_bounds__(64) dt_out_512_f32_f32(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_512_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 32));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 32));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 32)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 32)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 32)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -8467,22 +8664,21 @@ extern "C" __global__ void __launch_bounds__(64) dt_out_512_f32_f32_whole(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_512_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 32));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 32));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 32)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 32)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 32)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -8687,24 +8883,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_1k_f32_f32(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_1k_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 64), 8));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 64) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 64)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -8910,24 +9105,23 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_1k_f32_f32_whole(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_1k_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 64), 8));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 64) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 64)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -9132,24 +9326,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_128_f32_f32(DT_GRID_CON
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_128_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -9355,24 +9548,23 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_128_f32_f32_whole(DT_GR
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_128_f32 */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;

@@ -850,25 +850,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_f16(DT_GRID_CONSTANT co
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     const dt_f16* __restrict__ in1 = (const dt_f16*)args.inputs[1]; /* B */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* out */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -1002,25 +1001,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_bf16(DT_GRID_CONSTANT c
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     const dt_bf16* __restrict__ in1 = (const dt_bf16*)args.inputs[1]; /* B */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* out */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -1154,23 +1152,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_16_f32_f32(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_16_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 16)) * (long long)(dt_cdiv(s1, 64))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -1310,23 +1307,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_16_f32_f32_whole(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_16_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 16)) * (long long)(dt_cdiv(s1, 64))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 16));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 16)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -1463,23 +1459,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_512_f32_f32(DT_GRID_CON
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_512_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 32)) * (long long)(dt_cdiv(s1, 32))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 32));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 32));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 32)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 32)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 32)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -1619,23 +1614,22 @@ extern "C" __global__ void __launch_bounds__(128) dt_out_512_f32_f32_whole(DT_GR
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_512_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 32)) * (long long)(dt_cdiv(s1, 32))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 32));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 32));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 32)); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 32)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 32)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -1772,25 +1766,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_1k_f32_f32(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_1k_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 64), 8));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 64) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 64)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -1932,25 +1925,24 @@ extern "C" __global__ void __launch_bounds__(256) dt_out_1k_f32_f32_whole(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_1k_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 64)) * (long long)(dt_cdiv(s1, 64))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 64));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 64), 8));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 64)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 64) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 64)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 64)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -2091,25 +2083,24 @@ extern "C" __global__ void __launch_bounds__(512) dt_out_128_f32_f32(DT_GRID_CON
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_128_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;
@@ -2251,25 +2242,24 @@ extern "C" __global__ void __launch_bounds__(512) dt_out_128_f32_f32_whole(DT_GR
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const long long s2 = args.sizes[2]; /* size of k */
+    (void)s2;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     const float* __restrict__ in1 = (const float*)args.inputs[1]; /* B */
     float* __restrict__ out = (float*)args.output; /* out_128_f32 */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 128)) * (long long)(dt_cdiv(s1, 128))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n2 = (unsigned)(8);
-    const long long g2 = rest % n2; rest /= n2;
-    const unsigned n1 = (unsigned)(dt_cdiv(s1, 128));
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(dt_cdiv(s0, 128), 8));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const unsigned under0 = (unsigned)(dt_cdiv(s1, 128)) * (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const unsigned under1 = (unsigned)dt_min_ll(8, dt_cdiv(s0, 128) - 8 * g0); /* programs under one value of entry 1 */
+    const long long g1 = rest / under1; rest %= under1;
+    const long long g2 = rest;
     const long long b0 = g0 * 8 + g2; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 128)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
-    if (b1 >= dt_cdiv(s1, 128)) return; /* past the end of a short group */
     float v5[1];
     {
         const int r = 0, e = 0;

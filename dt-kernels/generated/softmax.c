@@ -94,14 +94,11 @@ int dt_softmax_1k_f16(const dt_args* args, long long first, long long last) {
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax_1k */
     float* arena = (float*)malloc(sizeof(float) * 12301);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 10247)[0] = 1.442695e0f;
         /* block(x:1) softmax_1k.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -187,14 +184,11 @@ int dt_softmax_1k_bf16(const dt_args* args, long long first, long long last) {
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax_1k */
     float* arena = (float*)malloc(sizeof(float) * 12301);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 10247)[0] = 1.442695e0f;
         /* block(x:1) softmax_1k.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -280,14 +274,11 @@ int dt_softmax_1k_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* softmax_1k */
     float* arena = (float*)malloc(sizeof(float) * 12301);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 10247)[0] = 1.442695e0f;
         /* block(x:1) softmax_1k.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
@@ -373,14 +364,11 @@ int dt_softmax_4k_f16(const dt_args* args, long long first, long long last) {
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax_4k */
     float* arena = (float*)malloc(sizeof(float) * 40971);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) softmax_4k.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
@@ -457,14 +445,11 @@ int dt_softmax_4k_bf16(const dt_args* args, long long first, long long last) {
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax_4k */
     float* arena = (float*)malloc(sizeof(float) * 40971);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) softmax_4k.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
@@ -541,14 +526,11 @@ int dt_softmax_4k_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* softmax_4k */
     float* arena = (float*)malloc(sizeof(float) * 40971);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) softmax_4k.tensorize(x:0) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
@@ -625,14 +607,11 @@ int dt_softmax_16k_f16(const dt_args* args, long long first, long long last) {
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax_16k */
     float* arena = (float*)malloc(sizeof(float) * 163851);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) softmax_16k.tensorize(x:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
@@ -709,14 +688,11 @@ int dt_softmax_16k_bf16(const dt_args* args, long long first, long long last) {
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax_16k */
     float* arena = (float*)malloc(sizeof(float) * 163851);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) softmax_16k.tensorize(x:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
@@ -793,14 +769,11 @@ int dt_softmax_16k_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* softmax_16k */
     float* arena = (float*)malloc(sizeof(float) * 163851);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         /* block(x:1) softmax_16k.tensorize(x:1) */
         for (long long o1 = b0 * 1; o1 < dt_min_ll(b0 * 1 + 1, s0); o1 += 1) {
             /* rmax identity */
@@ -877,14 +850,11 @@ int dt_softmax_f16(const dt_args* args, long long first, long long last) {
     dt_f16* out = (dt_f16*)(uintptr_t)args->output; /* softmax */
     float* arena = (float*)malloc(sizeof(float) * 786453);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 245767)[0] = (-INFINITY);
         (arena + 245768)[0] = 0e0f;
         (arena + 409609)[0] = (-INFINITY);
@@ -1212,14 +1182,11 @@ int dt_softmax_bf16(const dt_args* args, long long first, long long last) {
     dt_bf16* out = (dt_bf16*)(uintptr_t)args->output; /* softmax */
     float* arena = (float*)malloc(sizeof(float) * 786453);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 245767)[0] = (-INFINITY);
         (arena + 245768)[0] = 0e0f;
         (arena + 409609)[0] = (-INFINITY);
@@ -1547,14 +1514,11 @@ int dt_softmax_f32(const dt_args* args, long long first, long long last) {
     float* out = (float*)(uintptr_t)args->output; /* softmax */
     float* arena = (float*)malloc(sizeof(float) * 786453);
     if (!arena) return 1; /* no memory for the tiles: nothing ran */
-    const long long programs = (dt_cdiv(s0, 1));
+    const long long programs = (long long)(dt_cdiv(s0, 1));
     for (long long pid = first; pid < last && pid < programs; pid++) {
         long long rest = (long long)pid;
-        (void)rest;
-        const long long n0 = (long long)(dt_cdiv(s0, 1));
-        const long long g0 = rest % n0; rest /= n0;
+        const long long g0 = rest;
         const long long b0 = g0; /* block index along x */
-        if (b0 >= dt_cdiv(s0, 1)) continue; /* past the end of a short group */
         (arena + 245767)[0] = (-INFINITY);
         (arena + 245768)[0] = 0e0f;
         (arena + 409609)[0] = (-INFINITY);

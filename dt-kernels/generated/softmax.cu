@@ -850,16 +850,15 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -1040,16 +1039,15 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_whole(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -1211,16 +1209,15 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f16_exact(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 1024; /* size of y, specialized */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -1382,16 +1379,15 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -1572,16 +1568,15 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_whole(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -1743,16 +1738,15 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_bf16_exact(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 1024; /* size of y, specialized */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -1914,16 +1908,15 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -2093,16 +2086,15 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_whole(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -2264,16 +2256,15 @@ extern "C" __global__ void __launch_bounds__(32) dt_softmax_1k_f32_exact(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 1024; /* size of y, specialized */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -2435,16 +2426,15 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16(DT_GRID_C
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -2613,16 +2603,15 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16_whole(DT_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -2772,16 +2761,15 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f16_exact(DT_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 4096; /* size of y, specialized */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -2931,16 +2919,15 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16(DT_GRID_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -3109,16 +3096,15 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16_whole(DT
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -3268,16 +3254,15 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_bf16_exact(DT
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 4096; /* size of y, specialized */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -3427,16 +3412,15 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32(DT_GRID_C
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -3594,16 +3578,15 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32_whole(DT_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -3753,16 +3736,15 @@ extern "C" __global__ void __launch_bounds__(256, 5) dt_softmax_4k_f32_exact(DT_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 4096; /* size of y, specialized */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -3912,16 +3894,15 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16(DT_GRID_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -4090,16 +4071,15 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16_whole(DT
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -4249,16 +4229,15 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f16_exact(DT
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 16384; /* size of y, specialized */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -4408,16 +4387,15 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -4586,16 +4564,15 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16_whole(D
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -4745,16 +4722,15 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_bf16_exact(D
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 16384; /* size of y, specialized */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -4904,16 +4880,15 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32(DT_GRID_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -5071,16 +5046,15 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32_whole(DT
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -5230,16 +5204,15 @@ extern "C" __global__ void __launch_bounds__(512, 2) dt_softmax_16k_f32_exact(DT
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 16384; /* size of y, specialized */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -5389,18 +5362,17 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_256k_16bit */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(8);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v24[1];
     {
@@ -6242,18 +6214,17 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_256k_16bit */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(8);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v24[1];
     {
@@ -7031,18 +7002,17 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 262144; /* size of y, specialized */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_256k_16bit */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(8);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v24[1];
     {
@@ -7820,18 +7790,17 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_256k_16bit */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(8);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v24[1];
     {
@@ -8673,18 +8642,17 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_256k_16bit */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(8);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v24[1];
     {
@@ -9462,18 +9430,17 @@ extern "C" __global__ void __launch_bounds__(512, 3) DT_CLUSTER(8) dt_softmax_25
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 262144; /* size of y, specialized */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_256k_16bit */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(8);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v24[1];
     {
@@ -10251,18 +10218,17 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_256k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(8);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v24[1];
     {
@@ -10870,18 +10836,17 @@ extern "C" __global__ void __launch_bounds__(1024, 2) DT_CLUSTER(8) dt_softmax_2
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_256k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(8);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(8); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v24[1];
     {
@@ -11473,18 +11438,17 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_224k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(4);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(4); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v24[1];
     {
@@ -12092,18 +12056,17 @@ extern "C" __global__ void __launch_bounds__(1024) DT_CLUSTER(4) dt_softmax_224k
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_224k */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n1 = (unsigned)(4);
-    const long long g1 = rest % n1; rest /= n1;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const unsigned under0 = (unsigned)(4); /* programs under one value of entry 0 */
+    const long long g0 = rest / under0; rest %= under0;
+    const long long g1 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     const long long b1 = g1; /* block index along y */
     float v24[1];
     {
@@ -12695,16 +12658,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;
@@ -13316,16 +13278,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;
@@ -13903,16 +13864,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 65536; /* size of y, specialized */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;
@@ -14490,16 +14450,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;
@@ -15111,16 +15070,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;
@@ -15698,16 +15656,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 65536; /* size of y, specialized */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;
@@ -16285,16 +16242,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;
@@ -16881,16 +16837,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;
@@ -17461,16 +17416,15 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 65536; /* size of y, specialized */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.x;
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;

@@ -850,17 +850,16 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -1049,17 +1048,16 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_whole(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -1229,17 +1227,16 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f16_exact(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 1024; /* size of y, specialized */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -1409,17 +1406,16 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -1608,17 +1604,16 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_whole(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -1788,17 +1783,16 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_bf16_exact(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 1024; /* size of y, specialized */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -1968,17 +1962,16 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -2156,17 +2149,16 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_whole(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -2336,17 +2328,16 @@ extern "C" __global__ void __launch_bounds__(64) dt_softmax_1k_f32_exact(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 1024; /* size of y, specialized */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_1k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v17[1];
     {
         const int r = 0, e = 0;
@@ -2516,17 +2507,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -2695,17 +2685,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16_whole(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -2855,17 +2844,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f16_exact(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 4096; /* size of y, specialized */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -3015,17 +3003,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16(DT_GRID_CON
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -3194,17 +3181,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16_whole(DT_GR
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -3354,17 +3340,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_bf16_exact(DT_GR
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 4096; /* size of y, specialized */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -3514,17 +3499,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32(DT_GRID_CONS
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -3682,17 +3666,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32_whole(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -3842,17 +3825,16 @@ extern "C" __global__ void __launch_bounds__(512) dt_softmax_4k_f32_exact(DT_GRI
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 4096; /* size of y, specialized */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_4k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_4k.tensorize(x:0) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -4002,17 +3984,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16(DT_GRID_CO
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -4181,17 +4162,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16_whole(DT_G
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -4341,17 +4321,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f16_exact(DT_G
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 16384; /* size of y, specialized */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -4501,17 +4480,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16(DT_GRID_C
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -4680,17 +4658,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16_whole(DT_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -4840,17 +4817,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_bf16_exact(DT_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 16384; /* size of y, specialized */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -5000,17 +4976,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32(DT_GRID_CO
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -5168,17 +5143,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32_whole(DT_G
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -5328,17 +5302,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_16k_f32_exact(DT_G
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 16384; /* size of y, specialized */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax_16k */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     /* block(x:1) softmax_16k.tensorize(x:1) */
     { const long long o1 = b0 * 1; /* the block's one step */
         /* rmax identity */
@@ -5488,17 +5461,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16(DT_GRID_CONSTA
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;
@@ -6110,17 +6082,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_whole(DT_GRID_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;
@@ -6698,17 +6669,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f16_exact(DT_GRID_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 65536; /* size of y, specialized */
+    (void)s1;
     const dt_f16* __restrict__ in0 = (const dt_f16*)args.inputs[0]; /* A */
     dt_f16* __restrict__ out = (dt_f16*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;
@@ -7286,17 +7256,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16(DT_GRID_CONST
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;
@@ -7908,17 +7877,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_whole(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;
@@ -8496,17 +8464,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_bf16_exact(DT_GRID
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 65536; /* size of y, specialized */
+    (void)s1;
     const dt_bf16* __restrict__ in0 = (const dt_bf16*)args.inputs[0]; /* A */
     dt_bf16* __restrict__ out = (dt_bf16*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;
@@ -9084,17 +9051,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32(DT_GRID_CONSTA
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;
@@ -9681,17 +9647,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_whole(DT_GRID_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = args.sizes[1]; /* size of y */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;
@@ -10262,17 +10227,16 @@ extern "C" __global__ void __launch_bounds__(1024) dt_softmax_f32_exact(DT_GRID_
     (void)dt_smem;
     const int tid = (int)threadIdx.x;
     const long long s0 = args.sizes[0]; /* size of x */
+    (void)s0;
     const long long s1 = 65536; /* size of y, specialized */
+    (void)s1;
     const float* __restrict__ in0 = (const float*)args.inputs[0]; /* A */
     float* __restrict__ out = (float*)args.output; /* softmax */
     const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (pid >= (long long)(dt_cdiv(s0, 1))) return; /* past the last program, in the grid's last row of blocks */
     unsigned rest = (unsigned)pid;
-    (void)rest;
-    const unsigned n0 = (unsigned)(dt_cdiv(s0, 1));
-    const long long g0 = rest % n0; rest /= n0;
-    if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */
+    const long long g0 = rest;
     const long long b0 = g0; /* block index along x */
-    if (b0 >= dt_cdiv(s0, 1)) return; /* past the end of a short group */
     float v22[1];
     {
         const int r = 0, e = 0;

@@ -446,6 +446,8 @@ mod tests {
         assert_eq!(class(128, 4096, 8192), "dt_mm_90a_m128_f16");
         assert_eq!(class(128, 11008, 4096), "dt_mm_90a_m128_f16");
         assert_eq!(class(128, 16392, 4096), "dt_mm_90a_f16");
+        assert_eq!(class(192, 4096, 4096), "dt_mm_90a_m192_f16");
+        assert_eq!(class(193, 4096, 4096), "dt_mm_90a_m256_f16");
         assert_eq!(class(256, 4096, 4096), "dt_mm_90a_m256_f16");
         assert_eq!(class(256, 11008, 4096), "dt_mm_90a_f16");
         assert_eq!(class(512, 4096, 4096), "dt_mm_90a_m512_f16");

@@ -535,7 +535,7 @@ fn hopper_matmul_matches_reference() {
     // to 64 (`mm_90a_m64`, split over a cluster where the contraction is 2049 to 4096), outputs up
     // to 512 x 512 (`mm_90a_512`, split where the contraction is 4097 to 8192) and 1024 x 1024
     // (`mm_90a_1k`), then few rows and many columns (`mm_90a_m128_split`, `mm_90a_m128`,
-    // `mm_90a_m256`, `mm_90a_m512`), any.
+    // `mm_90a_m192`, `mm_90a_m256`, `mm_90a_m512`), any.
     let sizes = [
         (1, 8, 8),
         (9, 200, 1000),
@@ -556,6 +556,7 @@ fn hopper_matmul_matches_reference() {
         (40, 1032, 3000),
         (100, 1040, 2100),
         (120, 4104, 300),
+        (168, 1160, 392),
         (200, 1100, 520),
         (300, 2056, 136),
         (136, 264, 4200),

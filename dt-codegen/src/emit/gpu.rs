@@ -259,10 +259,12 @@ fn print_kernel<'k>(
     e.prologue();
     // HIP takes fewer than 2^32 work-items along a grid dimension: a larger grid has rows of
     // blocks (`hip::launch`), the last row's blocks past the last program doing nothing.
+    let past_programs =
+        format!("if (pid >= {}) return; /* past the last program, in the grid's last row of blocks */", super::program_count(k));
     let past_grid = match dialect {
         Dialect::Hip => {
             e.line("const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;");
-            Some("if (rest != 0u) return; /* past the last program, in the grid's last row of blocks */")
+            Some(past_programs.as_str())
         }
         Dialect::Cuda => {
             e.line("const long long pid = (long long)blockIdx.x;");
@@ -397,6 +399,8 @@ impl Emitter<'_> {
                 Some((_, n)) => self.line(&format!("const long long s{slot} = {n}; /* size of {name}, specialized */")),
                 None => self.line(&format!("const long long s{slot} = args.sizes[{slot}]; /* size of {name} */")),
             }
+            // A dimension whose blocks are the grid's last entry may have no other use.
+            self.line(&format!("(void)s{slot};"));
         }
         for (i, input) in k.inputs.iter().enumerate() {
             self.line(&format!("const {t}* __restrict__ in{i} = (const {t}*)args.inputs[{i}]; /* {} */", input.name));

@@ -89,37 +89,46 @@ pub fn check_not_hopper_only(k: &Kernel, target: &str) -> Result<(), EmitError> 
 }
 
 /// C statements that turn the program id `pid` into block indices `b<slot>` for every blocked
-/// dimension, skipping programs past the end of a short group (`skip` is `continue;` inside the
-/// CPU's program loop, `return;` in a GPU kernel). Shared by every C-family emitter.
+/// dimension, by the grid's one decoding rule ([`Grid::programs_under`]): each coordinate, outermost
+/// first, is the quotient of what is left of `pid` by the programs under one of its values.
+/// Shared by every C-family emitter.
 ///
-/// `index` is the C type of the division: a GPU grid has fewer than 2^31 programs, and every
-/// count here divides the grid size, so there 32-bit `unsigned` division is exact and spares
-/// the 64-bit division routine; the CPU's program loop uses `long long`. `past_grid`, where a
-/// grid may have more blocks than programs (HIP's rows of blocks), is the statement that skips
-/// a program past the last: what is left of `pid` after the divisions is then not 0. `idle`,
-/// in a multicast kernel of bulk-copy rings (not warp-specialized): the flag that a program past
-/// the end of the multicast dimension sets, taking its cluster's last block instead of
-/// skipping it, since the cluster's copies need it.
+/// `index` is the C type of the division: a GPU grid has fewer than 2^31 programs, so there
+/// 32-bit `unsigned` division is exact and spares the 64-bit division routine; the CPU's program
+/// loop uses `long long`. `past_grid`, where a grid may have more blocks than programs (HIP's
+/// rows of blocks), is the statement that skips a program past the last. Only a multicast
+/// dimension has blocks past the end (rounded up to whole clusters): there `idle`, in a
+/// multicast kernel of bulk-copy rings (not warp-specialized), is the flag such a program sets,
+/// taking its cluster's last block instead of skipping it, since the cluster's copies need it;
+/// without `idle`, `skip` is its statement (`continue;` in a loop over programs).
+///
+/// [`Grid::programs_under`]: dt_core::kir::Grid::programs_under
 pub fn program_coords(k: &Kernel, skip: &str, index: &str, past_grid: Option<&str>, idle: Option<&str>) -> Vec<String> {
     use dt_core::schedule::MapEntry;
     let counts = order_counts(k);
     // A grid of one program (nothing blocked) divides nothing; what is left of `pid` then
     // matters only where a grid may have more blocks than programs.
-    if counts.is_empty() && past_grid.is_none() {
-        return vec!["(void)pid;".to_string()];
+    let mut out: Vec<String> = past_grid.map(str::to_string).into_iter().collect();
+    if counts.is_empty() {
+        out.push("(void)pid;".to_string());
+        return out;
     }
-    let mut out = vec![format!("{index} rest = ({index})pid;"), "(void)rest;".to_string()];
-    for (i, c) in counts.iter().enumerate().rev() {
-        out.push(format!("const {index} n{i} = ({index})({c});"));
-        out.push(format!("const long long g{i} = rest % n{i}; rest /= n{i};"));
+    out.push(format!("{index} rest = ({index})pid;"));
+    let last = counts.len() - 1;
+    for i in 0..last {
+        let under = program_factors(k, &counts, Some(i), index);
+        out.push(format!("const {index} under{i} = {under}; /* programs under one value of entry {i} */"));
+        out.push(format!("const long long g{i} = rest / under{i}; rest %= under{i};"));
     }
-    out.extend(past_grid.map(str::to_string));
+    out.push(format!("const long long g{last} = rest;"));
     for (d, _) in &k.grid.blocked {
         let mut parts = Vec::new();
         for (i, m) in k.grid.order.iter().enumerate() {
             match m {
                 // Last first (pass `heaviest_first`): block n - 1 - g.
-                MapEntry::Whole(x) if x == d && k.grid.descending.contains(x) => parts.push(format!("((long long)n{i} - 1 - g{i})")),
+                MapEntry::Whole(x) if x == d && k.grid.descending.contains(x) => {
+                    parts.push(format!("((long long)({}) - 1 - g{i})", counts[i]))
+                }
                 MapEntry::Whole(x) if x == d => parts.push(format!("g{i}")),
                 MapEntry::Outer { dim, factor } if dim == d => parts.push(format!("g{i} * {factor}")),
                 MapEntry::Inner { dim, .. } if dim == d => parts.push(format!("g{i}")),
@@ -127,20 +136,51 @@ pub fn program_coords(k: &Kernel, skip: &str, index: &str, past_grid: Option<&st
             }
         }
         let slot = k.dim_slot(*d);
-        if let Some(flag) = idle.filter(|_| k.grid.multicast.is_some_and(|(m, _)| m == *d)) {
-            let (g, count) = (parts.join(" + "), block_count(k, *d));
-            out.push(format!("const bool {flag} = {g} >= {count}; /* past the end: copies its slices for the cluster, stores nothing */"));
-            out.push(format!("const long long b{slot} = {flag} ? {count} - 1 : {g}; /* block index along {} */", k.dim_name(*d)));
+        let (g, count) = (parts.join(" + "), block_count(k, *d));
+        if !k.grid.multicast.is_some_and(|(m, _)| m == *d) {
+            out.push(format!("const long long b{slot} = {g}; /* block index along {} */", k.dim_name(*d)));
             continue;
         }
-        out.push(format!("const long long b{slot} = {}; /* block index along {} */", parts.join(" + "), k.dim_name(*d)));
-        if k.grid.cluster_size(*d).is_some() {
-            // Every program of a cluster takes part in its reductions, past the end or not.
-            continue;
+        match idle {
+            Some(flag) => {
+                out.push(format!(
+                    "const bool {flag} = {g} >= {count}; /* past the end: copies its slices for the cluster, stores nothing */"
+                ));
+                out.push(format!("const long long b{slot} = {flag} ? {count} - 1 : {g}; /* block index along {} */", k.dim_name(*d)));
+            }
+            None => {
+                out.push(format!("const long long b{slot} = {g}; /* block index along {} */", k.dim_name(*d)));
+                out.push(format!("if (b{slot} >= {count}) {skip} /* past the end of the multicast's last cluster */"));
+            }
         }
-        out.push(format!("if (b{slot} >= {}) {skip} /* past the end of a short group */", block_count(k, *d)));
     }
     out
+}
+
+/// The programs under one value of order entry `entry` (the whole grid, for `None`) as a C
+/// product in type `index` ([`Grid::programs_under`]), over the entries' counts `counts` and the
+/// coordinates `g<i>` decoded before it.
+///
+/// [`Grid::programs_under`]: dt_core::kir::Grid::programs_under
+fn program_factors(k: &Kernel, counts: &[String], entry: Option<usize>, index: &str) -> String {
+    use dt_core::kir::ProgramFactor;
+    let factors: Vec<String> = k
+        .grid
+        .programs_under(entry)
+        .iter()
+        .map(|f| match *f {
+            ProgramFactor::Entry(j) => format!("({index})({})", counts[j]),
+            ProgramFactor::Blocks(d) => format!("({index})({})", block_count(k, d)),
+            ProgramFactor::Group { dim, factor, outer } => {
+                format!("({index})dt_min_ll({factor}, {} - {factor} * g{outer})", block_count(k, dim))
+            }
+        })
+        .collect();
+    if factors.is_empty() {
+        format!("({index})1")
+    } else {
+        factors.join(" * ")
+    }
 }
 
 /// The flag of a multicast's program past the end, which computes nothing it keeps.
@@ -173,14 +213,10 @@ fn order_counts(k: &Kernel) -> Vec<String> {
         .collect()
 }
 
-/// The number of programs, as a C expression over the size variables `s<slot>`.
+/// The number of programs, as a C expression over the size variables `s<slot>`
+/// ([`dt_core::kir::Grid::programs`]).
 pub fn program_count(k: &Kernel) -> String {
-    let counts: Vec<String> = order_counts(k).iter().map(|c| format!("({c})")).collect();
-    if counts.is_empty() {
-        "1".into()
-    } else {
-        counts.join(" * ")
-    }
+    program_factors(k, &order_counts(k), None, "long long")
 }
 
 /// The lane variables of a loop over the elements of a tile: the C variable holding the lane
