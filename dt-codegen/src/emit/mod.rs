@@ -137,7 +137,7 @@ pub fn program_coords(k: &Kernel, skip: &str, index: &str, past_grid: Option<&st
         }
         let slot = k.dim_slot(*d);
         let (g, count) = (parts.join(" + "), block_count(k, *d));
-        if !k.grid.multicast.is_some_and(|(m, _)| m == *d) {
+        if k.grid.multicast.is_none_or(|(m, _)| m != *d) {
             out.push(format!("const long long b{slot} = {g}; /* block index along {} */", k.dim_name(*d)));
             continue;
         }
