@@ -408,9 +408,15 @@ impl Grid {
         self.cluster.filter(|(c, _)| *c == d).map(|(_, n)| n)
     }
 
+    /// The blocks of dimension `d` (one where it is not blocked), given the dimension sizes
+    /// (indexed by DimId).
+    fn blocks(&self, d: DimId, sizes: &[usize]) -> usize {
+        sizes[d.index()].div_ceil(self.block_extent(d).unwrap_or(1) as usize)
+    }
+
     /// Number of blocks of each order entry, given the dimension sizes (indexed by DimId).
     pub fn counts(&self, sizes: &[usize]) -> Vec<usize> {
-        let nblocks = |d: DimId| sizes[d.index()].div_ceil(self.block_extent(d).unwrap_or(1) as usize);
+        let nblocks = |d: DimId| self.blocks(d, sizes);
         self.order
             .iter()
             .map(|e| match e {
@@ -474,11 +480,10 @@ impl Grid {
     /// The value of a factor of [`Grid::programs_under`], given the entries' counts and the
     /// coordinates decoded so far (outermost first).
     fn factor_value(&self, f: &ProgramFactor, sizes: &[usize], counts: &[usize], coords: &[usize]) -> usize {
-        let nblocks = |d: DimId| sizes[d.index()].div_ceil(self.block_extent(d).unwrap_or(1) as usize);
         match *f {
             ProgramFactor::Entry(j) => counts[j],
-            ProgramFactor::Blocks(d) => nblocks(d),
-            ProgramFactor::Group { dim, factor, outer } => (factor as usize).min(nblocks(dim) - factor as usize * coords[outer]),
+            ProgramFactor::Blocks(d) => self.blocks(d, sizes),
+            ProgramFactor::Group { dim, factor, outer } => (factor as usize).min(self.blocks(dim, sizes) - factor as usize * coords[outer]),
         }
     }
 
@@ -507,7 +512,7 @@ impl Grid {
             }
         }
         for (d, b) in &out {
-            if self.cluster_size(*d).is_none() && *b >= sizes[d.index()].div_ceil(self.block_extent(*d).unwrap_or(1) as usize) {
+            if self.cluster_size(*d).is_none() && *b >= self.blocks(*d, sizes) {
                 return None;
             }
         }

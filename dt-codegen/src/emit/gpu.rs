@@ -259,12 +259,10 @@ fn print_kernel<'k>(
     e.prologue();
     // HIP takes fewer than 2^32 work-items along a grid dimension: a larger grid has rows of
     // blocks (`hip::launch`), the last row's blocks past the last program doing nothing.
-    let past_programs =
-        format!("if (pid >= {}) return; /* past the last program, in the grid's last row of blocks */", super::program_count(k));
     let past_grid = match dialect {
         Dialect::Hip => {
             e.line("const long long pid = (long long)blockIdx.y * gridDim.x + blockIdx.x;");
-            Some(past_programs.as_str())
+            Some(format!("if (pid >= {}) return; /* past the last program, in the grid's last row of blocks */", super::program_count(k)))
         }
         Dialect::Cuda => {
             e.line("const long long pid = (long long)blockIdx.x;");
@@ -272,7 +270,7 @@ fn print_kernel<'k>(
         }
     };
     let idle = (k.grid.multicast.is_some() && ws.is_none()).then_some(super::IDLE);
-    for l in program_coords(k, "return;", super::GPU_INDEX, past_grid, idle) {
+    for l in program_coords(k, "return;", super::GPU_INDEX, past_grid.as_deref(), idle) {
         e.line(&l);
     }
     e.stmts(&k.body)?;
